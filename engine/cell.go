@@ -1,0 +1,551 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/engine/runner"
+)
+
+var (
+	errEngineClosed = errors.New("engine is shut down")
+	errQueueTimeout = errors.New("timed out waiting for the kernel")
+)
+
+// Request asks for one cell to run in the kernel of (owner, backend, task,
+// child, tools).
+type Request struct {
+	Owner   string
+	Task    string
+	Backend string
+	Child   string
+	Tools   []string
+	Code    string
+	// Timeout bounds the whole call, queueing included; zero means the
+	// configured cell timeout.
+	Timeout time.Duration
+	// Reset kills the kernel first and runs the cell in a fresh one.
+	Reset bool
+	// OnOutput, when set, receives output while the cell runs (fast path
+	// only); it must not block.
+	OnOutput func(stream, text string)
+}
+
+// Result is the outcome of a cell.
+type Result struct {
+	Status          string // success, error, timeout, interrupted
+	Stdout          string
+	Stderr          string
+	Traceback       string
+	StdoutClipped   bool
+	StderrClipped   bool
+	SpillPath       string // full stdout on this machine when clipped
+	StderrSpillPath string // full stderr on this machine when clipped
+	ToolCallsMade   int
+	Duration        time.Duration
+	Fallback        string // "" or "per_call"
+	Kernel          *KernelResult
+}
+
+// KernelResult tells which kernel ran a cell and what happened to its state.
+type KernelResult struct {
+	ID             string
+	PID            int
+	Dir            string
+	Backend        string
+	Reused         bool
+	ExecutionCount int
+	StateLost      bool
+	StateReset     bool
+	Note           string
+}
+
+// Execute runs req's code in its kernel, spawning, respawning or resetting
+// the kernel as needed. Failures of the cell are in the Result; an error
+// means the request was invalid or the engine could not run it safely.
+func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
+	start := time.Now()
+	req.Task = cmp.Or(req.Task, "default")
+	req.Owner = cmp.Or(req.Owner, req.Task)
+	req.Backend = cmp.Or(req.Backend, e.DefaultBackend())
+	env, ok := e.backends[req.Backend]
+	if !ok {
+		return nil, fmt.Errorf("unknown backend %q; configured backends: %s", req.Backend, strings.Join(e.Backends(), ", "))
+	}
+	key, err := NewKey(req.Owner, req.Backend, req.Task, req.Child, req.Tools)
+	if err != nil {
+		return nil, err
+	}
+	if req.Timeout < 0 {
+		return nil, fmt.Errorf("timeout must not be negative, got %v", req.Timeout)
+	}
+	timeout := cmp.Or(req.Timeout, e.cfg.CellTimeout)
+	deadline := start.Add(timeout)
+
+	e.reapIdle()
+	k, created, err := e.acquire(ctx, key, env, deadline)
+	if errors.Is(err, errQueueTimeout) {
+		return &Result{Status: "timeout", Duration: time.Since(start),
+			Traceback: fmt.Sprintf("the cell never started: kernel %s was busy for the whole timeout of %v", key, timeout)}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer e.release(k)
+
+	kr := &KernelResult{}
+	switch {
+	case created:
+		e.enforceCap()
+		if err := e.spawn(ctx, k); err != nil {
+			return e.failOpen(ctx, k, req, timeout, start, err)
+		}
+	case req.Reset:
+		e.killOnHost(ctx, k)
+		e.emit(kernelEvent(EventReset, k, "reset requested"))
+		if err := e.spawn(ctx, k); err != nil {
+			return e.failOpen(ctx, k, req, timeout, start, err)
+		}
+		kr.StateReset = true
+	default:
+		kr.Reused = true
+		e.emit(kernelEvent(EventReused, k, ""))
+	}
+
+	code, _ := json.Marshal(map[string]string{"code": req.Code})
+	c := &cellRun{id: "c" + randomHex(8), code: req.Code, deadline: deadline, onOutput: req.OnOutput}
+	c.reqJSON = append([]byte(`{"id":"`+c.id+`",`), code[1:]...)
+	var out outcome
+	for attempt := 0; ; attempt++ {
+		e.mu.Lock()
+		k.runningCell, k.runningSince = c.id, e.cfg.Now()
+		e.mu.Unlock()
+		e.emit(kernelEvent(EventCellStarted, k, "cell "+c.id))
+		out = e.runCell(ctx, k, c)
+		if out.kind != outDead || attempt > 0 {
+			break
+		}
+		// Found dead before the cell was published: nothing ran, so respawning
+		// and running it once in the new kernel is safe.
+		oldID := k.id
+		e.emit(kernelEvent(EventStateLost, k, "runner found dead before the cell"))
+		if err := e.spawn(ctx, k); err != nil {
+			return e.failOpen(ctx, k, req, timeout, start, err)
+		}
+		kr.StateLost, kr.Reused = true, false
+		kr.Note = fmt.Sprintf("kernel %s was found dead and respawned as %s; state from earlier calls was lost", oldID, k.id)
+	}
+	return e.finishCell(ctx, k, c, out, kr, start)
+}
+
+// failOpen is the spawn-failure path: the kernel leaves the registry and the
+// code runs once in a fresh private dir, and the result says so.
+func (e *Engine) failOpen(ctx context.Context, k *Kernel, req Request, timeout time.Duration, start time.Time, cause error) (*Result, error) {
+	e.mu.Lock()
+	e.removeLocked(k, "spawn failed")
+	e.mu.Unlock()
+	e.emit(kernelEvent(EventSpawnFailed, k, cause.Error()))
+	e.emit(kernelEvent(EventFallbackPerCall, k, "running the cell once in a private dir"))
+	remaining := time.Until(start.Add(timeout))
+	if remaining <= 0 {
+		return &Result{Status: "timeout", Fallback: "per_call", Duration: time.Since(start),
+			Traceback: "spawn failed and no time was left for a per-call run: " + cause.Error()}, nil
+	}
+	f, err := e.runOnce(ctx, k.env, req.Code, remaining)
+	if err != nil {
+		return nil, fmt.Errorf("%w; the per-call fallback failed too: %w", cause, err)
+	}
+	res := e.resultFromFrame(ctx, nil, f, false)
+	res.Fallback = "per_call"
+	if res.Status == "interrupted" {
+		res.Status = "timeout"
+	}
+	res.Stderr = strings.TrimSuffix("kerneldeck: no persistent kernel ("+cause.Error()+"); ran once in a private dir\n"+res.Stderr, "\n") + "\n"
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+// runOnce runs code in a fresh private dir on env, in one round trip.
+func (e *Engine) runOnce(ctx context.Context, env backends.Env, code string, timeout time.Duration) (*runnerFrame, error) {
+	reqJSON, _ := json.Marshal(map[string]string{"id": "once", "code": code})
+	stdin := append(append([]byte{}, runner.Source...), reqJSON...)
+	script := onceScript(env.TempDir(), len(runner.Source), math.Ceil(timeout.Seconds()))
+	res, err := env.Execute(ctx, script, backends.ExecOptions{Stdin: stdin, Timeout: timeout + 10*time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("per-call run on %s: %w", env.URI(), err)
+	}
+	line, ok := findLine(res.Output, "KD:RESULT ")
+	if !ok {
+		return nil, fmt.Errorf("per-call run on %s: %s", env.URI(), hostError(res))
+	}
+	var f runnerFrame
+	if err := json.Unmarshal([]byte(line), &f); err != nil {
+		return nil, fmt.Errorf("per-call run on %s: malformed result: %w", env.URI(), err)
+	}
+	return &f, nil
+}
+
+type outcomeKind int
+
+const (
+	outDone          outcomeKind = iota // the runner returned a result
+	outDead                             // runner gone before the cell was published: safe to respawn
+	outLost                             // runner gone after the cell was published
+	outTimeoutKilled                    // timeout, interrupt ignored: kernel killed
+	outPubFail                          // the request could not be published
+	outUnreachable                      // the host did not answer until past the deadline
+	outCanceled                         // the caller or the engine gave up
+)
+
+type outcome struct {
+	kind        outcomeKind
+	frame       *runnerFrame
+	interrupted bool // the engine interrupted the cell at its deadline
+	detail      string
+}
+
+// cellRun is one cell's progress, carried across the fast path and Execute.
+type cellRun struct {
+	id       string
+	code     string
+	reqJSON  []byte
+	deadline time.Time
+	onOutput func(stream, text string)
+	// maybePublished is set once a request may have reached the runner.
+	maybePublished bool
+	interrupted    bool
+	graceEnd       time.Time
+}
+
+// runCell runs c on k: over the runner's socket when the backend offers
+// streams, else (or when the stream fails) over plain Execute. Both doors
+// lead to the same runner, which runs each cell id at most once.
+func (e *Engine) runCell(ctx context.Context, k *Kernel, c *cellRun) outcome {
+	if d := backends.StreamsOf(k.env); d != nil {
+		if out, ok := e.runCellStream(ctx, k, d, c); ok {
+			return out
+		}
+	}
+	return e.runCellExec(ctx, k, c)
+}
+
+// runCellStream returns ok=false when the stream cannot finish the cell; the
+// Execute path then finds out what happened on the host.
+func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.StreamDialer, c *cellRun) (outcome, bool) {
+	e.mu.Lock()
+	conn, dir := k.conn, k.dir
+	e.mu.Unlock()
+	if conn == nil || conn.closed() {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		nc, err := d.DialUnix(dctx, dir+"/sock")
+		cancel()
+		if err != nil {
+			return outcome{}, false
+		}
+		conn = startConn(nc, &e.wg)
+		e.mu.Lock()
+		if k.state == stateGone {
+			e.mu.Unlock()
+			conn.close()
+			return outcome{}, false
+		}
+		k.conn = conn
+		e.mu.Unlock()
+	}
+	start := time.Now()
+	c.maybePublished = true
+	err := conn.send(map[string]any{"op": "cell", "id": c.id, "code": c.code, "stream": c.onOutput != nil})
+	if err != nil {
+		conn.close()
+		return outcome{}, false
+	}
+	deadline := time.NewTimer(time.Until(c.deadline))
+	defer deadline.Stop()
+	var grace <-chan time.Time
+	if c.interrupted {
+		grace = time.After(time.Until(c.graceEnd))
+	}
+	for {
+		select {
+		case f, ok := <-conn.frames:
+			if !ok {
+				return outcome{}, false
+			}
+			switch {
+			case f.Op == "result" && f.ID == c.id:
+				e.traceStream(k, "cell "+c.id, start)
+				return outcome{kind: outDone, frame: &f, interrupted: c.interrupted}, true
+			case f.Op == "output" && f.ID == c.id && c.onOutput != nil:
+				c.onOutput(f.Stream, f.Text)
+			case f.Op == "error" && f.ID == c.id:
+				return outcome{kind: outPubFail, detail: f.Error}, true
+			}
+		case <-deadline.C:
+			if !c.interrupted {
+				c.interrupted, c.graceEnd = true, time.Now().Add(e.cfg.InterruptGrace)
+				grace = time.After(e.cfg.InterruptGrace)
+				e.emit(kernelEvent(EventCellTimeout, k, "cell "+c.id+": interrupting"))
+				conn.send(map[string]string{"op": "interrupt", "id": c.id})
+			}
+		case <-grace:
+			return outcome{kind: outTimeoutKilled, interrupted: true}, true
+		case <-ctx.Done():
+			return outcome{kind: outCanceled, detail: ctx.Err().Error()}, true
+		}
+	}
+}
+
+func (e *Engine) traceStream(k *Kernel, what string, start time.Time) {
+	e.cfg.Tracer.Record(backends.TraceRecord{Time: start, Backend: k.env.URI(), Command: "[stream] " + what,
+		MS: float64(time.Since(start).Microseconds()) / 1000})
+}
+
+// runCellExec publishes c and waits for it with plain Execute: one round trip
+// when the cell finishes within one wait window.
+func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome {
+	e.mu.Lock()
+	dir, pid := k.dir, k.pid
+	e.mu.Unlock()
+	publish := true
+	backoff := 100 * time.Millisecond
+	for {
+		now := time.Now()
+		ring := false
+		var window time.Duration
+		if !c.interrupted && !now.Before(c.deadline) {
+			c.interrupted, c.graceEnd, ring = true, now.Add(e.cfg.InterruptGrace), true
+			e.emit(kernelEvent(EventCellTimeout, k, "cell "+c.id+": interrupting"))
+		}
+		if c.interrupted {
+			window = c.graceEnd.Sub(now)
+			if window <= 0 {
+				return outcome{kind: outTimeoutKilled, interrupted: true}
+			}
+		} else {
+			window = min(c.deadline.Sub(now), e.cfg.WaitWindow)
+		}
+		secs := max(1, int(math.Ceil(window.Seconds())))
+		opts := backends.ExecOptions{Timeout: time.Duration(secs)*time.Second + 30*time.Second}
+		if publish {
+			opts.Stdin = c.reqJSON
+		}
+		res, err := k.env.Execute(ctx, cellScript(dir, c.id, pid, secs, publish, ring), opts)
+		if err != nil {
+			if ctx.Err() != nil {
+				return outcome{kind: outCanceled, detail: ctx.Err().Error()}
+			}
+			c.maybePublished = c.maybePublished || publish
+			e.emit(kernelEvent(EventTransportError, k, err.Error()))
+			if time.Now().After(c.deadline.Add(e.cfg.InterruptGrace)) {
+				return outcome{kind: outUnreachable, detail: err.Error()}
+			}
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return outcome{kind: outCanceled, detail: ctx.Err().Error()}
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		if line, ok := findLine(res.Output, "KD:RESULT "); ok {
+			var f runnerFrame
+			if err := json.Unmarshal([]byte(line), &f); err != nil || f.ID != c.id {
+				return outcome{kind: outLost, detail: fmt.Sprintf("malformed result from the runner: %.200q", line)}
+			}
+			return outcome{kind: outDone, frame: &f, interrupted: c.interrupted}
+		}
+		switch {
+		case strings.Contains(res.Output, "KD:PENDING"):
+			if publish {
+				c.maybePublished = true
+			}
+			publish = false
+		case strings.Contains(res.Output, "KD:DEAD"):
+			// The runner is dead and the .req record is absent: never ran.
+			return outcome{kind: outDead}
+		case strings.Contains(res.Output, "KD:GONE"):
+			if c.maybePublished || !publish {
+				return outcome{kind: outLost, detail: "the kernel dir is gone"}
+			}
+			return outcome{kind: outDead}
+		case strings.Contains(res.Output, "KD:LOST"):
+			return outcome{kind: outLost, detail: "the runner died during the cell"}
+		case strings.Contains(res.Output, "KD:PUBFAIL"):
+			return outcome{kind: outPubFail, detail: strings.TrimSpace(strings.ReplaceAll(res.Output, "KD:PUBFAIL", ""))}
+		default:
+			return outcome{kind: outLost, detail: "unexpected answer from the host: " + hostError(res)}
+		}
+	}
+}
+
+// finishCell turns an outcome into the caller's result and applies its
+// consequences to the registry.
+func (e *Engine) finishCell(ctx context.Context, k *Kernel, c *cellRun, out outcome, kr *KernelResult, start time.Time) (*Result, error) {
+	e.mu.Lock()
+	kr.ID, kr.PID, kr.Dir, kr.Backend = k.id, k.pid, k.dir, k.key.Backend
+	goneReason := ""
+	if k.state == stateGone {
+		goneReason = k.goneReason
+	}
+	e.mu.Unlock()
+	evict := func(reason string) {
+		e.mu.Lock()
+		if k.state != stateGone {
+			e.removeLocked(k, reason)
+		}
+		e.mu.Unlock()
+		e.killOnHost(ctx, k)
+	}
+	lostNote := func(what string) string {
+		if goneReason != "" {
+			what = "the kernel was " + goneReason
+		}
+		return what + "; state from earlier calls was lost"
+	}
+	var res *Result
+	switch out.kind {
+	case outDone:
+		res = e.resultFromFrame(ctx, k, out.frame, out.interrupted)
+		e.mu.Lock()
+		k.execCount = out.frame.ExecutionCount
+		e.mu.Unlock()
+		kr.ExecutionCount = out.frame.ExecutionCount
+		if res.Status == "timeout" {
+			kr.Note = joinNote(kr.Note, fmt.Sprintf("the cell passed its timeout and was interrupted; kernel %s and its state were kept", k.id))
+		}
+		e.emit(kernelEvent(EventCellFinished, k, fmt.Sprintf("cell %s: %s in %.1fms", c.id, res.Status, out.frame.DurationMS)))
+	case outLost:
+		evict("lost during a cell")
+		kr.StateLost = true
+		kr.Note = joinNote(kr.Note, lostNote("the kernel died during the cell ("+out.detail+")"))
+		e.emit(kernelEvent(EventStateLost, k, "cell "+c.id+": "+out.detail))
+		res = &Result{Status: "error", Traceback: "kerneldeck: " + kr.Note + "\n"}
+	case outTimeoutKilled:
+		evict("killed after its cell ignored an interrupt")
+		kr.StateLost = true
+		kr.Note = joinNote(kr.Note, lostNote(fmt.Sprintf("the cell did not stop within %v of an interrupt at its timeout, so the kernel was killed", e.cfg.InterruptGrace)))
+		e.emit(kernelEvent(EventStateLost, k, "cell "+c.id+": killed after timeout"))
+		res = &Result{Status: "timeout", Traceback: "kerneldeck: " + kr.Note + "\n"}
+	case outPubFail:
+		// Fail closed: a kernel whose state may have missed this cell is not reused.
+		evict("publish failed")
+		return nil, fmt.Errorf("publish cell %s to kernel %s on %s failed (%s); the kernel was evicted so no later cell runs on state that missed this one",
+			c.id, kr.ID, kr.Backend, cmp.Or(out.detail, "no detail"))
+	case outUnreachable:
+		res = &Result{Status: "error", Traceback: fmt.Sprintf("kerneldeck: host %s unreachable past the cell's timeout: %s\n", kr.Backend, out.detail)}
+		kr.Note = joinNote(kr.Note, "the host could not be reached; the cell may still finish there")
+	case outCanceled:
+		return nil, fmt.Errorf("cell %s on kernel %s: %s", c.id, kr.ID, out.detail)
+	}
+	res.Kernel = kr
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+func joinNote(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// resultFromFrame maps a runner result to the API, copying spill files to
+// the state dir when a stream was clipped.
+func (e *Engine) resultFromFrame(ctx context.Context, k *Kernel, f *runnerFrame, interruptedAtDeadline bool) *Result {
+	res := &Result{Stdout: f.Stdout, Stderr: f.Stderr, Traceback: f.Traceback,
+		StdoutClipped: f.StdoutClipped, StderrClipped: f.StderrClipped}
+	switch f.Status {
+	case "ok":
+		res.Status = "success"
+	case "exit":
+		res.Status = "success"
+		if f.Traceback != "" {
+			res.Status = "error"
+		}
+	case "interrupted":
+		res.Status = "interrupted"
+		if interruptedAtDeadline {
+			res.Status = "timeout"
+		}
+	default:
+		res.Status = "error"
+	}
+	if k != nil {
+		res.SpillPath = e.copySpill(ctx, k, f.StdoutSpill, f.ID+".stdout")
+		res.StderrSpillPath = e.copySpill(ctx, k, f.StderrSpill, f.ID+".stderr")
+	}
+	return res
+}
+
+// copySpill copies a spill file from the kernel's host into the state dir
+// (0700 dirs, 0600 file) and returns the local path, or "" if it cannot.
+func (e *Engine) copySpill(ctx context.Context, k *Kernel, hostPath, name string) string {
+	if hostPath == "" || e.cfg.StateDir == "" {
+		return ""
+	}
+	e.mu.Lock()
+	dir, id := k.dir, k.id
+	e.mu.Unlock()
+	if path.Dir(hostPath) != dir+"/cells" {
+		return "" // a runner may only point into its own cells dir
+	}
+	res, err := k.env.Execute(ctx, fetchScript(hostPath, e.cfg.SpillMax), backends.ExecOptions{Timeout: time.Minute})
+	if err != nil || res.ReturnCode != 0 {
+		return ""
+	}
+	local := filepath.Join(e.cfg.StateDir, "spill", id)
+	if err := EnsurePrivateDir(local); err != nil {
+		return ""
+	}
+	p := filepath.Join(local, name)
+	if err := WritePrivateFile(p, []byte(res.Output)); err != nil {
+		return ""
+	}
+	return p
+}
+
+// EnsurePrivateDir creates dir (and parents) with mode 0700 and checks that
+// it is a directory owned by us with no access for others. It fails closed.
+func EnsurePrivateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create private dir %s: %w", dir, err)
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("check private dir %s: %w", dir, err)
+	}
+	if !st.IsDir() || st.Mode().Perm()&0o077 != 0 || !ownedByMe(st) {
+		return fmt.Errorf("dir %s must be a directory owned by you with mode 0700 (found %v); fix it with chmod 700 or remove it", dir, st.Mode())
+	}
+	return nil
+}
+
+// WritePrivateFile publishes data at p atomically with mode 0600.
+func WritePrivateFile(p string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	if err := os.Rename(tmp.Name(), p); err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	return nil
+}

@@ -1,0 +1,475 @@
+// Package engine hosts persistent Python session kernels on backends: it
+// spawns, reuses, serializes, times out, reaps and evicts them, and publishes
+// every lifecycle step as an event.
+package engine
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultMaxKernels     = 4
+	DefaultIdleExit       = 30 * time.Minute
+	DefaultCellTimeout    = 300 * time.Second
+	DefaultInterruptGrace = 3 * time.Second
+	DefaultClipChars      = 50_000
+	DefaultSpillMax       = 5 << 20
+	DefaultWaitWindow     = 15 * time.Second
+	defaultSweepEvery     = time.Second
+	spawnTimeout          = 30 * time.Second
+	killTimeout           = 15 * time.Second
+)
+
+// Config configures an Engine. Zero fields take the defaults above.
+type Config struct {
+	// Backends are the hosts kernels may run on, addressed by URI; the first
+	// one is the default.
+	Backends       []backends.Env
+	MaxKernels     int
+	IdleExit       time.Duration
+	CellTimeout    time.Duration
+	InterruptGrace time.Duration
+	// StateDir receives spill files (0700 dirs, 0600 files).
+	StateDir  string
+	Tracer    *backends.Tracer
+	ClipChars int
+	SpillMax  int
+	// WaitWindow is the longest one host-side wait over plain Execute.
+	WaitWindow time.Duration
+	// SweepEvery is how often idle kernels are reaped in the background.
+	SweepEvery time.Duration
+	// Now is the clock; tests inject a fake one.
+	Now func() time.Time
+}
+
+// Engine is the in-process kernel host. All its methods are safe for
+// concurrent use.
+type Engine struct {
+	cfg      Config
+	backends map[string]backends.Env
+	bus      *bus
+
+	mu       sync.Mutex
+	kernels  map[Key]*Kernel
+	byID     map[string]*Kernel
+	max      int
+	idleExit time.Duration
+	closed   bool
+	overCap  bool // an evict_skipped_busy was reported for the current overflow
+
+	wg       sync.WaitGroup
+	stop     chan struct{}
+	stopOnce sync.Once
+}
+
+// New starts an engine and its background idle sweep.
+func New(cfg Config) (*Engine, error) {
+	if len(cfg.Backends) == 0 {
+		return nil, errors.New("engine: no backend configured")
+	}
+	cfg.MaxKernels = cmp.Or(cfg.MaxKernels, DefaultMaxKernels)
+	cfg.IdleExit = cmp.Or(cfg.IdleExit, DefaultIdleExit)
+	cfg.CellTimeout = cmp.Or(cfg.CellTimeout, DefaultCellTimeout)
+	cfg.InterruptGrace = cmp.Or(cfg.InterruptGrace, DefaultInterruptGrace)
+	cfg.ClipChars = cmp.Or(cfg.ClipChars, DefaultClipChars)
+	cfg.SpillMax = cmp.Or(cfg.SpillMax, DefaultSpillMax)
+	cfg.WaitWindow = cmp.Or(cfg.WaitWindow, DefaultWaitWindow)
+	cfg.SweepEvery = cmp.Or(cfg.SweepEvery, defaultSweepEvery)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxKernels < 1 || cfg.IdleExit < time.Second || cfg.CellTimeout <= 0 {
+		return nil, fmt.Errorf("engine: max_kernels must be >= 1, idle_exit >= 1s and cell_timeout > 0 (got %d, %v, %v)",
+			cfg.MaxKernels, cfg.IdleExit, cfg.CellTimeout)
+	}
+	e := &Engine{
+		cfg:      cfg,
+		backends: map[string]backends.Env{},
+		bus:      newBus(),
+		kernels:  map[Key]*Kernel{},
+		byID:     map[string]*Kernel{},
+		max:      cfg.MaxKernels,
+		idleExit: cfg.IdleExit,
+		stop:     make(chan struct{}),
+	}
+	for _, b := range cfg.Backends {
+		if _, dup := e.backends[b.URI()]; dup {
+			return nil, fmt.Errorf("engine: backend %s configured twice", b.URI())
+		}
+		e.backends[b.URI()] = b
+	}
+	e.wg.Add(1)
+	go e.sweep()
+	return e, nil
+}
+
+// Subscribe returns a subscription to lifecycle events with the given buffer.
+func (e *Engine) Subscribe(buffer int) *Subscription { return e.bus.subscribe(buffer) }
+
+// DefaultBackend is the URI of the first configured backend.
+func (e *Engine) DefaultBackend() string { return e.cfg.Backends[0].URI() }
+
+// Backends lists the configured backend URIs in order.
+func (e *Engine) Backends() []string {
+	out := make([]string, len(e.cfg.Backends))
+	for i, b := range e.cfg.Backends {
+		out[i] = b.URI()
+	}
+	return out
+}
+
+// Limits reports the cap and idle_exit in force.
+func (e *Engine) Limits() (maxKernels int, idleExit time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.max, e.idleExit
+}
+
+// SetLimits changes the cap and/or idle_exit (nil leaves one unchanged) and
+// applies them at once: idle kernels are reaped and the cap enforced now.
+func (e *Engine) SetLimits(maxKernels *int, idleExit *time.Duration) error {
+	if maxKernels != nil && *maxKernels < 1 {
+		return fmt.Errorf("max_kernels must be at least 1, got %d", *maxKernels)
+	}
+	if idleExit != nil && *idleExit < time.Second {
+		return fmt.Errorf("idle_exit must be at least 1s, got %v", *idleExit)
+	}
+	e.mu.Lock()
+	if maxKernels != nil {
+		e.max = *maxKernels
+	}
+	var push []*Kernel
+	if idleExit != nil && *idleExit != e.idleExit {
+		e.idleExit = *idleExit
+		for _, k := range e.kernels {
+			if k.state == stateReady {
+				push = append(push, k)
+			}
+		}
+	}
+	e.emitLocked(Event{Type: EventLimits, Detail: fmt.Sprintf("max_kernels %d, idle_exit %v", e.max, e.idleExit)})
+	idle := e.idleExit
+	e.mu.Unlock()
+	// Runners exit by themselves after their own idle_exit: tell them the new one.
+	for _, k := range push {
+		e.goAsync(func(ctx context.Context) { e.configureRunner(ctx, k, idle) })
+	}
+	e.reapIdle()
+	e.enforceCap()
+	return nil
+}
+
+// Close stops the engine. Unless keep is set, every kernel is killed on its
+// host; Close waits for that and for every goroutine the engine started.
+func (e *Engine) Close(ctx context.Context, keep bool) error {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	e.stopOnce.Do(func() { close(e.stop) })
+	var err error
+	if !keep {
+		err = e.ShutdownAll(ctx)
+	} else {
+		e.mu.Lock()
+		for _, k := range e.kernels {
+			if k.conn != nil {
+				k.conn.close()
+			}
+		}
+		e.mu.Unlock()
+	}
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = errors.Join(err, fmt.Errorf("engine close: %w", ctx.Err()))
+	}
+	e.bus.close()
+	return err
+}
+
+func (e *Engine) sweep() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.cfg.SweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			e.reapIdle()
+			e.enforceCap()
+		}
+	}
+}
+
+// goAsync runs f in a goroutine the engine waits for on Close.
+func (e *Engine) goAsync(f func(ctx context.Context)) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+		defer cancel()
+		f(ctx)
+	}()
+}
+
+func (e *Engine) emitLocked(ev Event) {
+	ev.Time = e.cfg.Now()
+	e.bus.publish(ev)
+}
+
+func (e *Engine) emit(ev Event) {
+	ev.Time = e.cfg.Now()
+	e.bus.publish(ev)
+}
+
+func kernelEvent(t EventType, k *Kernel, detail string) Event {
+	return Event{Type: t, Kernel: k.id, Owner: k.key.Owner, Key: k.key.String(), Detail: detail}
+}
+
+// removeLocked takes k out of the registry; the caller kills it on its host.
+func (e *Engine) removeLocked(k *Kernel, reason string) {
+	if e.kernels[k.key] == k {
+		delete(e.kernels, k.key)
+	}
+	if e.byID[k.id] == k {
+		delete(e.byID, k.id)
+	}
+	k.state = stateGone
+	k.goneReason = reason
+}
+
+// reapIdle removes kernels idle longer than idle_exit and kills them.
+func (e *Engine) reapIdle() {
+	e.mu.Lock()
+	now := e.cfg.Now()
+	var victims []*Kernel
+	for _, k := range e.kernels {
+		if k.state == stateReady && !k.attachedLocked() && now.Sub(k.lastUsed) > e.idleExit {
+			idle := now.Sub(k.lastUsed).Round(time.Second)
+			e.removeLocked(k, "reaped after idle "+idle.String())
+			e.emitLocked(kernelEvent(EventReapedIdle, k, fmt.Sprintf("idle %v > idle_exit %v", idle, e.idleExit)))
+			victims = append(victims, k)
+		}
+	}
+	e.mu.Unlock()
+	e.killAsync(victims)
+}
+
+// enforceCap evicts least recently used kernels while over the cap, never one
+// with an attached (running or queued) cell.
+func (e *Engine) enforceCap() {
+	e.mu.Lock()
+	now := e.cfg.Now()
+	var victims []*Kernel
+	if over := len(e.kernels) - e.max; over > 0 {
+		idle := e.lruLocked()
+		for i, k := range idle {
+			if i >= over {
+				break
+			}
+			e.removeLocked(k, "evicted by the cap")
+			e.emitLocked(kernelEvent(EventEvictedCap, k, fmt.Sprintf(
+				"cap %d exceeded by %d: least recently used (LRU 1 of %d idle), idle %v",
+				e.max, over-i, len(idle)-i, now.Sub(k.lastUsed).Round(time.Millisecond))))
+			victims = append(victims, k)
+		}
+		if left := len(e.kernels) - e.max; left > 0 && !e.overCap {
+			e.overCap = true
+			var busy []string
+			for _, k := range e.kernels {
+				if k.attachedLocked() {
+					busy = append(busy, k.id)
+				}
+			}
+			slices.Sort(busy)
+			e.emitLocked(Event{Type: EventEvictSkippedBusy, Detail: fmt.Sprintf(
+				"%d kernels over cap %d; busy kernels are never evicted: %v", left, e.max, busy)})
+		}
+	}
+	if len(e.kernels) <= e.max {
+		e.overCap = false
+	}
+	e.mu.Unlock()
+	e.killAsync(victims)
+}
+
+// lruLocked lists the evictable kernels, least recently used first.
+func (e *Engine) lruLocked() []*Kernel {
+	var idle []*Kernel
+	for _, k := range e.kernels {
+		if k.state == stateReady && !k.attachedLocked() {
+			idle = append(idle, k)
+		}
+	}
+	slices.SortFunc(idle, func(a, b *Kernel) int {
+		return cmp.Or(a.lastUsed.Compare(b.lastUsed), cmp.Compare(a.id, b.id))
+	})
+	return idle
+}
+
+func (e *Engine) killAsync(victims []*Kernel) {
+	for _, k := range victims {
+		e.goAsync(func(ctx context.Context) { e.killOnHost(ctx, k) })
+	}
+}
+
+// killOnHost kills k's runner and removes its dir; errors only become events,
+// because the kernel is already out of the registry.
+func (e *Engine) killOnHost(ctx context.Context, k *Kernel) {
+	e.mu.Lock()
+	dir, pid, conn := k.dir, k.pid, k.conn
+	k.conn = nil
+	e.mu.Unlock()
+	if conn != nil {
+		conn.close()
+	}
+	if dir == "" || pid <= 0 {
+		return
+	}
+	res, err := k.env.Execute(ctx, killScript(dir, pid), backends.ExecOptions{Timeout: killTimeout})
+	if err != nil {
+		e.emit(kernelEvent(EventTransportError, k, "kill: "+err.Error()))
+		return
+	}
+	e.emit(kernelEvent(EventKilled, k, fmt.Sprintf("%s (pid %d, rc %d)", k.goneReasonSafe(), pid, res.ReturnCode)))
+}
+
+// Kill kills one kernel by id, even mid-cell; its cell reports state_lost.
+func (e *Engine) Kill(ctx context.Context, id string) error {
+	e.mu.Lock()
+	k := e.byID[id]
+	if k == nil {
+		e.mu.Unlock()
+		return fmt.Errorf("no kernel with id %q", id)
+	}
+	e.removeLocked(k, "killed by the operator")
+	e.mu.Unlock()
+	e.killOnHost(ctx, k)
+	return nil
+}
+
+// ShutdownOwner kills every kernel of owner and returns how many there were.
+func (e *Engine) ShutdownOwner(ctx context.Context, owner string) int {
+	e.mu.Lock()
+	var victims []*Kernel
+	for _, k := range e.kernels {
+		if k.key.Owner == owner {
+			e.removeLocked(k, "owner shutdown")
+			victims = append(victims, k)
+		}
+	}
+	e.emitLocked(Event{Type: EventOwnerShutdown, Owner: owner, Detail: fmt.Sprintf("%d kernels", len(victims))})
+	e.mu.Unlock()
+	e.killAll(ctx, victims)
+	return len(victims)
+}
+
+// ShutdownAll kills every kernel on its host.
+func (e *Engine) ShutdownAll(ctx context.Context) error {
+	e.mu.Lock()
+	var victims []*Kernel
+	for _, k := range e.kernels {
+		e.removeLocked(k, "shutdown")
+		victims = append(victims, k)
+	}
+	e.mu.Unlock()
+	e.killAll(ctx, victims)
+	return nil
+}
+
+func (e *Engine) killAll(ctx context.Context, victims []*Kernel) {
+	var wg sync.WaitGroup
+	for _, k := range victims {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.killOnHost(ctx, k)
+		}()
+	}
+	wg.Wait()
+}
+
+// Interrupt interrupts the running cell of kernel id (KeyboardInterrupt in
+// the cell); the kernel and its state stay.
+func (e *Engine) Interrupt(ctx context.Context, id string) error {
+	e.mu.Lock()
+	k := e.byID[id]
+	if k == nil {
+		e.mu.Unlock()
+		return fmt.Errorf("no kernel with id %q", id)
+	}
+	cell, conn, dir := k.runningCell, k.conn, k.dir
+	e.mu.Unlock()
+	if cell == "" {
+		return fmt.Errorf("kernel %s has no running cell", id)
+	}
+	return e.sendInterrupt(ctx, k, conn, dir, cell)
+}
+
+func (e *Engine) sendInterrupt(ctx context.Context, k *Kernel, conn *runnerConn, dir, cell string) error {
+	e.emit(kernelEvent(EventInterrupted, k, "cell "+cell))
+	if conn != nil && !conn.closed() {
+		if err := conn.send(map[string]string{"op": "interrupt", "id": cell}); err == nil {
+			return nil
+		}
+	}
+	res, err := k.env.Execute(ctx, ringScript(dir, "int "+cell), backends.ExecOptions{Timeout: killTimeout})
+	if err != nil {
+		return fmt.Errorf("interrupt kernel %s: %w", k.id, err)
+	}
+	if _, ok := findLine(res.Output, "KD:OK"); !ok {
+		return fmt.Errorf("interrupt kernel %s: runner is gone", k.id)
+	}
+	return nil
+}
+
+func (e *Engine) configureRunner(ctx context.Context, k *Kernel, idle time.Duration) {
+	e.mu.Lock()
+	conn, dir, state := k.conn, k.dir, k.state
+	e.mu.Unlock()
+	if state != stateReady {
+		return
+	}
+	secs := fmt.Sprintf("%g", idle.Seconds())
+	if conn != nil && !conn.closed() {
+		if conn.send(map[string]any{"op": "config", "idle_exit": idle.Seconds()}) == nil {
+			return
+		}
+	}
+	k.env.Execute(ctx, ringScript(dir, "cfg "+secs), backends.ExecOptions{Timeout: killTimeout})
+}
+
+// Kernels returns a snapshot of every registered kernel, ordered by owner,
+// then task.
+func (e *Engine) Kernels() []KernelInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.cfg.Now()
+	var next *Kernel
+	if len(e.kernels) >= e.max {
+		if lru := e.lruLocked(); len(lru) > 0 {
+			next = lru[0]
+		}
+	}
+	out := make([]KernelInfo, 0, len(e.kernels))
+	for _, k := range e.kernels {
+		out = append(out, k.infoLocked(now, k == next))
+	}
+	slices.SortFunc(out, func(a, b KernelInfo) int {
+		return cmp.Or(cmp.Compare(a.Owner, b.Owner), cmp.Compare(a.Task, b.Task),
+			cmp.Compare(a.Child, b.Child), cmp.Compare(a.Backend, b.Backend), cmp.Compare(a.ID, b.ID))
+	})
+	return out
+}

@@ -1,0 +1,295 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/engine/runner"
+)
+
+type kernelState int
+
+const (
+	stateStarting kernelState = iota
+	stateReady
+	stateGone
+)
+
+// Kernel is one registry entry: a persistent runner on a backend for one Key.
+// A respawn (reset, death) replaces the runner in place under a new id.
+type Kernel struct {
+	key Key
+	env backends.Env
+	// turn holds one token while a call owns the kernel; calls queue on it
+	// in FIFO order, which serializes cells.
+	turn chan struct{}
+
+	// Guarded by Engine.mu.
+	id           string
+	pid          int
+	dir          string
+	token        string
+	state        kernelState
+	goneReason   string
+	holding      bool // a call owns the turn (spawning or running a cell)
+	queued       int
+	runningCell  string
+	runningSince time.Time
+	created      time.Time
+	lastUsed     time.Time
+	execCount    int
+	conn         *runnerConn
+}
+
+func (k *Kernel) attachedLocked() bool { return k.holding || k.queued > 0 }
+
+func (k *Kernel) goneReasonSafe() string {
+	if k.goneReason == "" {
+		return "killed"
+	}
+	return k.goneReason
+}
+
+// KernelInfo is a snapshot of one kernel for listings and the dashboard.
+type KernelInfo struct {
+	ID             string        `json:"id"`
+	Owner          string        `json:"owner"`
+	Task           string        `json:"task"`
+	Backend        string        `json:"backend"`
+	Child          string        `json:"child"`
+	Tools          []string      `json:"tools"`
+	PID            int           `json:"pid"`
+	Dir            string        `json:"dir"`
+	State          string        `json:"state"` // starting, idle, running, queued
+	Attached       bool          `json:"attached"`
+	Queued         int           `json:"queued"`
+	RunningCell    string        `json:"running_cell,omitempty"`
+	RunningSince   time.Time     `json:"running_since,omitzero"`
+	LastUsed       time.Time     `json:"last_used"`
+	Idle           time.Duration `json:"-"`
+	ExecutionCount int           `json:"execution_count"`
+	// NextEvict marks the kernel the cap would evict next.
+	NextEvict bool `json:"next_evict"`
+}
+
+func (k *Kernel) infoLocked(now time.Time, next bool) KernelInfo {
+	state := "idle"
+	switch {
+	case k.state == stateStarting:
+		state = "starting"
+	case k.runningCell != "":
+		state = "running"
+	case k.queued > 0:
+		state = "queued"
+	}
+	idle := time.Duration(0)
+	if !k.attachedLocked() {
+		idle = now.Sub(k.lastUsed)
+	}
+	return KernelInfo{
+		ID: k.id, Owner: k.key.Owner, Task: k.key.Task, Backend: k.key.Backend, Child: k.key.Child,
+		Tools: k.key.ToolList(), PID: k.pid, Dir: k.dir, State: state, Attached: k.attachedLocked(),
+		Queued: k.queued, RunningCell: k.runningCell, RunningSince: k.runningSince, LastUsed: k.lastUsed,
+		Idle: idle, ExecutionCount: k.execCount, NextEvict: next,
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func newKernelID() string { return "k" + randomHex(6) }
+
+// acquire finds or creates the kernel for key and waits for its turn, at
+// most until deadline. created reports a new registry entry that the caller
+// must spawn.
+func (e *Engine) acquire(ctx context.Context, key Key, env backends.Env, deadline time.Time) (k *Kernel, created bool, err error) {
+	for {
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			return nil, false, errEngineClosed
+		}
+		k = e.kernels[key]
+		if k == nil {
+			now := e.cfg.Now()
+			k = &Kernel{key: key, env: env, turn: make(chan struct{}, 1), id: newKernelID(),
+				state: stateStarting, holding: true, created: now, lastUsed: now}
+			k.turn <- struct{}{}
+			e.kernels[key] = k
+			e.byID[k.id] = k
+			e.mu.Unlock()
+			return k, true, nil
+		}
+		k.queued++
+		e.mu.Unlock()
+		timer := time.NewTimer(time.Until(deadline))
+		select {
+		case k.turn <- struct{}{}:
+			timer.Stop()
+		case <-timer.C:
+			e.dequeue(k)
+			return nil, false, errQueueTimeout
+		case <-ctx.Done():
+			timer.Stop()
+			e.dequeue(k)
+			return nil, false, ctx.Err()
+		}
+		e.mu.Lock()
+		k.queued--
+		if k.state == stateGone {
+			e.mu.Unlock()
+			<-k.turn
+			continue
+		}
+		k.holding = true
+		e.mu.Unlock()
+		return k, false, nil
+	}
+}
+
+func (e *Engine) dequeue(k *Kernel) {
+	e.mu.Lock()
+	k.queued--
+	e.mu.Unlock()
+}
+
+// release gives up the turn; a kernel that settles may now be evicted.
+func (e *Engine) release(k *Kernel) {
+	e.mu.Lock()
+	k.holding = false
+	k.runningCell = ""
+	if k.state != stateGone {
+		k.lastUsed = e.cfg.Now()
+	}
+	e.mu.Unlock()
+	<-k.turn
+}
+
+// spawn starts a fresh runner for k in one backend round trip (setup dirs,
+// ship files on stdin, start detached, wait for READY) and installs it in
+// place, under a new id.
+func (e *Engine) spawn(ctx context.Context, k *Kernel) error {
+	id := newKernelID()
+	token := randomHex(32)
+	e.mu.Lock()
+	idle := e.idleExit
+	e.mu.Unlock()
+	tools := toolModule(k.key.ToolList())
+	envFile := fmt.Sprintf("KERNELDECK_RPC_TOKEN=%s\nKERNELDECK_IDLE_EXIT=%g\nKERNELDECK_CLIP=%d\nKERNELDECK_SPILL_MAX=%d\nPYTHONDONTWRITEBYTECODE=1\n",
+		token, idle.Seconds(), e.cfg.ClipChars, e.cfg.SpillMax)
+	stdin := make([]byte, 0, len(runner.Source)+len(tools)+len(envFile))
+	stdin = append(append(append(stdin, runner.Source...), tools...), envFile...)
+	script := spawnScript(k.env.TempDir(), id, [3]int{len(runner.Source), len(tools), len(envFile)}, 20)
+	res, err := k.env.Execute(ctx, script, backends.ExecOptions{Stdin: stdin, Timeout: spawnTimeout})
+	if err != nil {
+		return fmt.Errorf("spawn kernel %s on %s: %w", id, k.env.URI(), err)
+	}
+	line, ok := findLine(res.Output, "KD:SPAWNED ")
+	if !ok {
+		return fmt.Errorf("spawn kernel %s on %s: %s", id, k.env.URI(), hostError(res))
+	}
+	pidText, dir, _ := strings.Cut(line, " ")
+	pid, err := strconv.Atoi(pidText)
+	// The dir goes into rm -rf later: accept only the shape spawnScript makes.
+	if err != nil || pid <= 0 || !validKernelDir(k.env.TempDir(), dir, id) {
+		return fmt.Errorf("spawn kernel %s on %s: unexpected answer %q", id, k.env.URI(), line)
+	}
+	e.mu.Lock()
+	if e.byID[k.id] == k {
+		delete(e.byID, k.id)
+	}
+	old := k.id
+	k.id, k.pid, k.dir, k.token = id, pid, dir, token
+	k.execCount = 0
+	k.lastUsed = e.cfg.Now()
+	if k.conn != nil {
+		k.conn.close()
+		k.conn = nil
+	}
+	gone := k.state == stateGone
+	if !gone {
+		k.state = stateReady
+		e.byID[id] = k
+	}
+	e.mu.Unlock()
+	if gone {
+		// Killed by the operator while it was starting: do not leave it running.
+		e.killOnHost(ctx, k)
+		return fmt.Errorf("spawn kernel %s on %s: %s while starting", id, k.env.URI(), k.goneReasonSafe())
+	}
+	detail := fmt.Sprintf("pid %d in %s", pid, dir)
+	if old != id {
+		detail += " (replaces " + old + ")"
+	}
+	e.emit(kernelEvent(EventSpawned, k, detail))
+	return nil
+}
+
+func validKernelDir(tempDir, dir, id string) bool {
+	if path.Clean(dir) != dir || path.Base(dir) != id {
+		return false
+	}
+	root := path.Dir(dir)
+	return path.Dir(root) == path.Clean(tempDir) && strings.HasPrefix(path.Base(root), "kerneldeck-")
+}
+
+// findLine returns the rest of the first output line that starts with prefix.
+func findLine(output, prefix string) (string, bool) {
+	for line := range strings.SplitSeq(output, "\n") {
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
+			return strings.TrimRight(rest, "\r"), true
+		}
+	}
+	return "", false
+}
+
+// hostError turns a failed script's output into a message: the KD:ERR
+// reason when there is one, else the output itself.
+func hostError(res backends.Result) string {
+	if reason, ok := findLine(res.Output, "KD:ERR "); ok {
+		return reason
+	}
+	out := strings.TrimSpace(res.Output)
+	if len(out) > 500 {
+		out = out[:500] + "..."
+	}
+	return fmt.Sprintf("exit status %d: %s", res.ReturnCode, out)
+}
+
+// toolModule generates kerneldeck_tools.py for a tool set. The RPC channel
+// that serves these calls is a later piece; until then a call fails clearly.
+func toolModule(tools []string) []byte {
+	var b strings.Builder
+	b.WriteString(`"""Host tools this kernel may call (generated by kerneldeck at spawn)."""
+
+TOOLS = (`)
+	for _, t := range tools {
+		fmt.Fprintf(&b, "%q, ", t)
+	}
+	b.WriteString(`)
+
+
+class ToolError(Exception):
+    """A tool call was refused or failed; the message says why."""
+
+
+def call(name, **args):
+    if name not in TOOLS:
+        raise ToolError("tool %r is not in this kernel's tool set %r" % (name, TOOLS))
+    raise ToolError("tool calls to the host are not served by this kerneldeck version")
+`)
+	for _, t := range tools {
+		fmt.Fprintf(&b, "\n\ndef %s(**args):\n    return call(%q, **args)\n", t, t)
+	}
+	return []byte(b.String())
+}

@@ -1,0 +1,137 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The host-side half of the protocol: each function returns one bash script
+// that runs as a single backend command. Scripts carry paths, ids and sizes
+// only; every payload (runner source, env file with the token, cell code)
+// arrives on stdin. Lines the engine reads start with "KD:"; anything else a
+// host prints (warnings, shell noise) is kept only for error messages.
+
+// shq quotes s for bash.
+func shq(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// spawnScript sets up the owner-only kernel dir, writes the shipped files and
+// starts the runner detached, all in one round trip. sizes are the byte
+// lengths of runner.py, kerneldeck_tools.py and kernel.env on stdin, in that
+// order. It prints "KD:SPAWNED <pid> <dir>" or "KD:ERR <reason>".
+func spawnScript(tempDir, id string, sizes [3]int, readyTimeoutSec int) string {
+	return fmt.Sprintf(`# kerneldeck:spawn
+set -u
+export LC_ALL=C
+umask 077
+fail() { printf 'KD:ERR %%s\n' "$*"; exit 3; }
+command -v python3 >/dev/null 2>&1 || fail "python3 was not found on PATH on this host; install Python 3.8 or newer"
+t=%[1]s
+login=$(id -un 2>/dev/null) || login="uid$EUID"
+root="$t/kerneldeck-$login"
+kd="$root/"%[2]s
+[ -d "$t" ] || fail "temp dir $t does not exist on this host"
+[ -L "$root" ] && fail "kernel root $root is a symbolic link; remove it"
+[ -e "$root" ] || mkdir "$root" 2>/dev/null
+[ -L "$root" ] && fail "kernel root $root is a symbolic link; remove it"
+[ -d "$root" ] || fail "kernel root $root is not a directory and could not be created"
+[ -O "$root" ] || fail "kernel root $root is owned by another user; remove it or use another temp dir"
+chmod 700 "$root" 2>/dev/null || fail "cannot chmod 700 $root"
+mkdir "$kd" 2>/dev/null || fail "cannot create kernel dir $kd (it may already exist)"
+mkdir "$kd/cells" "$kd/rpc" && chmod 700 "$kd" "$kd/cells" "$kd/rpc" || fail "cannot create private dirs under $kd"
+modes=$(stat -c '%%a %%u %%F:%%n' -- "$root" "$kd" "$kd/cells" "$kd/rpc" 2>&1) || fail "cannot check modes under $root: $modes"
+while IFS= read -r line; do
+  case "$line" in "700 $EUID directory:"*) ;; *) rm -rf -- "$kd"; fail "not owner-only (want 700 $EUID directory): $line";; esac
+done <<<"$modes"
+head -c %[3]d >"$kd/runner.py" && head -c %[4]d >"$kd/kerneldeck_tools.py" && head -c %[5]d >"$kd/kernel.env" || { rm -rf -- "$kd"; fail "cannot write the runner files into $kd"; }
+mkfifo "$kd/wake" "$kd/done" "$kd/ready" || { rm -rf -- "$kd"; fail "cannot create FIFOs in $kd"; }
+exec 5<>"$kd/ready"
+( set -a; . "$kd/kernel.env"; set +a; rm -f -- "$kd/kernel.env"; exec python3 "$kd/runner.py" </dev/null >>"$kd/runner.log" 2>&1 5>&- ) &
+pid=$!
+if IFS= read -r -t %[6]d -u 5 ready && [ "$ready" = "READY $pid" ]; then
+  printf 'KD:SPAWNED %%s %%s\n' "$pid" "$kd"
+  exit 0
+fi
+kill -KILL -- "-$pid" "$pid" 2>/dev/null
+log=$(tail -c 1500 -- "$kd/runner.log" 2>/dev/null | tr '\n' ' ')
+rm -rf -- "$kd"
+fail "runner did not start within %[6]ds: $log"
+`, shq(tempDir), shq(id), sizes[0], sizes[1], sizes[2], readyTimeoutSec)
+}
+
+// cellScript publishes a cell (when publish is set and the cell is not yet
+// published), optionally rings an interrupt, then waits on the host for the
+// result for at most windowSec seconds, checking once a second that the
+// runner lives. Output: "KD:RESULT <json>", "KD:PENDING", "KD:DEAD" (runner
+// gone before the cell was published: safe to respawn), "KD:LOST" (runner
+// gone after it was published) or "KD:PUBFAIL" (publish failed).
+func cellScript(dir, cellID string, pid, windowSec int, publish, interrupt bool) string {
+	b2i := map[bool]int{false: 0, true: 1}
+	return fmt.Sprintf(`# kerneldeck:cell
+export LC_ALL=C
+kd=%s; id=%s; pid=%d; w=%d; pub=%d; intr=%d
+cd "$kd/cells" 2>/dev/null || { echo KD:GONE; exit 0; }
+published=0; [ -e "$id.req" ] || [ -e "$id.res" ] && published=1
+if [ "$pub" = 1 ] && [ "$published" = 0 ]; then
+  kill -0 "$pid" 2>/dev/null || { echo KD:DEAD; exit 0; }
+  umask 077
+  IFS= read -r -d '' req
+  { printf '%%s' "$req" >"$id.req.tmp" && mv -f -- "$id.req.tmp" "$id.req"; } 2>&1 || { rm -f -- "$id.req.tmp"; echo KD:PUBFAIL; exit 0; }
+  { exec 3<>../wake && printf 'cell %%s\n' "$id" >&3; } 2>&1 || { rm -f -- "$id.req"; echo KD:PUBFAIL; exit 0; }
+fi
+if [ "$intr" = 1 ]; then exec 3<>../wake && printf 'int %%s\n' "$id" >&3; fi
+exec 4<>../done || { echo KD:LOST; exit 0; }
+while :; do
+  if [ -e "$id.res" ]; then IFS= read -r -d '' res <"$id.res"; printf 'KD:RESULT %%s\n' "$res"; exit 0; fi
+  if ! kill -0 "$pid" 2>/dev/null; then [ -e "$id.res" ] && continue; echo KD:LOST; exit 0; fi
+  [ "$SECONDS" -ge "$w" ] && { echo KD:PENDING; exit 0; }
+  IFS= read -r -t 1 -n 1 -u 4 _
+done
+`, shq(dir), shq(cellID), pid, windowSec, b2i[publish], b2i[interrupt])
+}
+
+// probeScript reports whether the runner lives: "KD:ALIVE" or "KD:DEAD".
+func probeScript(dir string, pid int) string {
+	return fmt.Sprintf(`# kerneldeck:probe
+if [ -d %[1]s ] && kill -0 %[2]d 2>/dev/null; then echo KD:ALIVE; else echo KD:DEAD; fi
+`, shq(dir), pid)
+}
+
+// killScript kills the runner's process group and removes its dir. The pid is
+// only signalled while the dir exists, so a recycled pid is never hit after
+// the runner cleaned up by itself.
+func killScript(dir string, pid int) string {
+	return fmt.Sprintf(`# kerneldeck:kill
+if [ -d %[1]s ]; then kill -KILL -- -%[2]d %[2]d 2>/dev/null; rm -rf -- %[1]s; fi
+echo KD:KILLED
+`, shq(dir), pid)
+}
+
+// ringScript writes one control line ("int ID", "cfg SECONDS") to the
+// runner's wake FIFO, using only shell builtins.
+func ringScript(dir, line string) string {
+	return fmt.Sprintf(`# kerneldeck:ring
+if [ -p %[1]s/wake ] && exec 3<>%[1]s/wake; then printf '%%s\n' %[2]s >&3 && echo KD:OK; else echo KD:DEAD; fi
+`, shq(dir), shq(line))
+}
+
+// fetchScript prints at most max bytes of a spill file on the host.
+func fetchScript(path string, max int) string {
+	return fmt.Sprintf("# kerneldeck:fetch\nhead -c %d -- %s\n", max, shq(path))
+}
+
+// onceScript is the per-call fallback: it runs one cell in a fresh private
+// dir that is removed afterwards. stdin holds runnerSize bytes of runner.py,
+// then the request JSON.
+func onceScript(tempDir string, runnerSize int, timeoutSec float64) string {
+	return fmt.Sprintf(`# kerneldeck:once
+export LC_ALL=C
+umask 077
+command -v python3 >/dev/null 2>&1 || { echo "KD:ERR python3 was not found on PATH on this host; install Python 3.8 or newer"; exit 3; }
+d=$(mktemp -d %[1]s/kerneldeck-once.XXXXXXXX) || { echo "KD:ERR cannot create a private dir under "%[1]s; exit 3; }
+trap 'rm -rf -- "$d"' EXIT
+head -c %[2]d >"$d/runner.py" || { echo "KD:ERR cannot write into $d"; exit 3; }
+python3 "$d/runner.py" --once "$d" %[3]g 2>&1
+`, shq(tempDir), runnerSize, timeoutSec)
+}

@@ -1,0 +1,3 @@
+module github.com/kerneldeck/kerneldeck
+
+go 1.26
