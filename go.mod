@@ -1,3 +1,8 @@
 module github.com/kerneldeck/kerneldeck
 
 go 1.26
+
+require (
+	github.com/BurntSushi/toml v1.6.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+)

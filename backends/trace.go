@@ -81,7 +81,7 @@ type traced struct {
 	t     *Tracer
 }
 
-func (e *traced) Unwrap() Env      { return e.inner }
+func (e *traced) Unwrap() Env     { return e.inner }
 func (e *traced) TempDir() string { return e.inner.TempDir() }
 func (e *traced) URI() string     { return e.inner.URI() }
 

@@ -17,6 +17,10 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine/runner"
 )
 
+// sockPathMax mirrors the runner's SOCK_PATH_MAX: longer socket paths do not
+// fit sun_path, so such kernels are served over Execute only.
+const sockPathMax = 104
+
 var (
 	errEngineClosed = errors.New("engine is shut down")
 	errQueueTimeout = errors.New("timed out waiting for the kernel")
@@ -101,7 +105,11 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer e.release(k)
+	defer func() {
+		e.release(k)
+		// A kernel that settles may now be evicted if a busy one kept us over the cap.
+		e.enforceCap()
+	}()
 
 	kr := &KernelResult{}
 	switch {
@@ -179,7 +187,7 @@ func (e *Engine) failOpen(ctx context.Context, k *Kernel, req Request, timeout t
 func (e *Engine) runOnce(ctx context.Context, env backends.Env, code string, timeout time.Duration) (*runnerFrame, error) {
 	reqJSON, _ := json.Marshal(map[string]string{"id": "once", "code": code})
 	stdin := append(append([]byte{}, runner.Source...), reqJSON...)
-	script := onceScript(env.TempDir(), len(runner.Source), math.Ceil(timeout.Seconds()))
+	script := onceScript(env.TempDir(), e.python(env), len(runner.Source), math.Ceil(timeout.Seconds()))
 	res, err := env.Execute(ctx, script, backends.ExecOptions{Stdin: stdin, Timeout: timeout + 10*time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("per-call run on %s: %w", env.URI(), err)
@@ -231,7 +239,7 @@ type cellRun struct {
 // streams, else (or when the stream fails) over plain Execute. Both doors
 // lead to the same runner, which runs each cell id at most once.
 func (e *Engine) runCell(ctx context.Context, k *Kernel, c *cellRun) outcome {
-	if d := backends.StreamsOf(k.env); d != nil {
+	if d := backends.StreamsOf(k.env); d != nil && len(k.dir+"/sock") < sockPathMax {
 		if out, ok := e.runCellStream(ctx, k, d, c); ok {
 			return out
 		}

@@ -64,7 +64,8 @@ type Engine struct {
 	max      int
 	idleExit time.Duration
 	closed   bool
-	overCap  bool // an evict_skipped_busy was reported for the current overflow
+	overCap  bool              // an evict_skipped_busy was reported for the current overflow
+	pythons  map[string]string // backend URI -> interpreter path its runners reported
 
 	wg       sync.WaitGroup
 	stop     chan struct{}
@@ -97,6 +98,7 @@ func New(cfg Config) (*Engine, error) {
 		bus:      newBus(),
 		kernels:  map[Key]*Kernel{},
 		byID:     map[string]*Kernel{},
+		pythons:  map[string]string{},
 		max:      cfg.MaxKernels,
 		idleExit: cfg.IdleExit,
 		stop:     make(chan struct{}),

@@ -179,7 +179,10 @@ func (e *Engine) release(k *Kernel) {
 // ship files on stdin, start detached, wait for READY) and installs it in
 // place, under a new id.
 func (e *Engine) spawn(ctx context.Context, k *Kernel) error {
-	id := newKernelID()
+	id := k.id
+	if k.pid != 0 {
+		id = newKernelID() // a respawn is a new kernel
+	}
 	token := randomHex(32)
 	e.mu.Lock()
 	idle := e.idleExit
@@ -189,7 +192,7 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) error {
 		token, idle.Seconds(), e.cfg.ClipChars, e.cfg.SpillMax)
 	stdin := make([]byte, 0, len(runner.Source)+len(tools)+len(envFile))
 	stdin = append(append(append(stdin, runner.Source...), tools...), envFile...)
-	script := spawnScript(k.env.TempDir(), id, [3]int{len(runner.Source), len(tools), len(envFile)}, 20)
+	script := spawnScript(k.env.TempDir(), id, e.python(k.env), [3]int{len(runner.Source), len(tools), len(envFile)}, 20)
 	res, err := k.env.Execute(ctx, script, backends.ExecOptions{Stdin: stdin, Timeout: spawnTimeout})
 	if err != nil {
 		return fmt.Errorf("spawn kernel %s on %s: %w", id, k.env.URI(), err)
@@ -198,13 +201,20 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) error {
 	if !ok {
 		return fmt.Errorf("spawn kernel %s on %s: %s", id, k.env.URI(), hostError(res))
 	}
-	pidText, dir, _ := strings.Cut(line, " ")
-	pid, err := strconv.Atoi(pidText)
+	fields := strings.Fields(line)
+	if len(fields) < 2 {
+		return fmt.Errorf("spawn kernel %s on %s: unexpected answer %q", id, k.env.URI(), line)
+	}
+	pid, err := strconv.Atoi(fields[0])
+	dir := fields[1]
 	// The dir goes into rm -rf later: accept only the shape spawnScript makes.
 	if err != nil || pid <= 0 || !validKernelDir(k.env.TempDir(), dir, id) {
 		return fmt.Errorf("spawn kernel %s on %s: unexpected answer %q", id, k.env.URI(), line)
 	}
 	e.mu.Lock()
+	if len(fields) > 2 && strings.HasPrefix(fields[2], "/") {
+		e.pythons[k.env.URI()] = fields[2]
+	}
 	if e.byID[k.id] == k {
 		delete(e.byID, k.id)
 	}
@@ -233,6 +243,13 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) error {
 	}
 	e.emit(kernelEvent(EventSpawned, k, detail))
 	return nil
+}
+
+// python returns the interpreter path learnt on env's host, or "".
+func (e *Engine) python(env backends.Env) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pythons[env.URI()]
 }
 
 func validKernelDir(tempDir, dir, id string) bool {

@@ -11,6 +11,11 @@ import (
 // arrives on stdin. Lines the engine reads start with "KD:"; anything else a
 // host prints (warnings, shell noise) is kept only for error messages.
 
+// aliveFn defines alive PID: the process exists and is not a zombie (a killed
+// runner stays a zombie until its adopter reaps it, and some container inits
+// never do). Builtins only; hosts without /proc fall back to kill -0.
+const aliveFn = `alive() { kill -0 "$1" 2>/dev/null || return 1; [ -r "/proc/$1/stat" ] || return 0; local s; read -r s <"/proc/$1/stat" || return 0; s=${s##*) }; [ "${s%% *}" != Z ]; }`
+
 // shq quotes s for bash.
 func shq(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
@@ -19,14 +24,21 @@ func shq(s string) string {
 // spawnScript sets up the owner-only kernel dir, writes the shipped files and
 // starts the runner detached, all in one round trip. sizes are the byte
 // lengths of runner.py, kerneldeck_tools.py and kernel.env on stdin, in that
-// order. It prints "KD:SPAWNED <pid> <dir>" or "KD:ERR <reason>".
-func spawnScript(tempDir, id string, sizes [3]int, readyTimeoutSec int) string {
+// order. It prints "KD:SPAWNED <pid> <dir> <python>" or "KD:ERR <reason>".
+//
+// python is an interpreter path learnt from an earlier spawn on this host
+// (the runner reports sys.executable): starting it directly skips wrappers
+// such as pyenv shims, which cost more than the rest of the spawn. When it
+// is empty or gone, python3 from PATH is used.
+func spawnScript(tempDir, id, python string, sizes [3]int, readyTimeoutSec int) string {
 	return fmt.Sprintf(`# kerneldeck:spawn
 set -u
 export LC_ALL=C
 umask 077
 fail() { printf 'KD:ERR %%s\n' "$*"; exit 3; }
-command -v python3 >/dev/null 2>&1 || fail "python3 was not found on PATH on this host; install Python 3.8 or newer"
+py=%[7]s
+[ -n "$py" ] && [ -x "$py" ] || py=python3
+command -v "$py" >/dev/null 2>&1 || fail "python3 was not found on PATH on this host; install Python 3.8 or newer"
 t=%[1]s
 login=$(id -un 2>/dev/null) || login="uid$EUID"
 root="$t/kerneldeck-$login"
@@ -47,17 +59,17 @@ done <<<"$modes"
 head -c %[3]d >"$kd/runner.py" && head -c %[4]d >"$kd/kerneldeck_tools.py" && head -c %[5]d >"$kd/kernel.env" || { rm -rf -- "$kd"; fail "cannot write the runner files into $kd"; }
 mkfifo "$kd/wake" "$kd/done" "$kd/ready" || { rm -rf -- "$kd"; fail "cannot create FIFOs in $kd"; }
 exec 5<>"$kd/ready"
-( set -a; . "$kd/kernel.env"; set +a; rm -f -- "$kd/kernel.env"; exec python3 "$kd/runner.py" </dev/null >>"$kd/runner.log" 2>&1 5>&- ) &
+( set -a; . "$kd/kernel.env"; set +a; rm -f -- "$kd/kernel.env"; exec "$py" "$kd/runner.py" </dev/null >>"$kd/runner.log" 2>&1 5>&- ) &
 pid=$!
-if IFS= read -r -t %[6]d -u 5 ready && [ "$ready" = "READY $pid" ]; then
-  printf 'KD:SPAWNED %%s %%s\n' "$pid" "$kd"
+if read -r -t %[6]d -u 5 word rpid exe && [ "$word $rpid" = "READY $pid" ]; then
+  printf 'KD:SPAWNED %%s %%s %%s\n' "$pid" "$kd" "$exe"
   exit 0
 fi
 kill -KILL -- "-$pid" "$pid" 2>/dev/null
 log=$(tail -c 1500 -- "$kd/runner.log" 2>/dev/null | tr '\n' ' ')
 rm -rf -- "$kd"
 fail "runner did not start within %[6]ds: $log"
-`, shq(tempDir), shq(id), sizes[0], sizes[1], sizes[2], readyTimeoutSec)
+`, shq(tempDir), shq(id), sizes[0], sizes[1], sizes[2], readyTimeoutSec, shq(python))
 }
 
 // cellScript publishes a cell (when publish is set and the cell is not yet
@@ -71,10 +83,11 @@ func cellScript(dir, cellID string, pid, windowSec int, publish, interrupt bool)
 	return fmt.Sprintf(`# kerneldeck:cell
 export LC_ALL=C
 kd=%s; id=%s; pid=%d; w=%d; pub=%d; intr=%d
+%s
 cd "$kd/cells" 2>/dev/null || { echo KD:GONE; exit 0; }
 published=0; [ -e "$id.req" ] || [ -e "$id.res" ] && published=1
 if [ "$pub" = 1 ] && [ "$published" = 0 ]; then
-  kill -0 "$pid" 2>/dev/null || { echo KD:DEAD; exit 0; }
+  alive "$pid" || { echo KD:DEAD; exit 0; }
   umask 077
   IFS= read -r -d '' req
   { printf '%%s' "$req" >"$id.req.tmp" && mv -f -- "$id.req.tmp" "$id.req"; } 2>&1 || { rm -f -- "$id.req.tmp"; echo KD:PUBFAIL; exit 0; }
@@ -84,18 +97,19 @@ if [ "$intr" = 1 ]; then exec 3<>../wake && printf 'int %%s\n' "$id" >&3; fi
 exec 4<>../done || { echo KD:LOST; exit 0; }
 while :; do
   if [ -e "$id.res" ]; then IFS= read -r -d '' res <"$id.res"; printf 'KD:RESULT %%s\n' "$res"; exit 0; fi
-  if ! kill -0 "$pid" 2>/dev/null; then [ -e "$id.res" ] && continue; echo KD:LOST; exit 0; fi
+  if ! alive "$pid"; then [ -e "$id.res" ] && continue; echo KD:LOST; exit 0; fi
   [ "$SECONDS" -ge "$w" ] && { echo KD:PENDING; exit 0; }
   IFS= read -r -t 1 -n 1 -u 4 _
 done
-`, shq(dir), shq(cellID), pid, windowSec, b2i[publish], b2i[interrupt])
+`, shq(dir), shq(cellID), pid, windowSec, b2i[publish], b2i[interrupt], aliveFn)
 }
 
 // probeScript reports whether the runner lives: "KD:ALIVE" or "KD:DEAD".
 func probeScript(dir string, pid int) string {
 	return fmt.Sprintf(`# kerneldeck:probe
-if [ -d %[1]s ] && kill -0 %[2]d 2>/dev/null; then echo KD:ALIVE; else echo KD:DEAD; fi
-`, shq(dir), pid)
+%[3]s
+if [ -d %[1]s ] && alive %[2]d; then echo KD:ALIVE; else echo KD:DEAD; fi
+`, shq(dir), pid, aliveFn)
 }
 
 // killScript kills the runner's process group and removes its dir. The pid is
@@ -124,14 +138,16 @@ func fetchScript(path string, max int) string {
 // onceScript is the per-call fallback: it runs one cell in a fresh private
 // dir that is removed afterwards. stdin holds runnerSize bytes of runner.py,
 // then the request JSON.
-func onceScript(tempDir string, runnerSize int, timeoutSec float64) string {
+func onceScript(tempDir, python string, runnerSize int, timeoutSec float64) string {
 	return fmt.Sprintf(`# kerneldeck:once
 export LC_ALL=C
 umask 077
-command -v python3 >/dev/null 2>&1 || { echo "KD:ERR python3 was not found on PATH on this host; install Python 3.8 or newer"; exit 3; }
+py=%[4]s
+[ -n "$py" ] && [ -x "$py" ] || py=python3
+command -v "$py" >/dev/null 2>&1 || { echo "KD:ERR python3 was not found on PATH on this host; install Python 3.8 or newer"; exit 3; }
 d=$(mktemp -d %[1]s/kerneldeck-once.XXXXXXXX) || { echo "KD:ERR cannot create a private dir under "%[1]s; exit 3; }
 trap 'rm -rf -- "$d"' EXIT
 head -c %[2]d >"$d/runner.py" || { echo "KD:ERR cannot write into $d"; exit 3; }
-python3 "$d/runner.py" --once "$d" %[3]g 2>&1
-`, shq(tempDir), runnerSize, timeoutSec)
+"$py" "$d/runner.py" --once "$d" %[3]g 2>&1
+`, shq(tempDir), runnerSize, timeoutSec, shq(python))
 }

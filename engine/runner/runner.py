@@ -35,6 +35,7 @@ import traceback
 
 CELL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 STREAM_EVERY = 0.1  # seconds between output chunks while a cell runs
+SOCK_PATH_MAX = 104  # bytes; sun_path holds 108 on Linux and 104 on BSDs, NUL included
 
 
 def _env_int(name, default):
@@ -142,11 +143,16 @@ class Runner:
 
     def serve(self):
         self.log_fd = os.dup(1)
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener = None
         sock_path = os.path.join(self.kdir, "sock")
-        self.listener.bind(sock_path)
-        os.chmod(sock_path, 0o600)
-        self.listener.listen(16)
+        if len(sock_path.encode()) <= SOCK_PATH_MAX:
+            self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.listener.bind(sock_path)
+            os.chmod(sock_path, 0o600)
+            self.listener.listen(16)
+        else:
+            # Too long for sun_path: the engine uses the FIFO door only.
+            print("kerneldeck runner: %s is too long for a socket; FIFO only" % sock_path, flush=True)
         self.wake_fd = os.open(os.path.join(self.kdir, "wake"), os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         threading.Thread(target=self.io_loop, name="kerneldeck-io", daemon=True).start()
         self.signal_ready()
@@ -172,7 +178,10 @@ class Runner:
         except OSError:
             return
         try:
-            os.write(fd, ("READY %d\n" % os.getpid()).encode())
+            # sys.executable lets the engine skip PATH wrappers (pyenv shims)
+            # on the next spawn; a path with blanks is not reported.
+            exe = sys.executable if sys.executable and " " not in sys.executable else ""
+            os.write(fd, ("READY %d %s\n" % (os.getpid(), exe)).encode())
         finally:
             os.close(fd)
 
@@ -187,13 +196,14 @@ class Runner:
 
     def io_loop(self):
         sel = selectors.DefaultSelector()
-        sel.register(self.listener, selectors.EVENT_READ, "listen")
+        if self.listener is not None:
+            sel.register(self.listener, selectors.EVENT_READ, "listen")
         sel.register(self.wake_fd, selectors.EVENT_READ, "wake")
         wake_buf = b""
         offsets = {}
         while True:
-            streaming = self.running is not None and self.streamers
-            events = sel.select(STREAM_EVERY if streaming else None)
+            # Tick only while someone waits for a cell's output; idle, we block.
+            events = sel.select(STREAM_EVERY if self.streamers else None)
             for key, _ in events:
                 if key.data == "listen":
                     self.accept(sel)

@@ -1,0 +1,23 @@
+package engine_test
+
+import (
+	"testing"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/internal/enginetest"
+)
+
+// The lifecycle suite on the real local backend, once over the socket fast
+// path and once over plain Execute, which every backend must support.
+func TestLocalLifecycle(t *testing.T) {
+	t.Run("stream", func(t *testing.T) {
+		enginetest.Lifecycle(t, func(t *testing.T) backends.Env { return backends.NewLocal(enginetest.ShortTempDir(t)) })
+	})
+	t.Run("execute", func(t *testing.T) {
+		enginetest.Lifecycle(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(backends.NewLocal(t.TempDir())) })
+	})
+}
+
+func TestLocalStreamsOutput(t *testing.T) {
+	enginetest.StreamsOutput(t, backends.NewLocal(enginetest.ShortTempDir(t)))
+}
