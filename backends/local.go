@@ -39,6 +39,7 @@ func (l *Local) TempDir() string { return l.tempDir }
 // Execute implements Env by running `bash -c command` in its own process
 // group, which is killed whole when ctx ends or the timeout passes.
 func (l *Local) Execute(ctx context.Context, command string, opts ExecOptions) (Result, error) {
+	parent := ctx
 	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
@@ -56,6 +57,10 @@ func (l *Local) Execute(ctx context.Context, command string, opts ExecOptions) (
 	err := cmd.Run()
 	res := Result{Output: out.String()}
 	if ctx.Err() != nil {
+		// The caller's own deadline or cancel is theirs, not our Timeout.
+		if parent.Err() != nil {
+			return res, fmt.Errorf("local: %w", parent.Err())
+		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return res, fmt.Errorf("local: %w after %v", ErrTimeout, opts.Timeout)
 		}

@@ -29,7 +29,7 @@ type TraceRecord struct {
 // OpenTracer opens path for appending, creating it with mode 0600. An existing
 // file that others can read, or that is not a regular file, is refused.
 func OpenTracer(path string) (*Tracer, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscallNoFollow, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|openPrivateFlags, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open trace file %s: %w", path, err)
 	}

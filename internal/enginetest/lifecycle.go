@@ -80,7 +80,7 @@ func (h *Harness) Run(owner, code string, timeout time.Duration) *engine.Result 
 
 // ShortTempDir is a private temp dir with a short path: t.TempDir() paths
 // can be too long for a Unix socket, which would hide the fast path.
-func ShortTempDir(t *testing.T) string {
+func ShortTempDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "kd")
 	if err != nil {

@@ -1,0 +1,99 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/enginetest"
+)
+
+// Benchmarks on the real local backend with real python3 runners. Each
+// reports the median latency of one call as "p50-ms" (and "p90-ms"); the
+// issue's targets on the 2-core dev machine are warm p50 <= 2 ms and cold
+// (spawn to first result) <= 100 ms.
+
+var rtDoors = []struct {
+	name        string
+	executeOnly bool
+}{{"stream", false}, {"execute", true}}
+
+func rtBenchEngine(b *testing.B, executeOnly bool) *engine.Engine {
+	b.Helper()
+	var env backends.Env = backends.NewLocal(enginetest.ShortTempDir(b))
+	if executeOnly {
+		env = backends.ExecuteOnly(env)
+	}
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{env}, StateDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { rtClose(b, eng) })
+	return eng
+}
+
+func rtReportPercentiles(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	ms := func(q float64) float64 {
+		return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000
+	}
+	b.ReportMetric(ms(0.5), "p50-ms")
+	b.ReportMetric(ms(0.9), "p90-ms")
+}
+
+// BenchmarkWarmCell: a trivial cell on a kernel that is already running.
+func BenchmarkWarmCell(b *testing.B) {
+	for _, door := range rtDoors {
+		b.Run(door.name, func(b *testing.B) {
+			eng := rtBenchEngine(b, door.executeOnly)
+			first := rtExec(b, eng, engine.Request{Owner: "bench", Code: "1"})
+			var lat []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				res, err := eng.Execute(context.Background(), engine.Request{Owner: "bench", Code: "1"})
+				lat = append(lat, time.Since(start))
+				if err != nil || res.Status != "success" || res.Stdout != "1\n" || res.Kernel == nil || res.Kernel.ID != first.Kernel.ID {
+					b.Fatalf("warm cell: %v, %+v", err, res)
+				}
+			}
+			rtReportPercentiles(b, lat)
+		})
+	}
+}
+
+// BenchmarkColdStart: spawn to first result for a new kernel (a new owner
+// each iteration; the previous one is shut down outside the measurement).
+func BenchmarkColdStart(b *testing.B) {
+	for _, door := range rtDoors {
+		b.Run(door.name, func(b *testing.B) {
+			eng := rtBenchEngine(b, door.executeOnly)
+			// Let the engine learn the interpreter path once, as a long-running
+			// dashboard does after its first kernel on a host.
+			rtExec(b, eng, engine.Request{Owner: "warmup", Code: "1"})
+			eng.ShutdownOwner(context.Background(), "warmup")
+			var lat []time.Duration
+			i := 0
+			for b.Loop() {
+				owner := fmt.Sprintf("cold-%d", i)
+				i++
+				start := time.Now()
+				res, err := eng.Execute(context.Background(), engine.Request{Owner: owner, Code: "1"})
+				lat = append(lat, time.Since(start))
+				if err != nil || res.Status != "success" || res.Stdout != "1\n" || res.Kernel == nil || res.Kernel.Reused || res.Fallback != "" {
+					b.Fatalf("cold start: %v, %+v", err, res)
+				}
+				b.StopTimer()
+				eng.ShutdownOwner(context.Background(), owner)
+				b.StartTimer()
+			}
+			rtReportPercentiles(b, lat)
+		})
+	}
+}
