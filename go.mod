@@ -3,6 +3,6 @@ module github.com/kerneldeck/kerneldeck
 go 1.26
 
 require (
-	github.com/BurntSushi/toml v1.6.0 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
+	github.com/BurntSushi/toml v1.6.0
+	go.uber.org/goleak v1.3.0
 )

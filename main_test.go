@@ -1,0 +1,360 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// isolate points every path the binary derives from the environment into
+// fresh temp dirs, and returns the dir that local kernels live under.
+func isolate(t *testing.T) (kernelTmp string) {
+	t.Helper()
+	kernelTmp = t.TempDir()
+	t.Setenv("TMPDIR", kernelTmp)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	return kernelTmp
+}
+
+// processesUnder lists live (non-zombie) processes whose command line
+// mentions dir: the runners run `python3 <dir>/kerneldeck-<login>/<id>/runner.py`.
+func processesUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(cmdline, []byte(dir)) {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+				continue
+			}
+		}
+		found = append(found, e.Name()+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+	}
+	return found
+}
+
+func wantNoProcessesUnder(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := processesUnder(t, dir)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes left running under %s: %v", dir, left)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func runCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCommands(t *testing.T) {
+	isolate(t)
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stdout []string // nil: stdout must stay empty
+		stderr []string // nil: stderr must stay empty
+	}{
+		{nil, 2, nil, []string{"dashboard is not built yet", "kerneldeck headless", "--help"}},
+		{[]string{"--help"}, 0, []string{"kerneldeck headless [flags]", "version", "help headless"}, nil},
+		{[]string{"-h"}, 0, []string{"kerneldeck headless [flags]"}, nil},
+		{[]string{"help"}, 0, []string{"kerneldeck headless [flags]"}, nil},
+		{[]string{"help", "headless"}, 0, []string{"--backend URI", "--max-kernels N"}, nil},
+		{[]string{"version"}, 0, []string{"kerneldeck ", "go1."}, nil},
+		{[]string{"dashboard"}, 2, nil, []string{`unknown command "dashboard"`, "--help"}},
+		{[]string{"headless", "--help"}, 0, []string{
+			"--backend URI", "--max-kernels N", "--idle-exit DURATION", "--cell-timeout DURATION", "--events",
+			"--trace FILE", "--config FILE", "--state-dir DIR",
+			`echo '{"id":"1","op":"execute","code":"print(1)"}' | kerneldeck headless`,
+		}, nil},
+	} {
+		code, stdout, stderr := runCLI(t, "", tc.args...)
+		if code != tc.code {
+			t.Errorf("kerneldeck %v: exit %d, want %d (stderr %q)", tc.args, code, tc.code, stderr)
+		}
+		for _, w := range tc.stdout {
+			if !strings.Contains(stdout, w) {
+				t.Errorf("kerneldeck %v: stdout does not contain %q:\n%s", tc.args, w, stdout)
+			}
+		}
+		for _, w := range tc.stderr {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("kerneldeck %v: stderr does not contain %q:\n%s", tc.args, w, stderr)
+			}
+		}
+		if (tc.stdout == nil && stdout != "") || (tc.stderr == nil && stderr != "") {
+			t.Errorf("kerneldeck %v: unexpected output: stdout %q stderr %q", tc.args, stdout, stderr)
+		}
+	}
+}
+
+func TestHeadlessRejectsBadSetup(t *testing.T) {
+	isolate(t)
+	dir := t.TempDir()
+	badConfig := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(badConfig, []byte("idle_exit = \"soon\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unknownKey := filepath.Join(dir, "unknown.toml")
+	if err := os.WriteFile(unknownKey, []byte("max_kernel = 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	named := filepath.Join(dir, "named.toml")
+	if err := os.WriteFile(named, []byte("[backends]\nhere = \"local\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--max-kernels", "0"}, []string{"-max-kernels", "whole number >= 1"}},
+		{[]string{"--max-kernels", "many"}, []string{"-max-kernels", "whole number >= 1"}},
+		{[]string{"--idle-exit", "30x"}, []string{"-idle-exit", "Go duration", "30m"}},
+		{[]string{"--idle-exit", "500ms"}, []string{"-idle-exit", "at least 1s"}},
+		{[]string{"--cell-timeout", "0s"}, []string{"-cell-timeout", "positive"}},
+		{[]string{"--cell-timeout", "-1s"}, []string{"-cell-timeout", "positive"}},
+		{[]string{"--nope"}, []string{"flag provided but not defined: -nope"}},
+		{[]string{"extra"}, []string{`unexpected argument "extra"`}},
+		{[]string{"--backend", ""}, []string{"-backend", "URI"}},
+		{[]string{"--backend", "ftp://x"}, []string{`"ftp://x"`, "unknown backend URI"}},
+		{[]string{"--backend", "local", "--backend", "local"}, []string{"given twice"}},
+		{[]string{"--config", named, "--backend", "here", "--backend", "local"}, []string{"given twice", `"local"`}},
+		{[]string{"--trace", ""}, []string{"--trace needs a path"}},
+		{[]string{"--config", filepath.Join(dir, "missing.toml")}, []string{"missing.toml does not exist"}},
+		{[]string{"--config", badConfig}, []string{badConfig, "idle_exit", `"soon"`}},
+		{[]string{"--config", unknownKey}, []string{unknownKey, `unknown key "max_kernel"`}},
+	} {
+		// A request on stdin: had the command started serving, it would answer.
+		code, stdout, stderr := runCLI(t, `{"id":"1","op":"kernels"}`+"\n", append([]string{"headless"}, tc.args...)...)
+		if code != 2 || stdout != "" {
+			t.Errorf("headless %v: exit %d stdout %q, want exit 2 and no output", tc.args, code, stdout)
+		}
+		for _, w := range append(tc.want, "kerneldeck headless --help") {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("headless %v: stderr %q does not say %q", tc.args, stderr, w)
+			}
+		}
+	}
+}
+
+// TestHeadlessConfigFlagsStateAndTrace runs the command in-process: the file
+// sets limits, flags override them, a named backend resolves, and the state
+// dir and trace file are created owner-only.
+func TestHeadlessConfigFlagsStateAndTrace(t *testing.T) {
+	kernels := isolate(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "config.toml")
+	cfg := "max_kernels = 2\nidle_exit = \"10m\"\ndefault_backend = \"here\"\n[backends]\nhere = \"local\"\n"
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state", "kd")
+	trace := filepath.Join(dir, "trace.jsonl")
+	stdin := `{"id":"x","op":"execute","code":"print(6*7)"}` + "\n" + `{"id":"k","op":"kernels"}` + "\n"
+	code, stdout, stderr := runCLI(t, stdin, "headless", "--config", cfgPath, "--max-kernels", "3",
+		"--state-dir", state, "--trace", trace)
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	got := map[string]map[string]any{}
+	for _, l := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("output line %q: %v", l, err)
+		}
+		got[m["id"].(string)] = m
+	}
+	if got["x"]["stdout"] != "42\n" || got["x"]["kernel"].(map[string]any)["backend"] != "local" {
+		t.Errorf("execute: %v", got["x"])
+	}
+	if k := got["k"]; k["cap"] != 3.0 || k["idle_exit"] != 600.0 {
+		t.Errorf("kernels: %v; want cap 3 from the flag and idle_exit 600 from the file", k)
+	}
+	for p, mode := range map[string]os.FileMode{state: 0o700 | os.ModeDir, trace: 0o600} {
+		st, err := os.Stat(p)
+		if err != nil || st.Mode() != mode {
+			t.Errorf("%s: %v, %v; want mode %v", p, st.Mode(), err, mode)
+		}
+	}
+	tr, _ := os.ReadFile(trace)
+	if !bytes.Contains(tr, []byte(`"command":"# kerneldeck:spawn`)) || !bytes.Contains(tr, []byte(`"rc":0`)) {
+		t.Errorf("trace has no spawn command: %.300s", tr)
+	}
+	wantNoProcessesUnder(t, kernels)
+}
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "kerneldeck")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestBinaryHeadlessPipe is what a script does: pipe requests into the real
+// binary, read the answers, and expect nothing left running afterwards.
+func TestBinaryHeadlessPipe(t *testing.T) {
+	bin := buildBinary(t)
+	kernels := isolate(t)
+	cmd := exec.Command(bin, "headless")
+	cmd.Stdin = strings.NewReader(`{"id":"1","op":"execute","code":"import os\nx = os.getpid()"}` + "\n" +
+		`{"id":"2","op":"execute","code":"print(x)"}` + "\n")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kerneldeck headless: %v\nstderr: %s", err, stderr.String())
+	}
+	if stderr.Len() > 0 {
+		t.Errorf("stderr: %s", stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 response lines, got %q", stdout.String())
+	}
+	res := map[string]map[string]any{}
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("response %q: %v", l, err)
+		}
+		res[m["id"].(string)] = m
+	}
+	k1, _ := res["1"]["kernel"].(map[string]any)
+	k2, _ := res["2"]["kernel"].(map[string]any)
+	if res["1"]["status"] != "success" || k1 == nil || k2 == nil {
+		t.Fatalf("responses: %v", res)
+	}
+	pid := int(k2["pid"].(float64))
+	if res["2"]["stdout"] != strconv.Itoa(pid)+"\n" || k2["reused"] != true || k2["id"] != k1["id"] {
+		t.Errorf("second cell did not run in the first one's runner (pid %d): %v", pid, res["2"])
+	}
+	if dir, _ := k2["dir"].(string); !strings.HasPrefix(dir, kernels) {
+		t.Errorf("kernel dir %q is not under TMPDIR %s", dir, kernels)
+	}
+	wantNoProcessesUnder(t, kernels)
+}
+
+// TestBinarySignalKillsKernels stops the binary with SIGTERM while a cell
+// runs and stdin is still open.
+func TestBinarySignalKillsKernels(t *testing.T) {
+	bin := buildBinary(t)
+	kernels := isolate(t)
+	cmd := exec.Command(bin, "headless")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out := bufio.NewReader(outPipe)
+	io.WriteString(in, `{"id":"1","op":"execute","code":"print(1)"}`+"\n")
+	if l, err := out.ReadString('\n'); err != nil || !strings.Contains(l, `"stdout":"1\n"`) {
+		t.Fatalf("first answer %q, %v", l, err)
+	}
+	io.WriteString(in, `{"id":"2","op":"execute","code":"import time\ntime.sleep(60)"}`+"\n")
+	time.Sleep(300 * time.Millisecond)
+	if len(processesUnder(t, kernels)) == 0 {
+		t.Fatal("no runner process found before the signal")
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		io.Copy(io.Discard, out)
+		done <- cmd.Wait()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v (stderr %s)", err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("kerneldeck did not exit within 20s of SIGTERM")
+	}
+	if !strings.Contains(stderr.String(), "every kernel was killed") {
+		t.Errorf("stderr: %q", stderr.String())
+	}
+	wantNoProcessesUnder(t, kernels)
+}
+
+// TestBinaryReaderGoneKillsKernels closes the binary's stdout while a cell
+// runs: the process must notice at its next write and kill its kernels
+// instead of dying of SIGPIPE with them still running.
+func TestBinaryReaderGoneKillsKernels(t *testing.T) {
+	bin := buildBinary(t)
+	kernels := isolate(t)
+	cmd := exec.Command(bin, "headless")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(in, `{"id":"1","op":"execute","code":"import time\ntime.sleep(1)"}`+"\n")
+	time.Sleep(300 * time.Millisecond)
+	if len(processesUnder(t, kernels)) == 0 {
+		t.Fatal("no runner process found")
+	}
+	outPipe.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Errorf("exit after the reader left: %v, want status 1", err)
+		}
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("kerneldeck did not exit after its reader left")
+	}
+	wantNoProcessesUnder(t, kernels)
+}
