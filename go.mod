@@ -1,8 +1,10 @@
 module github.com/kerneldeck/kerneldeck
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/BurntSushi/toml v1.6.0
 	go.uber.org/goleak v1.3.0
 )
+
+require golang.org/x/crypto v0.59.0 // indirect

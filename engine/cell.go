@@ -140,8 +140,14 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 		e.mu.Unlock()
 		e.emit(kernelEvent(EventCellStarted, k, "cell "+c.id))
 		out = e.runCell(ctx, k, c)
-		if out.kind != outDead || attempt > 0 {
+		if out.kind != outDead {
 			break
+		}
+		if attempt > 0 {
+			// Dead again right after a respawn: nothing ran, so the per-call
+			// run is still safe and says what happened.
+			e.killOnHost(ctx, k)
+			return e.failOpen(ctx, k, req, timeout, start, fmt.Errorf("kernel %s died before its first cell", k.id))
 		}
 		// Found dead before the cell was published: nothing ran, so respawning
 		// and running it once in the new kernel is safe.
@@ -231,7 +237,8 @@ type cellRun struct {
 	onOutput func(stream, text string)
 	// maybePublished is set once a request may have reached the runner.
 	maybePublished bool
-	interrupted    bool
+	interrupted    bool // the deadline passed and the grace started
+	interruptSent  bool // the interrupt reached the host (a KD answer or a stream write)
 	graceEnd       time.Time
 }
 
@@ -303,7 +310,10 @@ func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.Stream
 				c.interrupted, c.graceEnd = true, time.Now().Add(e.cfg.InterruptGrace)
 				grace = time.After(e.cfg.InterruptGrace)
 				e.emit(kernelEvent(EventCellTimeout, k, "cell "+c.id+": interrupting"))
-				conn.send(map[string]string{"op": "interrupt", "id": c.id})
+				if conn.send(map[string]string{"op": "interrupt", "id": c.id}) != nil {
+					return outcome{}, false // the Execute path rings it
+				}
+				c.interruptSent = true
 			}
 		case <-grace:
 			return outcome{kind: outTimeoutKilled, interrupted: true}, true
@@ -328,12 +338,12 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 	backoff := 100 * time.Millisecond
 	for {
 		now := time.Now()
-		ring := false
 		var window time.Duration
 		if !c.interrupted && !now.Before(c.deadline) {
-			c.interrupted, c.graceEnd, ring = true, now.Add(e.cfg.InterruptGrace), true
+			c.interrupted, c.graceEnd = true, now.Add(e.cfg.InterruptGrace)
 			e.emit(kernelEvent(EventCellTimeout, k, "cell "+c.id+": interrupting"))
 		}
+		ring := c.interrupted && !c.interruptSent
 		if c.interrupted {
 			window = c.graceEnd.Sub(now)
 			if window <= 0 {
@@ -364,6 +374,9 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 			}
 			backoff = min(2*backoff, 2*time.Second)
 			continue
+		}
+		if ring && strings.Contains(res.Output, "KD:") {
+			c.interruptSent = true
 		}
 		if line, ok := findLine(res.Output, "KD:RESULT "); ok {
 			var f runnerFrame

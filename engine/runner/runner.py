@@ -358,11 +358,13 @@ class Runner:
 
     def interrupt(self, cid):
         with self.lock:
-            if not cid or cid != self.running:
-                return
-            if self.in_user_code:
+            if not cid or (self.last is not None and self.last[0] == cid):
+                return  # unknown or already finished
+            if cid == self.running and self.in_user_code:
                 signal.pthread_kill(self.main_ident, signal.SIGINT)
             else:
+                # Not started yet (queued, or even not yet published): the
+                # cell is interrupted as it starts, before any of its code runs.
                 self.pending_interrupt = cid
 
     def stream_output(self, offsets):
