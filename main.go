@@ -319,7 +319,7 @@ func runHeadless(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// kernels are killed: the write fails instead and Serve returns.
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	serveErr := headless.Serve(ctx, eng, stdin, stdout, headless.Options{Events: f.events, CellTimeout: s.cfg.CellTimeout})
+	serveErr := headless.Serve(ctx, eng, stdin, stdout, headless.Options{Events: f.events})
 	signaled := ctx.Err() != nil
 	// A second signal now ends the process at once, as an impatient
 	// operator expects.

@@ -43,6 +43,10 @@ type Request struct {
 	// OnOutput, when set, receives output while the cell runs (fast path
 	// only); it must not block.
 	OnOutput func(stream, text string)
+	// OnQueued, when set, runs once the call has its place in its kernel's
+	// first-come-first-served line, before any backend work. A caller that
+	// starts the next call only after it keeps its calls in order.
+	OnQueued func()
 }
 
 // Result is the outcome of a cell.
@@ -97,7 +101,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 	deadline := start.Add(timeout)
 
 	e.reapIdle()
-	k, created, err := e.acquire(ctx, key, env, deadline)
+	k, created, err := e.acquire(ctx, key, env, deadline, req.OnQueued)
 	if errors.Is(err, errQueueTimeout) {
 		return &Result{Status: "timeout", Duration: time.Since(start),
 			Traceback: fmt.Sprintf("the cell never started: kernel %s was busy for the whole timeout of %v", key, timeout)}, nil

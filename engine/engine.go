@@ -129,6 +129,9 @@ func (e *Engine) Backends() []string {
 	return out
 }
 
+// CellTimeout is the timeout of a cell whose request gives none.
+func (e *Engine) CellTimeout() time.Duration { return e.cfg.CellTimeout }
+
 // Limits reports the cap and idle_exit in force.
 func (e *Engine) Limits() (maxKernels int, idleExit time.Duration) {
 	e.mu.Lock()
@@ -179,7 +182,7 @@ func (e *Engine) Close(ctx context.Context, keep bool) error {
 	e.stopOnce.Do(func() { close(e.stop) })
 	var err error
 	if !keep {
-		err = e.ShutdownAll(ctx)
+		e.ShutdownAll(ctx)
 	} else {
 		e.mu.Lock()
 		for _, k := range e.kernels {
@@ -378,8 +381,8 @@ func (e *Engine) ShutdownOwner(ctx context.Context, owner string) int {
 	return len(victims)
 }
 
-// ShutdownAll kills every kernel on its host.
-func (e *Engine) ShutdownAll(ctx context.Context) error {
+// ShutdownAll kills every kernel on its host and returns how many there were.
+func (e *Engine) ShutdownAll(ctx context.Context) int {
 	e.mu.Lock()
 	var victims []*Kernel
 	for _, k := range e.kernels {
@@ -388,7 +391,7 @@ func (e *Engine) ShutdownAll(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	e.killAll(ctx, victims)
-	return nil
+	return len(victims)
 }
 
 func (e *Engine) killAll(ctx context.Context, victims []*Kernel) {

@@ -27,9 +27,6 @@ const (
 type Kernel struct {
 	key Key
 	env backends.Env
-	// turn holds one token while a call owns the kernel; calls queue on it
-	// in FIFO order, which serializes cells.
-	turn chan struct{}
 
 	// Guarded by Engine.mu.
 	id           string
@@ -38,8 +35,10 @@ type Kernel struct {
 	token        string
 	state        kernelState
 	goneReason   string
-	holding      bool // a call owns the turn (spawning or running a cell)
-	queued       int
+	holding      bool // a call owns the kernel (spawning or running a cell)
+	// waiters are the calls queued behind the holder, first come first
+	// served; release hands the kernel to the head by closing its channel.
+	waiters      []chan struct{}
 	runningCell  string
 	runningSince time.Time
 	created      time.Time
@@ -48,7 +47,7 @@ type Kernel struct {
 	conn         *runnerConn
 }
 
-func (k *Kernel) attachedLocked() bool { return k.holding || k.queued > 0 }
+func (k *Kernel) attachedLocked() bool { return k.holding || len(k.waiters) > 0 }
 
 func (k *Kernel) goneReasonSafe() string {
 	if k.goneReason == "" {
@@ -86,7 +85,7 @@ func (k *Kernel) infoLocked(now time.Time, next bool) KernelInfo {
 		state = "starting"
 	case k.runningCell != "":
 		state = "running"
-	case k.queued > 0:
+	case len(k.waiters) > 0:
 		state = "queued"
 	}
 	idle := time.Duration(0)
@@ -96,7 +95,7 @@ func (k *Kernel) infoLocked(now time.Time, next bool) KernelInfo {
 	return KernelInfo{
 		ID: k.id, Owner: k.key.Owner, Task: k.key.Task, Backend: k.key.Backend, Child: k.key.Child,
 		Tools: k.key.ToolList(), PID: k.pid, Dir: k.dir, State: state, Attached: k.attachedLocked(),
-		Queued: k.queued, RunningCell: k.runningCell, RunningSince: k.runningSince, LastUsed: k.lastUsed,
+		Queued: len(k.waiters), RunningCell: k.runningCell, RunningSince: k.runningSince, LastUsed: k.lastUsed,
 		Idle: idle, ExecutionCount: k.execCount, NextEvict: next,
 	}
 }
@@ -111,8 +110,15 @@ func newKernelID() string { return "k" + randomHex(6) }
 
 // acquire finds or creates the kernel for key and waits for its turn, at
 // most until deadline. created reports a new registry entry that the caller
-// must spawn.
-func (e *Engine) acquire(ctx context.Context, key Key, env backends.Env, deadline time.Time) (k *Kernel, created bool, err error) {
+// must spawn. onQueued (if set) runs once the call holds its place in line,
+// before any backend work, so callers can order their calls.
+func (e *Engine) acquire(ctx context.Context, key Key, env backends.Env, deadline time.Time, onQueued func()) (k *Kernel, created bool, err error) {
+	notify := func() {
+		if onQueued != nil {
+			onQueued()
+			onQueued = nil
+		}
+	}
 	for {
 		e.mu.Lock()
 		if e.closed {
@@ -122,57 +128,78 @@ func (e *Engine) acquire(ctx context.Context, key Key, env backends.Env, deadlin
 		k = e.kernels[key]
 		if k == nil {
 			now := e.cfg.Now()
-			k = &Kernel{key: key, env: env, turn: make(chan struct{}, 1), id: newKernelID(),
-				state: stateStarting, holding: true, created: now, lastUsed: now}
-			k.turn <- struct{}{}
+			k = &Kernel{key: key, env: env, id: newKernelID(), state: stateStarting, holding: true, created: now, lastUsed: now}
 			e.kernels[key] = k
 			e.byID[k.id] = k
 			e.mu.Unlock()
+			notify()
 			return k, true, nil
 		}
-		k.queued++
+		if !k.holding {
+			k.holding = true
+			e.mu.Unlock()
+			notify()
+			return k, false, nil
+		}
+		turn := make(chan struct{})
+		k.waiters = append(k.waiters, turn)
 		e.mu.Unlock()
+		notify()
 		timer := time.NewTimer(time.Until(deadline))
 		select {
-		case k.turn <- struct{}{}:
+		case <-turn:
 			timer.Stop()
 		case <-timer.C:
-			e.dequeue(k)
+			e.leaveQueue(k, turn)
 			return nil, false, errQueueTimeout
 		case <-ctx.Done():
 			timer.Stop()
-			e.dequeue(k)
+			e.leaveQueue(k, turn)
 			return nil, false, ctx.Err()
 		}
 		e.mu.Lock()
-		k.queued--
-		if k.state == stateGone {
-			e.mu.Unlock()
-			<-k.turn
-			continue
-		}
-		k.holding = true
+		gone := k.state == stateGone
 		e.mu.Unlock()
-		return k, false, nil
+		if !gone {
+			return k, false, nil
+		}
+		// Killed while we waited: pass the turn on so every waiter learns it,
+		// in order, and try again (a new kernel for the key).
+		e.release(k)
 	}
 }
 
-func (e *Engine) dequeue(k *Kernel) {
+// leaveQueue gives up a place in k's line; if the turn was handed to us in
+// the meantime, it passes it on.
+func (e *Engine) leaveQueue(k *Kernel, turn chan struct{}) {
 	e.mu.Lock()
-	k.queued--
+	for i, w := range k.waiters {
+		if w == turn {
+			k.waiters = append(k.waiters[:i], k.waiters[i+1:]...)
+			e.mu.Unlock()
+			return
+		}
+	}
 	e.mu.Unlock()
+	e.release(k) // already granted
 }
 
-// release gives up the turn; a kernel that settles may now be evicted.
+// release ends a call's turn: the next call in line gets the kernel, or it
+// becomes idle (and evictable) when nobody waits.
 func (e *Engine) release(k *Kernel) {
 	e.mu.Lock()
-	k.holding = false
+	defer e.mu.Unlock()
 	k.runningCell = ""
 	if k.state != stateGone {
 		k.lastUsed = e.cfg.Now()
 	}
-	e.mu.Unlock()
-	<-k.turn
+	if len(k.waiters) > 0 {
+		next := k.waiters[0]
+		k.waiters = k.waiters[1:]
+		close(next) // holding passes to it
+		return
+	}
+	k.holding = false
 }
 
 // spawn starts a fresh runner for k in one backend round trip (setup dirs,

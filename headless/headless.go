@@ -34,10 +34,6 @@ type Options struct {
 	Events bool
 	// EventBuffer overrides DefaultEventBuffer.
 	EventBuffer int
-	// CellTimeout must be the engine's configured cell timeout (zero means
-	// engine.DefaultCellTimeout). A request without its own timeout may wait
-	// this long in total, including behind earlier requests for its kernel.
-	CellTimeout time.Duration
 }
 
 // Serve reads requests from in and writes responses to out until in ends,
@@ -54,8 +50,7 @@ func Serve(ctx context.Context, eng *engine.Engine, in io.Reader, out io.Writer,
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := &lineWriter{w: out, fail: cancel}
-	s := &server{eng: eng, w: w, cellTimeout: cmp.Or(opts.CellTimeout, engine.DefaultCellTimeout),
-		order: &orderer{tail: map[engine.Key]chan struct{}{}, waiting: map[engine.Key]int{}}}
+	s := &server{eng: eng, w: w}
 
 	var pump sync.WaitGroup
 	var sub *engine.Subscription
@@ -94,7 +89,21 @@ loop:
 				w.writeError(id, perr.Error())
 				continue
 			}
-			inflight.Go(func() { s.handle(ctx, req) })
+			if req.op != "execute" {
+				inflight.Go(func() { s.handle(ctx, req) })
+				continue
+			}
+			// The next line is read only once this cell has its place in its
+			// kernel's line (or has failed), so cells for one kernel run in
+			// the order their lines arrived.
+			queued := make(chan struct{})
+			var once sync.Once
+			req.exec.OnQueued = func() { once.Do(func() { close(queued) }) }
+			inflight.Go(func() {
+				defer req.exec.OnQueued()
+				s.handle(ctx, req)
+			})
+			<-queued
 		case <-ctx.Done():
 			err = context.Cause(ctx)
 			break loop
@@ -239,78 +248,9 @@ func pumpEvents(events <-chan engine.Event, w *lineWriter) {
 	}
 }
 
-// orderer makes executes for the same kernel run in the order their lines
-// arrived. With one goroutine per request, a later line could otherwise
-// reach the kernel's FIFO in the engine first and run before a cell it
-// depends on. So a request enters the engine only once the previous request
-// for its kernel has left it; the kernel stays attached (never evicted) while
-// that one runs, and the engine never sees two of our calls for one kernel.
-type orderer struct {
-	mu      sync.Mutex
-	tail    map[engine.Key]chan struct{}
-	waiting map[engine.Key]int // requests waiting here, shown as queued
-}
-
-// reserve takes the next place for key; it runs on the reading goroutine, so
-// places follow line order. done must be called once the request has left
-// the engine or given up.
-func (o *orderer) reserve(key engine.Key) (prev <-chan struct{}, done func()) {
-	mine := make(chan struct{})
-	o.mu.Lock()
-	prev = o.tail[key]
-	o.tail[key] = mine
-	if prev != nil {
-		o.waiting[key]++
-	}
-	o.mu.Unlock()
-	return prev, func() {
-		close(mine)
-		o.mu.Lock()
-		if o.tail[key] == mine {
-			delete(o.tail, key)
-		}
-		o.mu.Unlock()
-	}
-}
-
-// wait blocks until prev is done (ok), the deadline passes or ctx ends.
-// waited reports that prev was still running when wait began.
-func (o *orderer) wait(ctx context.Context, key engine.Key, prev <-chan struct{}, deadline time.Time) (waited, ok bool, err error) {
-	defer func() {
-		o.mu.Lock()
-		if o.waiting[key]--; o.waiting[key] <= 0 {
-			delete(o.waiting, key)
-		}
-		o.mu.Unlock()
-	}()
-	select {
-	case <-prev:
-		return false, true, nil
-	default:
-	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	select {
-	case <-prev:
-		return true, true, nil
-	case <-timer.C:
-		return true, false, nil
-	case <-ctx.Done():
-		return true, false, fmt.Errorf("request not run: %w", context.Cause(ctx))
-	}
-}
-
-func (o *orderer) waitingFor(key engine.Key) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.waiting[key]
-}
-
 type server struct {
-	eng         *engine.Engine
-	w           *lineWriter
-	order       *orderer
-	cellTimeout time.Duration
+	eng *engine.Engine
+	w   *lineWriter
 }
 
 // request is one validated request.
@@ -318,10 +258,6 @@ type request struct {
 	id         string
 	op         string
 	exec       engine.Request
-	key        engine.Key
-	arrived    time.Time
-	prev       <-chan struct{}
-	done       func()
 	maxKernels *int
 	idleExit   *time.Duration
 	kernel     string
@@ -426,15 +362,10 @@ func (s *server) parseExecute(f fields, r *request) error {
 		}
 		x.Timeout = time.Duration(math.Ceil(secs * float64(time.Second)))
 	}
-	// The same defaults the engine applies, so the key names the kernel the
-	// engine will pick.
-	task := cmp.Or(x.Task, "default")
-	key, err := engine.NewKey(cmp.Or(x.Owner, task), cmp.Or(x.Backend, s.eng.DefaultBackend()), task, x.Child, x.Tools)
-	if err != nil {
+	if _, err := engine.NewKey(x.Owner, x.Backend, x.Task, x.Child, x.Tools); err != nil {
 		return fmt.Errorf(`"tools": %w`, err)
 	}
-	r.exec, r.key, r.arrived = x, key, time.Now()
-	r.prev, r.done = s.order.reserve(key)
+	r.exec = x
 	return nil
 }
 
@@ -588,7 +519,7 @@ func (s *server) handle(ctx context.Context, r *request) {
 		n := s.eng.ShutdownOwner(ctx, r.owner)
 		s.w.write(killedLine{ID: r.id, Op: "ok", Killed: n})
 	case "shutdown_all":
-		s.answer(r, s.eng.ShutdownAll(ctx))
+		s.w.write(killedLine{ID: r.id, Op: "ok", Killed: s.eng.ShutdownAll(ctx)})
 	}
 }
 
@@ -641,31 +572,10 @@ type kernelLine struct {
 }
 
 func (s *server) execute(ctx context.Context, r *request) {
-	line := s.run(ctx, r)
-	// Free the kernel's next request before answering, so a client that
-	// waits for this answer and sends again never finds its place taken.
-	r.done()
-	s.w.write(line)
+	s.w.write(s.run(ctx, r))
 }
 
 func (s *server) run(ctx context.Context, r *request) any {
-	if r.prev != nil {
-		timeout := cmp.Or(r.exec.Timeout, s.cellTimeout)
-		deadline := r.arrived.Add(timeout)
-		waited, ok, err := s.order.wait(ctx, r.key, r.prev, deadline)
-		if err != nil {
-			return errorLine{ID: &r.id, Op: "error", Error: err.Error()}
-		}
-		if !ok {
-			return resultLine{ID: r.id, Op: "result", Status: "timeout", DurationMS: millis(time.Since(r.arrived)),
-				Traceback: fmt.Sprintf("the cell never started: kernel %s was busy with earlier requests for the whole timeout of %v", r.key, timeout)}
-		}
-		if waited {
-			// The time spent behind earlier requests counts, as it would
-			// in the engine's own queue.
-			r.exec.Timeout = max(time.Until(deadline), time.Nanosecond)
-		}
-	}
 	res, err := s.eng.Execute(ctx, r.exec)
 	if err != nil {
 		return errorLine{ID: &r.id, Op: "error", Error: err.Error()}
@@ -719,16 +629,9 @@ func (s *server) kernels(r *request) {
 		if tools == nil {
 			tools = []string{} // the contract promises an array, never null
 		}
-		// Requests held back to keep arrival order are queued for the client.
-		queued, attached := k.Queued, k.Attached
-		if key, err := engine.NewKey(k.Owner, k.Backend, k.Task, k.Child, tools); err == nil {
-			if n := s.order.waitingFor(key); n > 0 {
-				queued, attached = queued+n, true
-			}
-		}
 		line.Kernels = append(line.Kernels, kernelInfo{
 			ID: k.ID, Owner: k.Owner, Task: k.Task, Backend: k.Backend, Child: k.Child,
-			Tools: tools, PID: k.PID, Dir: k.Dir, Attached: attached, Queued: queued,
+			Tools: tools, PID: k.PID, Dir: k.Dir, Attached: k.Attached, Queued: k.Queued,
 			IdleS: math.Round(k.Idle.Seconds()*1000) / 1000, ExecutionCount: k.ExecutionCount,
 		})
 	}
