@@ -29,13 +29,13 @@ type Kernel struct {
 	env backends.Env
 
 	// Guarded by Engine.mu.
-	id           string
-	pid          int
-	dir          string
-	token        string
-	state        kernelState
-	goneReason   string
-	holding      bool // a call owns the kernel (spawning or running a cell)
+	id         string
+	pid        int
+	dir        string
+	token      string
+	state      kernelState
+	goneReason string
+	holding    bool // a call owns the kernel (spawning or running a cell)
 	// waiters are the calls queued behind the holder, first come first
 	// served; release hands the kernel to the head by closing its channel.
 	waiters      []chan struct{}
