@@ -100,7 +100,12 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 	timeout := cmp.Or(req.Timeout, e.cfg.CellTimeout)
 	deadline := start.Add(timeout)
 
-	e.reapIdle()
+	reaped := ""
+	for _, v := range e.reapIdle() {
+		if v.key == key {
+			reaped = fmt.Sprintf("kernel %s was %s; state from earlier calls was lost", v.id, v.goneReason)
+		}
+	}
 	k, created, err := e.acquire(ctx, key, env, deadline, req.OnQueued)
 	if errors.Is(err, errQueueTimeout) {
 		return &Result{Status: "timeout", Duration: time.Since(start),
@@ -115,7 +120,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 		e.enforceCap()
 	}()
 
-	kr := &KernelResult{}
+	kr := &KernelResult{StateLost: reaped != "", Note: reaped}
 	switch {
 	case created:
 		e.enforceCap()

@@ -255,8 +255,9 @@ func (e *Engine) removeLocked(k *Kernel, reason string) {
 	k.goneReason = reason
 }
 
-// reapIdle removes kernels idle longer than idle_exit and kills them.
-func (e *Engine) reapIdle() {
+// reapIdle removes kernels idle longer than idle_exit, kills them, and
+// returns them.
+func (e *Engine) reapIdle() []*Kernel {
 	e.mu.Lock()
 	now := e.cfg.Now()
 	var victims []*Kernel
@@ -270,6 +271,7 @@ func (e *Engine) reapIdle() {
 	}
 	e.mu.Unlock()
 	e.killAsync(victims)
+	return victims
 }
 
 // enforceCap evicts least recently used kernels while over the cap, never one

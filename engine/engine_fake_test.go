@@ -707,6 +707,22 @@ func TestIdleKernelReapedOnNextCall(t *testing.T) {
 	}
 }
 
+// A call whose own kernel passed idle_exit gets a fresh kernel, and the
+// result says the old state is gone instead of looking like a first call.
+func TestOwnIdleKernelReapedSaysStateLost(t *testing.T) {
+	r := newRig(t)
+	old := r.exec(engine.Request{Owner: "me", Code: "x = 1"})
+	r.clock.Advance(31 * time.Minute)
+	res := r.exec(engine.Request{Owner: "me", Code: "x"})
+	if res.Kernel.ID == old.Kernel.ID || res.Kernel.Reused || !res.Kernel.StateLost {
+		t.Fatalf("a reaped kernel's successor: %+v", res.Kernel)
+	}
+	if !strings.Contains(res.Kernel.Note, old.Kernel.ID) || !strings.Contains(res.Kernel.Note, "idle") ||
+		!strings.Contains(res.Kernel.Note, "state from earlier calls was lost") {
+		t.Fatalf("note %q does not say the kernel was reaped after idle", res.Kernel.Note)
+	}
+}
+
 // The background sweep reaps an idle kernel without any call.
 func TestBackgroundSweepReapsIdleKernel(t *testing.T) {
 	r := newRig(t, func(c *engine.Config) { c.SweepEvery = 5 * time.Millisecond })
