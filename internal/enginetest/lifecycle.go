@@ -218,11 +218,15 @@ func Lifecycle(t *testing.T, newEnv func(t *testing.T) backends.Env) {
 		h := New(t, newEnv(t), nil)
 		first := h.Run("a", "x = 1", 0)
 		done := make(chan *engine.Result, 1)
+		// The marker proves the cell runs in the runner, not just that the
+		// engine is about to publish it (a kill before publishing respawns).
+		marker := h.Env.TempDir() + "/started-" + first.Kernel.ID
 		go func() {
-			res, _ := h.Eng.Execute(context.Background(), engine.Request{Owner: "a", Code: "import time\ntime.sleep(60)", Timeout: 120 * time.Second})
+			res, _ := h.Eng.Execute(context.Background(), engine.Request{Owner: "a",
+				Code: fmt.Sprintf("import time\nopen(%q, 'w').close()\ntime.sleep(60)", marker), Timeout: 120 * time.Second})
 			done <- res
 		}()
-		h.WaitFor("cell to run", 10*time.Second, func() bool { k, _ := h.Kernel("a"); return k.RunningCell != "" })
+		h.WaitFor("cell to run", 10*time.Second, func() bool { return strings.Contains(h.Host("ls "+marker+" 2>/dev/null; true"), marker) })
 		start := time.Now()
 		h.Host(fmt.Sprintf("kill -9 %d", first.Kernel.PID))
 		var res *engine.Result
