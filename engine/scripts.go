@@ -107,22 +107,22 @@ done
 `, shq(dir), shq(cellID), pid, windowSec, b2i[publish], b2i[interrupt], aliveFn)
 }
 
-// probeScript reports whether the runner lives: "KD:ALIVE" or "KD:DEAD".
-func probeScript(dir string, pid int) string {
-	return fmt.Sprintf(`# kerneldeck:probe
-%[3]s
-if [ -d %[1]s ] && alive %[2]d; then echo KD:ALIVE; else echo KD:DEAD; fi
-`, shq(dir), pid, aliveFn)
-}
-
-// killScript kills the runner's process group and removes its dir. The pid is
-// only signalled while the dir exists, so a recycled pid is never hit after
-// the runner cleaned up by itself.
+// killScript kills the runner's process group, waits (at most 2 s) until the
+// runner is gone, and removes its dir, so that "killed" means no process is
+// left. The pid is only signalled while the dir exists, so a recycled pid is
+// never hit after the runner cleaned up by itself.
 func killScript(dir string, pid int) string {
 	return fmt.Sprintf(`# kerneldeck:kill
-if [ -d %[1]s ]; then kill -KILL -- -%[2]d %[2]d 2>/dev/null; rm -rf -- %[1]s; fi
+%[3]s
+if [ -d %[1]s ]; then
+  kill -KILL -- -%[2]d %[2]d 2>/dev/null
+  if [ -p %[1]s/done ] && exec 9<>%[1]s/done; then
+    i=0; while alive %[2]d && [ $i -lt 200 ]; do read -t 0.01 -u 9 _; i=$((i + 1)); done
+  fi
+  rm -rf -- %[1]s
+fi
 echo KD:KILLED
-`, shq(dir), pid)
+`, shq(dir), pid, aliveFn)
 }
 
 // ringScript writes one control line ("int ID", "cfg SECONDS") to the

@@ -6,7 +6,7 @@
 // its "# kerneldeck:<marker>" first line, a substring or a predicate) and has
 // uses left answers it. Host simulates a well-behaved kernel host at the
 // protocol level (no processes, no files): spawn, cells with execution
-// counts, kill, probe, ring, fetch and the per-call fallback. Faults are
+// counts, kill, ring, fetch and the per-call fallback. Faults are
 // handlers put in front of the healthy ones with Prepend.
 //
 // Env deliberately does not implement backends.StreamDialer, so an engine
@@ -77,7 +77,7 @@ type Handler struct {
 }
 
 // On matches commands whose marker is marker ("spawn", "cell", "kill",
-// "probe", "ring", "fetch", "once").
+// "ring", "fetch", "once").
 func On(marker string, fn HandlerFunc) *Handler {
 	return &Handler{name: marker, match: func(c Call) bool { return c.Marker == marker }, fn: fn}
 }

@@ -98,7 +98,7 @@ type cellState struct {
 // cell is published at most once per cell id (a repeated id only waits for
 // its result, as the runner dedups), runs with an incrementing
 // execution_count and answers "KD:RESULT {json}"; kill answers KD:KILLED,
-// probe KD:ALIVE or KD:DEAD, ring KD:OK, once a fresh KD:RESULT per call.
+// ring KD:OK, once a fresh KD:RESULT per call.
 //
 // Set the exported fields before the host answers its first command.
 type Host struct {
@@ -140,7 +140,6 @@ func (h *Host) Handlers() []*Handler {
 		On("spawn", h.Spawn).Named("host spawn"),
 		On("cell", h.Cell).Named("host cell"),
 		On("kill", h.Kill).Named("host kill"),
-		On("probe", h.Probe).Named("host probe"),
 		On("ring", h.Ring).Named("host ring"),
 		On("fetch", h.Fetch).Named("host fetch"),
 		On("once", h.Once).Named("host once"),
@@ -305,20 +304,6 @@ func (h *Host) Kill(_ context.Context, c Call) (backends.Result, error) {
 		k.Alive, k.DirGone, k.Killed = false, true, true
 	}
 	return backends.Result{Output: "KD:KILLED\n"}, nil
-}
-
-// Probe answers a probe script.
-func (h *Host) Probe(_ context.Context, c Call) (backends.Result, error) {
-	a, err := ParseProbe(c.Command)
-	if err != nil {
-		return errResult(err)
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if k := h.kernels[a.Dir]; k != nil && !k.DirGone && k.Alive && k.PID == a.PID {
-		return backends.Result{Output: "KD:ALIVE\n"}, nil
-	}
-	return backends.Result{Output: "KD:DEAD\n"}, nil
 }
 
 // Ring answers a ring script: "int ID" interrupts that cell if it runs.

@@ -100,15 +100,14 @@ func ParseCell(command string) (CellArgs, error) {
 	return a, nil
 }
 
-// KillArgs are the values of a kill or probe script.
+// KillArgs are the values of a kill script.
 type KillArgs struct {
 	Dir string
 	PID int
 }
 
 var (
-	killVars  = regexp.MustCompile(`(?m)^if \[ -d ` + quoted + ` \]; then kill -KILL -- -(\d+) (\d+) `)
-	probeVars = regexp.MustCompile(`(?m)^if \[ -d ` + quoted + ` \] && kill -0 (\d+) `)
+	killVars = regexp.MustCompile(`(?m)^if \[ -d ` + quoted + ` \]; then\n\s*kill -KILL -- -(\d+) (\d+) `)
 )
 
 // ParseKill reads a "# kerneldeck:kill" script.
@@ -116,16 +115,6 @@ func ParseKill(command string) (KillArgs, error) {
 	m := killVars.FindStringSubmatch(command)
 	if Marker(command) != "kill" || m == nil || m[2] != m[3] {
 		return KillArgs{}, fmt.Errorf("fakeenv: cannot parse kill script")
-	}
-	pid, _ := strconv.Atoi(m[2])
-	return KillArgs{Dir: unq(m[1]), PID: pid}, nil
-}
-
-// ParseProbe reads a "# kerneldeck:probe" script.
-func ParseProbe(command string) (KillArgs, error) {
-	m := probeVars.FindStringSubmatch(command)
-	if Marker(command) != "probe" || m == nil {
-		return KillArgs{}, fmt.Errorf("fakeenv: cannot parse probe script")
 	}
 	pid, _ := strconv.Atoi(m[2])
 	return KillArgs{Dir: unq(m[1]), PID: pid}, nil
