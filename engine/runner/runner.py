@@ -119,6 +119,7 @@ class Runner:
         self.spill_max = spill_max
         self.lock = threading.Lock()
         self.seen = set()
+        self.pending = set()  # submitted, result not yet written
         self.prev_ids = []
         self.waiters = {}  # cell id -> [Conn]
         self.streamers = []  # Conns that asked for output of the running cell
@@ -321,15 +322,20 @@ class Runner:
         with self.lock:
             if cell.id in self.seen:
                 # Exactly once: a repeated id never runs again.
+                if conn is None:
+                    return
                 if self.last is not None and self.last[0] == cell.id:
-                    if conn is not None:
-                        conn.send(self.last[1])
-                elif conn is not None:
+                    conn.send(self.last[1])
+                elif cell.id in self.pending:
                     self.waiters.setdefault(cell.id, []).append(conn)
                     if cell.stream:
                         self.streamers.append(conn)
+                else:
+                    conn.send({"op": "error", "id": cell.id,
+                               "error": "cell %s already ran and its result was collected" % cell.id})
                 return
             self.seen.add(cell.id)
+            self.pending.add(cell.id)
             self.touch()
             if conn is not None:
                 # The .req file is the record that this id was published, for
@@ -339,6 +345,7 @@ class Runner:
                                   json.dumps({"id": cell.id, "code": cell.code}).encode())
                 except OSError as e:
                     self.seen.discard(cell.id)
+                    self.pending.discard(cell.id)
                     conn.send({"op": "error", "id": cell.id, "error": "publish failed: %s" % e})
                     return
             # Publishing a new cell acknowledges the earlier ones: the engine
@@ -491,6 +498,7 @@ class Runner:
         write_private(os.path.join(self.cells, cid + ".res"), data.encode())
         with self.lock:
             self.last = (cid, frame)
+            self.pending.discard(cid)
             self.running = None
             self.streamers = []
             waiters = self.waiters.pop(cid, [])
