@@ -7,4 +7,7 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
-require golang.org/x/crypto v0.59.0 // indirect
+require (
+	golang.org/x/crypto v0.59.0
+	golang.org/x/sys v0.50.0 // indirect
+)
