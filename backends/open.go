@@ -3,12 +3,32 @@ package backends
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Options are the settings Open needs to build a backend from a URI.
 type Options struct {
 	// LocalTempDir overrides where the local backend puts kernel roots.
 	LocalTempDir string
+
+	// SSHConfig is the OpenSSH client config to read (default ~/.ssh/config;
+	// a given file must exist).
+	SSHConfig string
+	// SSHIdentity and SSHKnownHosts override IdentityFile and
+	// UserKnownHostsFile for every ssh backend.
+	SSHIdentity   string
+	SSHKnownHosts string
+	// AcceptNewHostKey records an unknown host's key on first use, like
+	// OpenSSH's StrictHostKeyChecking=accept-new. A changed key is always refused.
+	AcceptNewHostKey bool
+	// SSHTempDir is where kernel roots go on ssh hosts (default /tmp).
+	SSHTempDir string
+	// SSHMaxSessions bounds concurrent commands on one connection
+	// (default DefaultSSHMaxSessions).
+	SSHMaxSessions int
+	// SSHDialTimeout bounds connecting and the handshake (default
+	// DefaultSSHDialTimeout).
+	SSHDialTimeout time.Duration
 }
 
 // Open builds the backend a URI names: "local", "ssh://[user@]host[:port]"
@@ -18,7 +38,7 @@ func Open(uri string, opts Options) (Env, error) {
 	case uri == "local" || uri == "local://":
 		return NewLocal(opts.LocalTempDir), nil
 	case strings.HasPrefix(uri, "ssh://"):
-		return nil, fmt.Errorf("backend %q: the ssh backend is not available in this build yet; use --backend local", uri)
+		return NewSSH(uri, opts)
 	case strings.HasPrefix(uri, "docker://"):
 		return nil, fmt.Errorf("backend %q: the docker backend is not available in this build yet; use --backend local", uri)
 	default:

@@ -1,0 +1,654 @@
+package backends
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// Defaults of the ssh backend.
+const (
+	DefaultSSHDialTimeout = 15 * time.Second
+	// DefaultSSHMaxSessions stays under OpenSSH's MaxSessions (10 per
+	// connection), leaving room for an operator's own multiplexed sessions.
+	DefaultSSHMaxSessions = 8
+)
+
+// SSH runs commands on a host over one long-lived x/crypto/ssh connection,
+// shared by every kernel there and re-dialed when it dies. Its fast path
+// opens direct-streamlocal channels to a runner's socket, so a warm cell
+// costs one message exchange and never a login shell.
+type SSH struct {
+	uri      string
+	target   sshTarget
+	jump     *sshTarget
+	tempDir  string
+	opts     Options
+	sessions chan struct{}
+
+	mu      sync.Mutex
+	client  *ssh.Client
+	closers []io.Closer // the jump client, if any
+	dialing chan struct{}
+	dialErr error
+	closed  bool
+}
+
+// NewSSH resolves uri against the ssh config and returns the backend. It
+// does not connect: the first command does.
+func NewSSH(uri string, opts Options) (*SSH, error) {
+	userName, host, port, err := parseSSHURI(uri)
+	if err != nil {
+		return nil, err
+	}
+	cfgPath, explicit := opts.SSHConfig, opts.SSHConfig != ""
+	if !explicit {
+		home, _ := os.UserHomeDir()
+		cfgPath = filepath.Join(home, ".ssh", "config")
+	}
+	cfg, err := loadSSHConfig(cfgPath, explicit)
+	if err != nil {
+		return nil, fmt.Errorf("backend %s: %w", uri, err)
+	}
+	t, err := resolveSSHTarget(cfg, userName, host, port, opts)
+	if err != nil {
+		return nil, fmt.Errorf("backend %s: %w", uri, err)
+	}
+	s := &SSH{uri: uri, target: t, opts: opts, tempDir: cmpNonEmpty(opts.SSHTempDir, "/tmp"),
+		sessions: make(chan struct{}, max(1, cmpInt(opts.SSHMaxSessions, DefaultSSHMaxSessions)))}
+	if t.proxyJump != "" {
+		ju, jh, jp, err := splitJump(t.proxyJump)
+		if err != nil {
+			return nil, fmt.Errorf("backend %s: %w", uri, err)
+		}
+		jt, err := resolveSSHTarget(cfg, ju, jh, jp, opts)
+		if err != nil {
+			return nil, fmt.Errorf("backend %s: jump host: %w", uri, err)
+		}
+		if jt.proxyJump != "" {
+			return nil, fmt.Errorf("backend %s: jump host %s has a ProxyJump of its own; kerneldeck supports one hop", uri, jh)
+		}
+		s.jump = &jt
+	}
+	return s, nil
+}
+
+func cmpInt(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// URI implements Env.
+func (s *SSH) URI() string { return s.uri }
+
+// TempDir implements Env.
+func (s *SSH) TempDir() string { return s.tempDir }
+
+// Close ends the connection.
+func (s *SSH) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	s.dropLocked()
+	return nil
+}
+
+func (s *SSH) dropLocked() {
+	if s.client != nil {
+		s.client.Close()
+		s.client = nil
+	}
+	for _, c := range s.closers {
+		c.Close()
+	}
+	s.closers = nil
+}
+
+// conn returns the live client, dialing (once, for all callers) if needed.
+func (s *SSH) conn(ctx context.Context) (*ssh.Client, error) {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("ssh %s: backend closed", s.uri)
+		}
+		if s.client != nil {
+			c := s.client
+			s.mu.Unlock()
+			return c, nil
+		}
+		if s.dialing == nil {
+			done := make(chan struct{})
+			s.dialing = done
+			s.mu.Unlock()
+			client, closers, err := s.dial(ctx)
+			s.mu.Lock()
+			s.dialing = nil
+			s.dialErr = err
+			if err == nil {
+				if s.closed {
+					client.Close()
+					err = fmt.Errorf("ssh %s: backend closed", s.uri)
+				} else {
+					s.client, s.closers = client, closers
+					go s.watch(client)
+				}
+			}
+			s.mu.Unlock()
+			close(done)
+			if err != nil {
+				return nil, err
+			}
+			return client, nil
+		}
+		wait := s.dialing
+		s.mu.Unlock()
+		select {
+		case <-wait:
+			s.mu.Lock()
+			err := s.dialErr
+			s.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("ssh %s: %w", s.uri, ctx.Err())
+		}
+	}
+}
+
+// watch forgets the client when its connection ends, and sends keepalives so
+// a dead peer is noticed even when nothing else is in flight.
+func (s *SSH) watch(c *ssh.Client) {
+	ended := make(chan struct{})
+	go func() {
+		c.Wait()
+		close(ended)
+	}()
+	var tick <-chan time.Time
+	if s.target.aliveInterval > 0 {
+		t := time.NewTicker(s.target.aliveInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	misses := 0
+	for {
+		select {
+		case <-ended:
+			s.forget(c)
+			return
+		case <-tick:
+			answered := make(chan error, 1)
+			go func() {
+				_, _, err := c.SendRequest("keepalive@openssh.com", true, nil)
+				answered <- err
+			}()
+			select {
+			case err := <-answered:
+				if err == nil {
+					misses = 0
+					continue
+				}
+				misses = 3
+			case <-time.After(s.target.aliveInterval):
+				misses++
+			case <-ended:
+				s.forget(c)
+				return
+			}
+			if misses >= 3 { // OpenSSH's ServerAliveCountMax default
+				c.Close()
+			}
+		}
+	}
+}
+
+func (s *SSH) forget(c *ssh.Client) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client == c {
+		s.dropLocked()
+	}
+}
+
+// drop closes c if it is still current, so the next use re-dials.
+func (s *SSH) drop(c *ssh.Client) { s.forget(c) }
+
+func (s *SSH) dial(ctx context.Context) (*ssh.Client, []io.Closer, error) {
+	timeout := cmpDur(s.opts.SSHDialTimeout, DefaultSSHDialTimeout)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout = max(time.Until(dl), time.Millisecond)
+	}
+	var closers []io.Closer
+	var raw net.Conn
+	if s.jump != nil {
+		jc, err := s.handshake(ctx, *s.jump, nil, timeout)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ssh %s: jump host %s: %w", s.uri, s.jump.addr(), err)
+		}
+		closers = append(closers, jc)
+		raw, err = dialThrough(ctx, jc, s.target.addr(), timeout)
+		if err != nil {
+			jc.Close()
+			return nil, nil, fmt.Errorf("ssh %s: through jump host %s to %s: %w", s.uri, s.jump.addr(), s.target.addr(), err)
+		}
+	}
+	c, err := s.handshake(ctx, s.target, raw, timeout)
+	if err != nil {
+		for _, cl := range closers {
+			cl.Close()
+		}
+		return nil, nil, fmt.Errorf("ssh %s: %w", s.uri, err)
+	}
+	return c, closers, nil
+}
+
+func cmpDur(a, b time.Duration) time.Duration {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+func dialThrough(ctx context.Context, jc *ssh.Client, addr string, timeout time.Duration) (net.Conn, error) {
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := jc.Dial("tcp", addr)
+		ch <- res{c, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.c, r.err
+	case <-time.After(timeout):
+		go func() {
+			if r := <-ch; r.c != nil {
+				r.c.Close()
+			}
+		}()
+		return nil, fmt.Errorf("timed out after %v", timeout)
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.c != nil {
+				r.c.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// handshake connects to t (over raw when given) with host key checking and
+// the configured authentication, all bounded by timeout.
+func (s *SSH) handshake(ctx context.Context, t sshTarget, raw net.Conn, timeout time.Duration) (*ssh.Client, error) {
+	auth, release, err := s.authMethods(t)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	hk, algos, err := s.hostKeyCheck(t)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &ssh.ClientConfig{User: t.user, Auth: auth, HostKeyCallback: hk, HostKeyAlgorithms: algos, Timeout: timeout}
+	if raw == nil {
+		d := net.Dialer{Timeout: timeout}
+		raw, err = d.DialContext(ctx, "tcp", t.addr())
+		if err != nil {
+			return nil, fmt.Errorf("connect to %s: %w", t.addr(), err)
+		}
+	}
+	// The handshake has no context of its own: a deadline on the socket
+	// keeps a silent host from hanging it.
+	raw.SetDeadline(time.Now().Add(timeout))
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Now()) })
+	cc, chans, reqs, err := ssh.NewClientConn(raw, t.addr(), cfg)
+	stop()
+	if err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("ssh handshake with %s as %s: %w", t.addr(), t.user, err)
+	}
+	raw.SetDeadline(time.Time{})
+	return ssh.NewClient(cc, chans, reqs), nil
+}
+
+// authMethods offers ssh-agent keys (unless IdentitiesOnly) and identity
+// files. An encrypted identity file is never prompted for: without another
+// way in, it is a clear error.
+func (s *SSH) authMethods(t sshTarget) ([]ssh.AuthMethod, func(), error) {
+	var signers []ssh.Signer
+	var problems []string
+	release := func() {}
+	if sock := os.Getenv("SSH_AUTH_SOCK"); sock != "" && !t.identitiesOnly {
+		if conn, err := net.Dial("unix", sock); err == nil {
+			// Agent keys sign during the handshake; the caller releases the
+			// agent connection once it is done.
+			release = func() { conn.Close() }
+			if ss, err := agent.NewClient(conn).Signers(); err == nil {
+				signers = append(signers, ss...)
+			}
+		}
+	}
+	for _, f := range t.identities {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) || s.opts.SSHIdentity != "" {
+				problems = append(problems, fmt.Sprintf("identity file %s: %v", f, err))
+			}
+			continue
+		}
+		signer, err := ssh.ParsePrivateKey(data)
+		var missing *ssh.PassphraseMissingError
+		switch {
+		case errors.As(err, &missing):
+			problems = append(problems, fmt.Sprintf("identity file %s is encrypted; load it into ssh-agent (ssh-add %s) or use a key without a passphrase", f, f))
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("identity file %s: %v", f, err))
+		default:
+			signers = append(signers, signer)
+		}
+	}
+	if len(signers) == 0 {
+		if len(problems) == 0 {
+			problems = append(problems, fmt.Sprintf("no ssh-agent and none of %s exists", strings.Join(t.identities, ", ")))
+		}
+		release()
+		return nil, nil, fmt.Errorf("no usable key for %s@%s: %s", t.user, t.addr(), strings.Join(problems, "; "))
+	}
+	return []ssh.AuthMethod{ssh.PublicKeys(signers...)}, release, nil
+}
+
+// hostKeyCheck verifies host keys against known_hosts, always. It also
+// returns the key algorithms known_hosts holds for the host, so the server
+// presents one of those (golang/go#29286) instead of another that would be
+// wrongly reported as changed.
+func (s *SSH) hostKeyCheck(t sshTarget) (ssh.HostKeyCallback, []string, error) {
+	var existing []string
+	for _, f := range t.knownHosts {
+		if _, err := os.Stat(f); err == nil {
+			existing = append(existing, f)
+		}
+	}
+	var cb ssh.HostKeyCallback
+	if len(existing) > 0 {
+		var err error
+		if cb, err = knownhosts.New(existing...); err != nil {
+			return nil, nil, fmt.Errorf("read known_hosts %s: %w", strings.Join(existing, ", "), err)
+		}
+	} else {
+		cb = func(string, net.Addr, ssh.PublicKey) error { return &knownhosts.KeyError{} }
+	}
+	hostname := knownhosts.Normalize(t.addr())
+	algos := knownAlgorithms(cb, hostname)
+	check := func(host string, remote net.Addr, key ssh.PublicKey) error {
+		err := cb(host, remote, key)
+		var ke *knownhosts.KeyError
+		if !errors.As(err, &ke) {
+			return err
+		}
+		fp := ssh.FingerprintSHA256(key)
+		if len(ke.Want) > 0 {
+			return fmt.Errorf("REFUSED: the host key of %s has CHANGED (now %s %s; known_hosts has %s:%d). "+
+				"This may be an attack. If the change is expected, remove the old entry with ssh-keygen -R '%s' and connect again",
+				hostname, key.Type(), fp, ke.Want[0].Filename, ke.Want[0].Line, hostname)
+		}
+		if !s.opts.AcceptNewHostKey {
+			return fmt.Errorf("the host key of %s is unknown (%s %s); check it, then run again with --accept-new-host-key to record it in %s, or add it with ssh-keyscan -p %d %s >> %s",
+				hostname, key.Type(), fp, t.knownHosts[0], t.port, t.hostName, t.knownHosts[0])
+		}
+		return appendKnownHost(t.knownHosts[0], hostname, key)
+	}
+	return check, algos, nil
+}
+
+// knownAlgorithms asks the known_hosts callback about a throwaway key: the
+// KeyError it returns lists the keys on file for the host.
+func knownAlgorithms(cb ssh.HostKeyCallback, hostname string) []string {
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	probe, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		return nil
+	}
+	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}
+	var ke *knownhosts.KeyError
+	if !errors.As(cb(hostname, addr, probe.PublicKey()), &ke) {
+		return nil
+	}
+	var algos []string
+	seen := map[string]bool{}
+	for _, k := range ke.Want {
+		for _, a := range algorithmsFor(k.Key.Type()) {
+			if !seen[a] {
+				seen[a] = true
+				algos = append(algos, a)
+			}
+		}
+	}
+	return algos
+}
+
+func algorithmsFor(keyType string) []string {
+	switch keyType {
+	case ssh.KeyAlgoRSA:
+		return []string{ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA}
+	case ssh.CertAlgoRSAv01:
+		return []string{ssh.CertAlgoRSASHA512v01, ssh.CertAlgoRSASHA256v01, ssh.CertAlgoRSAv01}
+	default:
+		return []string{keyType}
+	}
+}
+
+// appendKnownHost records a newly accepted host key (OpenSSH accept-new).
+func appendKnownHost(path, hostname string, key ssh.PublicKey) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("record host key in %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|openPrivateFlags, 0o600)
+	if err != nil {
+		return fmt.Errorf("record host key in %s: %w", path, err)
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintln(f, knownhosts.Line([]string{hostname}, key)); err != nil {
+		return fmt.Errorf("record host key in %s: %w", path, err)
+	}
+	return nil
+}
+
+// Execute implements Env: one session on the shared connection runs the
+// command under bash in its own process group, which a timeout kills whole.
+func (s *SSH) Execute(ctx context.Context, command string, opts ExecOptions) (Result, error) {
+	parent := ctx
+	if opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+		defer cancel()
+	}
+	fail := func(err error) (Result, error) {
+		if ctx.Err() != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return Result{}, fmt.Errorf("ssh %s: %w after %v", s.uri, ErrTimeout, opts.Timeout)
+		}
+		return Result{}, err
+	}
+	select {
+	case s.sessions <- struct{}{}:
+		defer func() { <-s.sessions }()
+	case <-ctx.Done():
+		return fail(fmt.Errorf("ssh %s: waiting for a free session: %w", s.uri, ctx.Err()))
+	}
+	client, err := s.conn(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	sess, err := client.NewSession()
+	if err != nil {
+		s.drop(client) // a connection that cannot open a channel is no use
+		return fail(fmt.Errorf("ssh %s: open session: %w", s.uri, err))
+	}
+	defer sess.Close()
+	sess.Stdin = bytes.NewReader(opts.Stdin)
+	out := &cappedBuffer{limit: maxOutput}
+	sess.Stdout = out
+	errPipe, err := sess.StderrPipe()
+	if err != nil {
+		return fail(fmt.Errorf("ssh %s: %w", s.uri, err))
+	}
+	// The wrapper reports the group id first on stderr, so that a timeout can
+	// kill everything the command started, not just the channel.
+	pgid := make(chan int, 1)
+	stderrDone := make(chan struct{})
+	errBuf := &cappedBuffer{limit: maxOutput}
+	go func() {
+		defer close(stderrDone)
+		br := bufio.NewReader(errPipe)
+		line, _ := br.ReadString('\n')
+		if n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "KDPGID "))); err == nil && strings.HasPrefix(line, "KDPGID ") {
+			pgid <- n
+		} else {
+			errBuf.Write([]byte(line))
+		}
+		io.Copy(errBuf, br)
+	}()
+	if err := sess.Start(wrapRemote(command)); err != nil {
+		s.drop(client)
+		return fail(fmt.Errorf("ssh %s: start command: %w", s.uri, err))
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- sess.Wait() }()
+	select {
+	case err = <-waited:
+		<-stderrDone
+	case <-ctx.Done():
+		select {
+		case g := <-pgid:
+			s.killGroup(g)
+		default:
+		}
+		sess.Close()
+		return fail(fmt.Errorf("ssh %s: %w", s.uri, parent.Err()))
+	}
+	res := Result{Output: out.String() + errBuf.String()}
+	var exitErr *ssh.ExitError
+	var missing *ssh.ExitMissingError
+	switch {
+	case err == nil:
+	case errors.As(err, &exitErr):
+		res.ReturnCode = exitErr.ExitStatus()
+		if exitErr.Signal() != "" {
+			res.ReturnCode = 128 + signalNumber(exitErr.Signal())
+		}
+	case errors.As(err, &missing):
+		s.drop(client)
+		return res, fmt.Errorf("ssh %s: connection lost before the command finished", s.uri)
+	default:
+		s.drop(client)
+		return res, fmt.Errorf("ssh %s: %w", s.uri, err)
+	}
+	return res, nil
+}
+
+// wrapRemote runs command with bash whatever the login shell is, in a
+// process group of its own (job control on for the launch only), whose id it
+// announces first on stderr so a timeout can kill everything it started.
+// Exit codes and signal deaths (128+n) come through unchanged.
+func wrapRemote(command string) string {
+	const wrapper = `set -m; bash -c "echo KDPGID \$\$ >&2; exec bash -c \"\$1\"" kerneldeck "$1" & p=$!; set +m; wait $p`
+	return "exec bash -c " + shellQuote(wrapper) + " kerneldeck " + shellQuote(command)
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// killGroup kills a timed-out command's process group on the host, on a
+// fresh session, without waiting long.
+func (s *SSH) killGroup(pgid int) {
+	if pgid <= 1 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client, err := s.conn(ctx)
+	if err != nil {
+		return
+	}
+	sess, err := client.NewSession()
+	if err != nil {
+		return
+	}
+	defer sess.Close()
+	sess.Run(fmt.Sprintf("kill -KILL -- -%d 2>/dev/null", pgid))
+}
+
+func signalNumber(name string) int {
+	switch name {
+	case "HUP":
+		return 1
+	case "INT":
+		return 2
+	case "QUIT":
+		return 3
+	case "ABRT":
+		return 6
+	case "KILL":
+		return 9
+	case "SEGV":
+		return 11
+	case "PIPE":
+		return 13
+	case "ALRM":
+		return 14
+	case "TERM":
+		return 15
+	}
+	return 0
+}
+
+// DialUnix implements StreamDialer with a direct-streamlocal channel on the
+// shared connection; it is not a session, so MaxSessions does not limit it.
+func (s *SSH) DialUnix(ctx context.Context, path string) (net.Conn, error) {
+	client, err := s.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := client.Dial("unix", path)
+		ch <- res{c, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, fmt.Errorf("ssh %s: open stream to %s: %w", s.uri, path, r.err)
+		}
+		return r.c, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.c != nil {
+				r.c.Close()
+			}
+		}()
+		return nil, fmt.Errorf("ssh %s: open stream to %s: %w", s.uri, path, ctx.Err())
+	}
+}

@@ -1,0 +1,45 @@
+package engine_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/internal/enginetest"
+	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
+)
+
+// sshEnv opens the ssh backend for u through an ssh config alias, with a
+// private short temp dir on the "remote" side owned by u.
+func sshEnv(t *testing.T, srv *sshdtest.Server, u *sshdtest.User, mutate func(*backends.Options)) *backends.SSH {
+	t.Helper()
+	tmp := enginetest.ShortTempDir(t)
+	if err := os.Chown(tmp, u.UID, u.GID); err != nil {
+		t.Fatal(err)
+	}
+	opts := backends.Options{SSHConfig: srv.WriteSSHConfig(t, "kdbox", u), SSHTempDir: tmp}
+	if mutate != nil {
+		mutate(&opts)
+	}
+	env, err := backends.NewSSH("ssh://kdbox", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Close() })
+	return env
+}
+
+// The whole lifecycle suite over a real sshd, for root and for a plain user,
+// over the stream fast path and over plain Execute.
+func TestSSHLifecycle(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Options{})
+	for _, name := range []string{"", "kdtest1"} {
+		u := srv.User(t, name, sshdtest.UserOptions{})
+		t.Run(u.Name+"/stream", func(t *testing.T) {
+			enginetest.Lifecycle(t, func(t *testing.T) backends.Env { return sshEnv(t, srv, u, nil) })
+		})
+		t.Run(u.Name+"/execute", func(t *testing.T) {
+			enginetest.Lifecycle(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(sshEnv(t, srv, u, nil)) })
+		})
+	}
+}
