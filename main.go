@@ -92,6 +92,21 @@ Flags (flags override the config file):
                            0700 (default $XDG_STATE_HOME/kerneldeck, or
                            ~/.local/state/kerneldeck)
 
+SSH backends (ssh://[user@]host[:port], host may be a Host alias):
+  --ssh-config FILE        OpenSSH client config to read Host aliases from
+                           (default ~/.ssh/config): HostName, User, Port,
+                           IdentityFile, IdentitiesOnly, UserKnownHostsFile,
+                           ProxyJump (one hop), ServerAliveInterval
+  --identity FILE          private key to use instead of IdentityFile; keys
+                           in ssh-agent (SSH_AUTH_SOCK) are offered too. An
+                           encrypted key must be loaded with ssh-add
+  --known-hosts FILE       known_hosts file instead of UserKnownHostsFile
+                           (default ~/.ssh/known_hosts). Host keys are always
+                           checked: an unknown host is refused, a changed
+                           key is refused loudly
+  --accept-new-host-key    record the key of a host seen for the first time
+                           (like OpenSSH's StrictHostKeyChecking=accept-new)
+
 Requests (timeouts and idle_exit are in seconds):
   {"id":"1","op":"execute","code":"x = 1","owner":"me","task":"t","backend":"local",
    "child":"","tools":[],"timeout":30,"reset":false}     only id, op, code are required
@@ -158,7 +173,8 @@ type headlessFlags struct {
 	trace       string
 	config      string
 	stateDir    string
-	set         map[string]bool // flags given on the command line
+	ssh         backends.Options // --ssh-config, --identity, --known-hosts, --accept-new-host-key
+	set         map[string]bool  // flags given on the command line
 }
 
 func parseHeadlessFlags(args []string) (*headlessFlags, error) {
@@ -202,6 +218,10 @@ func parseHeadlessFlags(args []string) (*headlessFlags, error) {
 	fs.StringVar(&f.trace, "trace", "", "")
 	fs.StringVar(&f.config, "config", "", "")
 	fs.StringVar(&f.stateDir, "state-dir", "", "")
+	fs.StringVar(&f.ssh.SSHConfig, "ssh-config", "", "")
+	fs.StringVar(&f.ssh.SSHIdentity, "identity", "", "")
+	fs.StringVar(&f.ssh.SSHKnownHosts, "known-hosts", "", "")
+	fs.BoolVar(&f.ssh.AcceptNewHostKey, "accept-new-host-key", false, "")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -209,7 +229,7 @@ func parseHeadlessFlags(args []string) (*headlessFlags, error) {
 		return nil, fmt.Errorf("unexpected argument %q: headless reads its requests from stdin", fs.Arg(0))
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
-	for _, name := range []string{"trace", "config", "state-dir"} {
+	for _, name := range []string{"trace", "config", "state-dir", "ssh-config", "identity", "known-hosts"} {
 		if f.set[name] && fs.Lookup(name).Value.String() == "" {
 			return nil, fmt.Errorf("--%s needs a path", name)
 		}
@@ -284,9 +304,12 @@ func runHeadless(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	var envs []backends.Env
 	for _, uri := range s.backendURIs {
-		env, err := backends.Open(uri, backends.Options{})
+		env, err := backends.Open(uri, f.ssh)
 		if err != nil {
 			return usageErr(err)
+		}
+		if c, ok := env.(io.Closer); ok {
+			defer c.Close()
 		}
 		envs = append(envs, env)
 	}

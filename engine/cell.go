@@ -178,6 +178,11 @@ func (e *Engine) failOpen(ctx context.Context, k *Kernel, req Request, timeout t
 	e.removeLocked(k, "spawn failed")
 	e.mu.Unlock()
 	e.emit(kernelEvent(EventSpawnFailed, k, cause.Error()))
+	if te := (*transportError)(nil); errors.As(cause, &te) {
+		// A per-call run needs the same transport: trying it would only
+		// repeat the error.
+		return nil, cause
+	}
 	e.emit(kernelEvent(EventFallbackPerCall, k, "running the cell once in a private dir"))
 	remaining := time.Until(start.Add(timeout))
 	if remaining <= 0 {

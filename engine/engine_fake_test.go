@@ -300,7 +300,6 @@ func TestSpawnFailureFailsOpen(t *testing.T) {
 	}{
 		{"host reports KD:ERR", fakeenv.SpawnFailed("python3 was not found on PATH on this host")},
 		{"shell error without a KD line", fakeenv.ReplyRC("sh: cannot fork\n", 1)},
-		{"transport error", fakeenv.TransportError("connection refused")},
 		{"pid not a number", fakeenv.Reply("KD:SPAWNED x /tmp/kerneldeck-tester/k000000000000\n")},
 		// The dir goes into rm -rf later: one outside <TempDir>/kerneldeck-*/<id> is refused.
 		{"dir outside the kernel root", fakeenv.Reply("KD:SPAWNED 77 /etc\n")},
@@ -332,9 +331,29 @@ func TestSpawnFailureFailsOpen(t *testing.T) {
 		})
 	}
 
+	// A host that cannot be reached at all gets no per-call attempt: it
+	// would need the same transport. The error says so once.
+	t.Run("unreachable host", func(t *testing.T) {
+		r := newRig(t)
+		r.env.Prepend(fakeenv.On("spawn", fakeenv.TransportError("connection refused")))
+		res, err := r.eng.Execute(context.Background(), engine.Request{Owner: "o", Code: "1"})
+		if err == nil || !strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "per-call") {
+			t.Fatalf("want one transport error, got %+v, %v", res, err)
+		}
+		if n := len(r.host.Onces()); n != 0 {
+			t.Fatalf("%d per-call runs against an unreachable host", n)
+		}
+		if ks := r.eng.Kernels(); len(ks) != 0 {
+			t.Fatalf("registry must be empty: %+v", ks)
+		}
+		if failed := r.ev.of(engine.EventSpawnFailed); len(failed) != 1 {
+			t.Fatalf("spawn_failed events: %+v", failed)
+		}
+	})
+
 	t.Run("per-call run fails too", func(t *testing.T) {
 		r := newRig(t)
-		r.env.Prepend(fakeenv.On("spawn", fakeenv.TransportError("host down")), fakeenv.On("once", fakeenv.TransportError("host down")))
+		r.env.Prepend(fakeenv.On("spawn", fakeenv.SpawnFailed("no fifo support")), fakeenv.On("once", fakeenv.TransportError("host down")))
 		res, err := r.eng.Execute(context.Background(), engine.Request{Code: "1"})
 		if err == nil || !strings.Contains(err.Error(), "per-call fallback failed too") {
 			t.Fatalf("want an error naming both failures, got %+v, %v", res, err)

@@ -222,7 +222,7 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) error {
 	script := spawnScript(k.env.TempDir(), id, e.python(k.env), [3]int{len(runner.Source), len(tools), len(envFile)}, 20)
 	res, err := k.env.Execute(ctx, script, backends.ExecOptions{Stdin: stdin, Timeout: spawnTimeout})
 	if err != nil {
-		return fmt.Errorf("spawn kernel %s on %s: %w", id, k.env.URI(), err)
+		return &transportError{fmt.Errorf("spawn kernel %s on %s: %w", id, k.env.URI(), err)}
 	}
 	line, ok := findLine(res.Output, "KD:SPAWNED ")
 	if !ok {
@@ -271,6 +271,13 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) error {
 	e.emit(kernelEvent(EventSpawned, k, detail))
 	return nil
 }
+
+// transportError marks a failure to reach the host at all, as opposed to a
+// host that answered with a refusal.
+type transportError struct{ err error }
+
+func (t *transportError) Error() string { return t.err.Error() }
+func (t *transportError) Unwrap() error { return t.err }
 
 // python returns the interpreter path learnt on env's host, or "".
 func (e *Engine) python(env backends.Env) string {
