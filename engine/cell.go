@@ -281,6 +281,9 @@ func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.Stream
 		if err != nil {
 			return outcome{}, false
 		}
+		if conn != nil {
+			e.emit(kernelEvent(EventReconnected, k, "stream to the runner re-opened"))
+		}
 		conn = startConn(nc, &e.wg)
 		e.mu.Lock()
 		if k.state == stateGone {
@@ -350,6 +353,7 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 	e.mu.Unlock()
 	publish := true
 	backoff := 100 * time.Millisecond
+	failures := 0
 	for {
 		now := time.Now()
 		var window time.Duration
@@ -377,6 +381,7 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 				return outcome{kind: outCanceled, detail: ctx.Err().Error()}
 			}
 			c.maybePublished = c.maybePublished || publish
+			failures++
 			e.emit(kernelEvent(EventTransportError, k, err.Error()))
 			if time.Now().After(c.deadline.Add(e.cfg.InterruptGrace)) {
 				return outcome{kind: outUnreachable, detail: err.Error()}
@@ -388,6 +393,10 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 			}
 			backoff = min(2*backoff, 2*time.Second)
 			continue
+		}
+		if failures > 0 {
+			e.emit(kernelEvent(EventReconnected, k, fmt.Sprintf("host answered again after %d failed attempts", failures)))
+			failures = 0
 		}
 		if ring && strings.Contains(res.Output, "KD:") {
 			c.interruptSent = true

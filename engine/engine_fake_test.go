@@ -1051,6 +1051,10 @@ func TestExactlyOnceAfterTransportErrors(t *testing.T) {
 			if len(r.ev.of(engine.EventTransportError)) == 0 {
 				t.Fatal("no transport_error event")
 			}
+			// The host answered again after the error: the operator sees the recovery.
+			if len(r.ev.of(engine.EventReconnected)) == 0 {
+				t.Fatal("no reconnected event after the host answered again")
+			}
 		})
 	}
 }
