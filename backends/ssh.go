@@ -501,7 +501,11 @@ func (s *SSH) Execute(ctx context.Context, command string, opts ExecOptions) (Re
 	}
 	sess, err := client.NewSession()
 	if err != nil {
-		s.drop(client) // a connection that cannot open a channel is no use
+		// A refused channel (say, the server's MaxSessions) leaves the
+		// connection healthy; anything else means it is gone.
+		if oce := (*ssh.OpenChannelError)(nil); !errors.As(err, &oce) {
+			s.drop(client)
+		}
 		return fail(fmt.Errorf("ssh %s: open session: %w", s.uri, err))
 	}
 	defer sess.Close()

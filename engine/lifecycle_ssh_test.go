@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"os"
 	"testing"
 
@@ -41,5 +42,23 @@ func TestSSHLifecycle(t *testing.T) {
 		t.Run(u.Name+"/execute", func(t *testing.T) {
 			enginetest.Lifecycle(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(sshEnv(t, srv, u, nil)) })
 		})
+	}
+}
+
+// A server that forbids socket forwarding still runs kernels: the stream
+// cannot be opened (OpenSSH answers "open failed", as for a dead socket), so
+// every cell goes over plain Execute.
+func TestSSHWithoutStreamForwarding(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Options{Config: []string{"AllowStreamLocalForwarding no"}})
+	u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
+	env := sshEnv(t, srv, u, nil)
+	h := enginetest.New(t, env, nil)
+	first := h.Run("a", "x = 20", 0)
+	second := h.Run("a", "x * 2", 0)
+	if second.Stdout != "40\n" || second.Kernel.PID != first.Kernel.PID || !second.Kernel.Reused {
+		t.Fatalf("second cell: %q %+v", second.Stdout, second.Kernel)
+	}
+	if _, err := env.DialUnix(context.Background(), first.Kernel.Dir+"/sock"); err == nil {
+		t.Fatal("the server was configured to refuse streams, but a stream opened: the test proves nothing")
 	}
 }
