@@ -128,15 +128,21 @@ func TestOpen(t *testing.T) {
 	if env, err := backends.Open("local", backends.Options{}); err != nil || env.TempDir() != os.TempDir() {
 		t.Fatalf("Open(local) without a temp dir: %v, %v", env, err)
 	}
+	// An ssh URI resolves without connecting: the first command dials.
+	if env, err := backends.Open("ssh://alice@example.com:2222", backends.Options{}); err != nil || env.URI() != "ssh://alice@example.com:2222" {
+		t.Fatalf("Open(ssh://alice@example.com:2222) = %v, %v", env, err)
+	}
 	for uri, wants := range map[string][]string{
-		"ssh://alice@example.com:2222": {`"ssh://alice@example.com:2222"`, "ssh backend"},
-		"ssh://devbox":                 {`"ssh://devbox"`, "ssh"},
-		"docker://web":                 {`"docker://web"`, "docker backend"},
-		"":                             {`""`, "unknown backend", "local", "ssh://", "docker://"},
-		"garbage":                      {`"garbage"`, "unknown backend", "local", "ssh://", "docker://"},
-		"LOCAL":                        {"unknown backend"},
-		"http://example.com":           {"unknown backend"},
-		"local-ish":                    {"unknown backend"},
+		"ssh://":                 {`"ssh://"`, "ssh://[user@]host[:port]"},
+		"ssh://devbox:0":         {`"ssh://devbox:0"`, "port"},
+		"ssh://u:secret@devbox":  {"passwords do not belong in a URI"},
+		"ssh://devbox/some/path": {"ssh://[user@]host[:port]"},
+		"docker://web":           {`"docker://web"`, "docker backend"},
+		"":                       {`""`, "unknown backend", "local", "ssh://", "docker://"},
+		"garbage":                {`"garbage"`, "unknown backend", "local", "ssh://", "docker://"},
+		"LOCAL":                  {"unknown backend"},
+		"http://example.com":     {"unknown backend"},
+		"local-ish":              {"unknown backend"},
 	} {
 		env, err := backends.Open(uri, backends.Options{LocalTempDir: dir})
 		if err == nil {
@@ -145,6 +151,9 @@ func TestOpen(t *testing.T) {
 		}
 		if env != nil {
 			t.Errorf("Open(%q) returned an Env with its error", uri)
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("Open(%q) error repeats the password: %v", uri, err)
 		}
 		for _, w := range wants {
 			if !strings.Contains(err.Error(), w) {

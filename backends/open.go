@@ -38,7 +38,11 @@ func Open(uri string, opts Options) (Env, error) {
 	case uri == "local" || uri == "local://":
 		return NewLocal(opts.LocalTempDir), nil
 	case strings.HasPrefix(uri, "ssh://"):
-		return NewSSH(uri, opts)
+		s, err := NewSSH(uri, opts)
+		if err != nil {
+			return nil, err // not a typed nil inside the Env
+		}
+		return s, nil
 	case strings.HasPrefix(uri, "docker://"):
 		return nil, fmt.Errorf("backend %q: the docker backend is not available in this build yet; use --backend local", uri)
 	default:

@@ -37,7 +37,8 @@ func parseSSHURI(uri string) (userName, host string, port int, err error) {
 		return "", "", 0, fmt.Errorf("backend %q: want ssh://[user@]host[:port], where host may be a Host alias from ~/.ssh/config", uri)
 	}
 	if _, hasPass := u.User.Password(); hasPass {
-		return "", "", 0, fmt.Errorf("backend %q: passwords do not belong in a URI (it would show in ps and logs); use a key or ssh-agent", uri)
+		// Say which URI without repeating the secret.
+		return "", "", 0, fmt.Errorf("backend %q: passwords do not belong in a URI (it would show in ps and logs); use a key or ssh-agent", u.Redacted())
 	}
 	if p := u.Port(); p != "" {
 		port, err = strconv.Atoi(p)
