@@ -301,7 +301,7 @@ func dialThrough(ctx context.Context, jc *ssh.Client, addr string, timeout time.
 // handshake connects to t (over raw when given) with host key checking and
 // the configured authentication, all bounded by timeout.
 func (s *SSH) handshake(ctx context.Context, t sshTarget, raw net.Conn, timeout time.Duration) (*ssh.Client, error) {
-	auth, release, err := s.authMethods(t)
+	auth, problems, release, err := s.authMethods(t)
 	if err != nil {
 		return nil, err
 	}
@@ -326,6 +326,11 @@ func (s *SSH) handshake(ctx context.Context, t sshTarget, raw net.Conn, timeout 
 	stop()
 	if err != nil {
 		raw.Close()
+		if ctx.Err() != nil {
+			err = ctx.Err() // the deadline we set says "i/o timeout"; the cause is the caller's
+		} else if len(problems) > 0 && strings.Contains(err.Error(), "unable to authenticate") {
+			err = fmt.Errorf("%w (also: %s)", err, strings.Join(problems, "; "))
+		}
 		return nil, fmt.Errorf("ssh handshake with %s as %s: %w", t.addr(), t.user, err)
 	}
 	raw.SetDeadline(time.Time{})
@@ -335,10 +340,12 @@ func (s *SSH) handshake(ctx context.Context, t sshTarget, raw net.Conn, timeout 
 // authMethods offers ssh-agent keys (unless IdentitiesOnly) and identity
 // files. An encrypted identity file is never prompted for: without another
 // way in, it is a clear error.
-func (s *SSH) authMethods(t sshTarget) ([]ssh.AuthMethod, func(), error) {
+//
+// problems lists the identity files that could not be used, for the error
+// message when the keys that could be used are all refused.
+func (s *SSH) authMethods(t sshTarget) (methods []ssh.AuthMethod, problems []string, release func(), err error) {
 	var signers []ssh.Signer
-	var problems []string
-	release := func() {}
+	release = func() {}
 	if sock := os.Getenv("SSH_AUTH_SOCK"); sock != "" && !t.identitiesOnly {
 		if conn, err := net.Dial("unix", sock); err == nil {
 			// Agent keys sign during the handshake; the caller releases the
@@ -373,9 +380,9 @@ func (s *SSH) authMethods(t sshTarget) ([]ssh.AuthMethod, func(), error) {
 			problems = append(problems, fmt.Sprintf("no ssh-agent and none of %s exists", strings.Join(t.identities, ", ")))
 		}
 		release()
-		return nil, nil, fmt.Errorf("no usable key for %s@%s: %s", t.user, t.addr(), strings.Join(problems, "; "))
+		return nil, nil, nil, fmt.Errorf("no usable key for %s@%s: %s", t.user, t.addr(), strings.Join(problems, "; "))
 	}
-	return []ssh.AuthMethod{ssh.PublicKeys(signers...)}, release, nil
+	return []ssh.AuthMethod{ssh.PublicKeys(signers...)}, problems, release, nil
 }
 
 // hostKeyCheck verifies host keys against known_hosts, always. It also
@@ -495,42 +502,45 @@ func (s *SSH) Execute(ctx context.Context, command string, opts ExecOptions) (Re
 	case <-ctx.Done():
 		return fail(fmt.Errorf("ssh %s: waiting for a free session: %w", s.uri, ctx.Err()))
 	}
-	client, err := s.conn(ctx)
+	client, sess, err := s.session(ctx)
 	if err != nil {
 		return fail(err)
-	}
-	sess, err := client.NewSession()
-	if err != nil {
-		// A refused channel (say, the server's MaxSessions) leaves the
-		// connection healthy; anything else means it is gone.
-		if oce := (*ssh.OpenChannelError)(nil); !errors.As(err, &oce) {
-			s.drop(client)
-		}
-		return fail(fmt.Errorf("ssh %s: open session: %w", s.uri, err))
 	}
 	defer sess.Close()
 	sess.Stdin = bytes.NewReader(opts.Stdin)
 	out := &cappedBuffer{limit: maxOutput}
-	sess.Stdout = out
+	stdout := &afterMarker{marker: []byte(startMarker + "\n"), w: out}
+	sess.Stdout = stdout
 	errPipe, err := sess.StderrPipe()
 	if err != nil {
 		return fail(fmt.Errorf("ssh %s: %w", s.uri, err))
 	}
-	// The wrapper reports the group id first on stderr, so that a timeout can
-	// kill everything the command started, not just the channel.
+	// The wrapper reports the group id on stderr before the command starts,
+	// so that a timeout can kill everything the command started, not just
+	// the channel. What the login shell's rc files print before it is
+	// dropped: it is not the command's output.
 	pgid := make(chan int, 1)
 	stderrDone := make(chan struct{})
 	errBuf := &cappedBuffer{limit: maxOutput}
 	go func() {
 		defer close(stderrDone)
 		br := bufio.NewReader(errPipe)
-		line, _ := br.ReadString('\n')
-		if n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "KDPGID "))); err == nil && strings.HasPrefix(line, "KDPGID ") {
-			pgid <- n
-		} else {
-			errBuf.Write([]byte(line))
+		var before []byte
+		for {
+			line, err := br.ReadString('\n')
+			if rest, ok := strings.CutPrefix(line, "KDPGID "); ok {
+				if n, err := strconv.Atoi(strings.TrimSpace(rest)); err == nil {
+					pgid <- n
+					io.Copy(errBuf, br)
+					return
+				}
+			}
+			before = append(before, line...)
+			if err != nil {
+				errBuf.Write(before) // the wrapper never started: keep what the shell said
+				return
+			}
 		}
-		io.Copy(errBuf, br)
 	}()
 	if err := sess.Start(wrapRemote(command)); err != nil {
 		s.drop(client)
@@ -550,6 +560,7 @@ func (s *SSH) Execute(ctx context.Context, command string, opts ExecOptions) (Re
 		sess.Close()
 		return fail(fmt.Errorf("ssh %s: %w", s.uri, parent.Err()))
 	}
+	stdout.flush()
 	res := Result{Output: out.String() + errBuf.String()}
 	var exitErr *ssh.ExitError
 	var missing *ssh.ExitMissingError
@@ -570,13 +581,90 @@ func (s *SSH) Execute(ctx context.Context, command string, opts ExecOptions) (Re
 	return res, nil
 }
 
+// session opens a session on the shared connection. Nothing has been sent
+// yet, so trying again is safe: a connection that died unnoticed is dropped
+// and re-dialed once, and a refused channel (the server's MaxSessions can
+// still count sessions we already closed) is retried with a short backoff
+// until ctx ends.
+func (s *SSH) session(ctx context.Context) (*ssh.Client, *ssh.Session, error) {
+	redialed := false
+	backoff := 20 * time.Millisecond
+	for {
+		client, err := s.conn(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		sess, err := client.NewSession()
+		if err == nil {
+			return client, sess, nil
+		}
+		var oce *ssh.OpenChannelError
+		switch {
+		case errors.As(err, &oce):
+			// The connection is healthy; the server refused this channel.
+		case !redialed:
+			s.drop(client)
+			redialed = true
+			continue
+		default:
+			s.drop(client)
+			return nil, nil, fmt.Errorf("ssh %s: open session: %w", s.uri, err)
+		}
+		select {
+		case <-time.After(backoff):
+			backoff = min(2*backoff, time.Second)
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("ssh %s: open session: %w (last refusal: %v)", s.uri, ctx.Err(), err)
+		}
+	}
+}
+
 // wrapRemote runs command with bash whatever the login shell is, in a
 // process group of its own (job control on for the launch only), whose id it
 // announces first on stderr so a timeout can kill everything it started.
 // Exit codes and signal deaths (128+n) come through unchanged.
 func wrapRemote(command string) string {
-	const wrapper = `set -m; bash -c "echo KDPGID \$\$ >&2; exec bash -c \"\$1\"" kerneldeck "$1" & p=$!; set +m; wait $p`
+	const wrapper = `set -m; bash -c "echo KDPGID \$\$ >&2; echo ` + startMarker + `; exec bash -c \"\$1\"" kerneldeck "$1" & p=$!; set +m; wait $p`
 	return "exec bash -c " + shellQuote(wrapper) + " kerneldeck " + shellQuote(command)
+}
+
+// startMarker is the wrapper's first stdout line; everything before it came
+// from the login shell's rc files, not from the command.
+const startMarker = "KDSTART-7f3c"
+
+// afterMarker drops what is written before the marker (and the marker), then
+// passes everything through to w. If the marker never comes (the wrapper did
+// not start), Flush hands over what was held back.
+type afterMarker struct {
+	marker []byte
+	w      io.Writer
+	held   []byte
+	open   bool
+}
+
+func (a *afterMarker) Write(p []byte) (int, error) {
+	if a.open {
+		return a.w.Write(p)
+	}
+	a.held = append(a.held, p...)
+	if i := bytes.Index(a.held, a.marker); i >= 0 {
+		a.open = true
+		rest := a.held[i+len(a.marker):]
+		a.held = nil
+		if _, err := a.w.Write(rest); err != nil {
+			return 0, err
+		}
+	} else if len(a.held) > maxOutput {
+		a.held = a.held[len(a.held)-len(a.marker):] // rc noise without end: keep only a possible marker prefix
+	}
+	return len(p), nil
+}
+
+func (a *afterMarker) flush() {
+	if !a.open && len(a.held) > 0 {
+		a.w.Write(a.held)
+		a.held = nil
+	}
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
@@ -628,6 +716,17 @@ func signalNumber(name string) int {
 // DialUnix implements StreamDialer with a direct-streamlocal channel on the
 // shared connection; it is not a session, so MaxSessions does not limit it.
 func (s *SSH) DialUnix(ctx context.Context, path string) (net.Conn, error) {
+	for attempt := 0; ; attempt++ {
+		c, err := s.dialUnixOnce(ctx, path)
+		var oce *ssh.OpenChannelError
+		if err == nil || attempt > 0 || errors.As(err, &oce) || ctx.Err() != nil {
+			return c, err
+		}
+		// The connection died unnoticed: once more on a fresh one.
+	}
+}
+
+func (s *SSH) dialUnixOnce(ctx context.Context, path string) (net.Conn, error) {
 	client, err := s.conn(ctx)
 	if err != nil {
 		return nil, err
@@ -644,6 +743,9 @@ func (s *SSH) DialUnix(ctx context.Context, path string) (net.Conn, error) {
 	select {
 	case r := <-ch:
 		if r.err != nil {
+			if oce := (*ssh.OpenChannelError)(nil); !errors.As(r.err, &oce) {
+				s.drop(client)
+			}
 			return nil, fmt.Errorf("ssh %s: open stream to %s: %w", s.uri, path, r.err)
 		}
 		return r.c, nil
