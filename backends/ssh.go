@@ -25,9 +25,10 @@ import (
 // Defaults of the ssh backend.
 const (
 	DefaultSSHDialTimeout = 15 * time.Second
-	// DefaultSSHMaxSessions stays under OpenSSH's MaxSessions (10 per
-	// connection), leaving room for an operator's own multiplexed sessions.
-	DefaultSSHMaxSessions = 8
+	// DefaultSSHMaxSessions stays well under OpenSSH's MaxSessions (10 per
+	// connection): sshd frees a session only after our close reaches it, so
+	// under churn it counts a few more than we have open.
+	DefaultSSHMaxSessions = 6
 )
 
 // SSH runs commands on a host over one long-lived x/crypto/ssh connection,
@@ -624,8 +625,12 @@ func (s *SSH) session(ctx context.Context) (*ssh.Client, *ssh.Session, error) {
 // announces first on stderr so a timeout can kill everything it started.
 // Exit codes and signal deaths (128+n) come through unchanged.
 func wrapRemote(command string) string {
-	const wrapper = `set -m; bash -c "echo KDPGID \$\$ >&2; echo ` + startMarker + `; exec bash -c \"\$1\"" kerneldeck "$1" & p=$!; set +m; wait $p`
-	return "exec bash -c " + shellQuote(wrapper) + " kerneldeck " + shellQuote(command)
+	// --norc on every nested bash: bash reads ~/.bashrc whenever it thinks
+	// sshd started it (stdin a socket, SSH_CLIENT set), so without it each
+	// level would pay the user's rc again (about 90 ms for root here).
+	const wrapper = `set -m; bash --norc --noprofile -c "echo KDPGID \$\$ >&2; echo ` + startMarker +
+		`; exec bash --norc --noprofile -c \"\$1\"" kerneldeck "$1" & p=$!; set +m; wait $p`
+	return "exec bash --norc --noprofile -c " + shellQuote(wrapper) + " kerneldeck " + shellQuote(command)
 }
 
 // startMarker is the wrapper's first stdout line; everything before it came

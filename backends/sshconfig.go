@@ -133,7 +133,7 @@ func resolveSSHTarget(cfg *ssh_config.Config, userName, host string, port int, o
 		}
 		t.proxyJump = j
 	}
-	t.aliveInterval = 15 * time.Second
+	t.aliveInterval = 5 * time.Second
 	if v := get("ServerAliveInterval"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {

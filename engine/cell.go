@@ -353,7 +353,7 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 	e.mu.Unlock()
 	publish := true
 	backoff := 100 * time.Millisecond
-	failures := 0
+	failures, lastErr := 0, ""
 	for {
 		now := time.Now()
 		var window time.Duration
@@ -364,6 +364,11 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 		ring := c.interrupted && !c.interruptSent
 		if c.interrupted {
 			window = c.graceEnd.Sub(now)
+			if window <= 0 && failures > 0 {
+				// The host has not answered since the stream broke: say so
+				// rather than claim a kill that could not be sent.
+				return outcome{kind: outUnreachable, detail: lastErr}
+			}
 			if window <= 0 {
 				return outcome{kind: outTimeoutKilled, interrupted: true}
 			}
@@ -371,7 +376,7 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 			window = min(c.deadline.Sub(now), e.cfg.WaitWindow)
 		}
 		secs := max(1, int(math.Ceil(window.Seconds())))
-		opts := backends.ExecOptions{Timeout: time.Duration(secs)*time.Second + 30*time.Second}
+		opts := backends.ExecOptions{Timeout: time.Duration(secs)*time.Second + 10*time.Second}
 		if publish {
 			opts.Stdin = c.reqJSON
 		}
@@ -381,7 +386,7 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 				return outcome{kind: outCanceled, detail: ctx.Err().Error()}
 			}
 			c.maybePublished = c.maybePublished || publish
-			failures++
+			failures, lastErr = failures+1, err.Error()
 			e.emit(kernelEvent(EventTransportError, k, err.Error()))
 			if time.Now().After(c.deadline.Add(e.cfg.InterruptGrace)) {
 				return outcome{kind: outUnreachable, detail: err.Error()}

@@ -92,6 +92,11 @@ if [ "$pub" = 1 ] && [ "$published" = 0 ]; then
   IFS= read -r -d '' req
   { printf '%%s' "$req" >"$id.req.tmp" && mv -f -- "$id.req.tmp" "$id.req"; } 2>&1 || { rm -f -- "$id.req.tmp"; echo KD:PUBFAIL; exit 0; }
   { exec 3<>../wake && printf 'cell %%s\n' "$id" >&3; } 2>&1 || { rm -f -- "$id.req"; echo KD:PUBFAIL; exit 0; }
+elif [ "$pub" = 1 ] && [ ! -e "$id.res" ]; then
+  # A retry after a transport error: the earlier attempt may have written
+  # the request but died before ringing. The runner runs an id once, so
+  # ringing again is always safe.
+  exec 3<>../wake && printf 'cell %%s\n' "$id" >&3
 fi
 if [ "$intr" = 1 ]; then exec 3<>../wake && printf 'int %%s\n' "$id" >&3; fi
 exec 4<>../done || { echo KD:LOST; exit 0; }
