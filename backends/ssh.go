@@ -262,6 +262,18 @@ func (s *SSH) dial(ctx context.Context) (*ssh.Client, []io.Closer, error) {
 	return c, closers, nil
 }
 
+// ctxDone is ctx.Err(), also once ctx's deadline has passed but its timer
+// has not fired yet (a socket deadline set to the same instant can win).
+func ctxDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 func cmpDur(a, b time.Duration) time.Duration {
 	if a != 0 {
 		return a
@@ -327,8 +339,8 @@ func (s *SSH) handshake(ctx context.Context, t sshTarget, raw net.Conn, timeout 
 	stop()
 	if err != nil {
 		raw.Close()
-		if ctx.Err() != nil {
-			err = ctx.Err() // the deadline we set says "i/o timeout"; the cause is the caller's
+		if cerr := ctxDone(ctx); cerr != nil {
+			err = cerr // the deadline we set says "i/o timeout"; the cause is the caller's
 		} else if len(problems) > 0 && strings.Contains(err.Error(), "unable to authenticate") {
 			err = fmt.Errorf("%w (also: %s)", err, strings.Join(problems, "; "))
 		}
@@ -492,7 +504,7 @@ func (s *SSH) Execute(ctx context.Context, command string, opts ExecOptions) (Re
 		defer cancel()
 	}
 	fail := func(err error) (Result, error) {
-		if ctx.Err() != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if ctxDone(ctx) != nil && parent.Err() == nil && errors.Is(ctxDone(ctx), context.DeadlineExceeded) {
 			return Result{}, fmt.Errorf("ssh %s: %w after %v", s.uri, ErrTimeout, opts.Timeout)
 		}
 		return Result{}, err
@@ -508,7 +520,12 @@ func (s *SSH) Execute(ctx context.Context, command string, opts ExecOptions) (Re
 		return fail(err)
 	}
 	defer sess.Close()
-	sess.Stdin = bytes.NewReader(opts.Stdin)
+	// Stdin is fed by hand: a command that exits without reading all of it
+	// is not a transport failure (Session.Stdin would make Wait report one).
+	stdin, err := sess.StdinPipe()
+	if err != nil {
+		return fail(fmt.Errorf("ssh %s: %w", s.uri, err))
+	}
 	out := &cappedBuffer{limit: maxOutput}
 	stdout := &afterMarker{marker: []byte(startMarker + "\n"), w: out}
 	sess.Stdout = stdout
@@ -547,6 +564,10 @@ func (s *SSH) Execute(ctx context.Context, command string, opts ExecOptions) (Re
 		s.drop(client)
 		return fail(fmt.Errorf("ssh %s: start command: %w", s.uri, err))
 	}
+	go func() {
+		stdin.Write(opts.Stdin)
+		stdin.Close()
+	}()
 	waited := make(chan error, 1)
 	go func() { waited <- sess.Wait() }()
 	select {
