@@ -363,9 +363,6 @@ func TestSSHDropMidCell(t *testing.T) {
 // blip), next to the engine's new wait for the same cell: the new wait must
 // still collect the result as soon as it is there, and each cell runs once.
 func TestSSHDropMidCellRepeated(t *testing.T) {
-	t.Skip("known problem, not yet understood: after several drops over plain Execute, a host-side wait " +
-		"command sometimes outlives its window and the cell comes back as unreachable after ~22 s; " +
-		"single drops (TestSSHDropMidCell) pass. See the issue 3 closing note.")
 	srv := sshdtest.Start(t, sshdtest.Options{})
 	u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
 	r := stNewRig(t, srv, u, true, nil)

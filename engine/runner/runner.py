@@ -510,7 +510,12 @@ class Runner:
         except OSError:
             return  # nobody waits on the host side
         try:
-            os.write(fd, b"x")
+            # Several bytes, not one: a waiter orphaned by a dropped
+            # connection can still hold the FIFO, and bash's read -t does a
+            # blocking read() after select(), so a waiter whose byte was
+            # taken would block past its window. Spare bytes only cause a
+            # spurious wake-up, which re-checks the result file.
+            os.write(fd, b"x" * 16)
         except OSError:
             pass
         finally:
