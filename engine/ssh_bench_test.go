@@ -80,21 +80,6 @@ func sbUser(b *testing.B, srv *sshdtest.Server, name string) *sshdtest.User {
 	return nil
 }
 
-// sbWarm measures a trivial cell on a kernel that is already running.
-func sbWarm(b *testing.B, eng *engine.Engine) {
-	first := rtExec(b, eng, engine.Request{Owner: "bench", Code: "1"})
-	var lat []time.Duration
-	for b.Loop() {
-		start := time.Now()
-		res, err := eng.Execute(context.Background(), engine.Request{Owner: "bench", Code: "1"})
-		lat = append(lat, time.Since(start))
-		if err != nil || res.Status != "success" || res.Stdout != "1\n" || res.Kernel == nil || res.Kernel.ID != first.Kernel.ID {
-			b.Fatalf("warm cell: %v, %+v", err, res)
-		}
-	}
-	rtReportPercentiles(b, lat)
-}
-
 // BenchmarkSSHWarmCell: a warm trivial cell on the fast path (one frame on
 // a kept direct-streamlocal channel), for a light and a heavy remote shell.
 func BenchmarkSSHWarmCell(b *testing.B) {
