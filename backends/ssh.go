@@ -3,6 +3,7 @@ package backends
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -71,8 +72,8 @@ func NewSSH(uri string, opts Options) (*SSH, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backend %s: %w", uri, err)
 	}
-	s := &SSH{uri: uri, target: t, opts: opts, tempDir: cmpNonEmpty(opts.SSHTempDir, "/tmp"),
-		sessions: make(chan struct{}, max(1, cmpInt(opts.SSHMaxSessions, DefaultSSHMaxSessions)))}
+	s := &SSH{uri: uri, target: t, opts: opts, tempDir: cmp.Or(opts.SSHTempDir, "/tmp"),
+		sessions: make(chan struct{}, max(1, cmp.Or(opts.SSHMaxSessions, DefaultSSHMaxSessions)))}
 	if t.proxyJump != "" {
 		ju, jh, jp, err := splitJump(t.proxyJump)
 		if err != nil {
@@ -88,13 +89,6 @@ func NewSSH(uri string, opts Options) (*SSH, error) {
 		s.jump = &jt
 	}
 	return s, nil
-}
-
-func cmpInt(a, b int) int {
-	if a != 0 {
-		return a
-	}
-	return b
 }
 
 // URI implements Env.
@@ -222,6 +216,7 @@ func (s *SSH) watch(c *ssh.Client) {
 	}
 }
 
+// forget closes c if it is still current, so the next use re-dials.
 func (s *SSH) forget(c *ssh.Client) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -230,11 +225,8 @@ func (s *SSH) forget(c *ssh.Client) {
 	}
 }
 
-// drop closes c if it is still current, so the next use re-dials.
-func (s *SSH) drop(c *ssh.Client) { s.forget(c) }
-
 func (s *SSH) dial(ctx context.Context) (*ssh.Client, []io.Closer, error) {
-	timeout := cmpDur(s.opts.SSHDialTimeout, DefaultSSHDialTimeout)
+	timeout := cmp.Or(s.opts.SSHDialTimeout, DefaultSSHDialTimeout)
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
 		timeout = max(time.Until(dl), time.Millisecond)
 	}
@@ -272,13 +264,6 @@ func ctxDone(ctx context.Context) error {
 		return context.DeadlineExceeded
 	}
 	return nil
-}
-
-func cmpDur(a, b time.Duration) time.Duration {
-	if a != 0 {
-		return a
-	}
-	return b
 }
 
 func dialThrough(ctx context.Context, jc *ssh.Client, addr string, timeout time.Duration) (net.Conn, error) {
@@ -561,7 +546,7 @@ func (s *SSH) Execute(ctx context.Context, command string, opts ExecOptions) (Re
 		}
 	}()
 	if err := sess.Start(wrapRemote(command)); err != nil {
-		s.drop(client)
+		s.forget(client)
 		return fail(fmt.Errorf("ssh %s: start command: %w", s.uri, err))
 	}
 	go func() {
@@ -594,10 +579,10 @@ func (s *SSH) Execute(ctx context.Context, command string, opts ExecOptions) (Re
 			res.ReturnCode = 128 + signalNumber(exitErr.Signal())
 		}
 	case errors.As(err, &missing):
-		s.drop(client)
+		s.forget(client)
 		return res, fmt.Errorf("ssh %s: connection lost before the command finished", s.uri)
 	default:
-		s.drop(client)
+		s.forget(client)
 		return res, fmt.Errorf("ssh %s: %w", s.uri, err)
 	}
 	return res, nil
@@ -625,11 +610,11 @@ func (s *SSH) session(ctx context.Context) (*ssh.Client, *ssh.Session, error) {
 		case errors.As(err, &oce):
 			// The connection is healthy; the server refused this channel.
 		case !redialed:
-			s.drop(client)
+			s.forget(client)
 			redialed = true
 			continue
 		default:
-			s.drop(client)
+			s.forget(client)
 			return nil, nil, fmt.Errorf("ssh %s: open session: %w", s.uri, err)
 		}
 		select {
@@ -651,7 +636,7 @@ func wrapRemote(command string) string {
 	// level would pay the user's rc again (about 90 ms for root here).
 	const wrapper = `set -m; bash --norc --noprofile -c "echo KDPGID \$\$ >&2; echo ` + startMarker +
 		`; exec bash --norc --noprofile -c \"\$1\"" kerneldeck "$1" & p=$!; set +m; wait $p`
-	return "exec bash --norc --noprofile -c " + shellQuote(wrapper) + " kerneldeck " + shellQuote(command)
+	return "exec bash --norc --noprofile -c " + ShellQuote(wrapper) + " kerneldeck " + ShellQuote(command)
 }
 
 // startMarker is the wrapper's first stdout line; everything before it came
@@ -693,7 +678,8 @@ func (a *afterMarker) flush() {
 	}
 }
 
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+// ShellQuote quotes s as one bash word.
+func ShellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // killGroup kills a timed-out command's process group on the host, on a
 // fresh session, without waiting long.
@@ -770,7 +756,7 @@ func (s *SSH) dialUnixOnce(ctx context.Context, path string) (net.Conn, error) {
 	case r := <-ch:
 		if r.err != nil {
 			if oce := (*ssh.OpenChannelError)(nil); !errors.As(r.err, &oce) {
-				s.drop(client)
+				s.forget(client)
 			}
 			return nil, fmt.Errorf("ssh %s: open stream to %s: %w", s.uri, path, r.err)
 		}

@@ -1,6 +1,7 @@
 package backends
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -87,7 +88,7 @@ func resolveSSHTarget(cfg *ssh_config.Config, userName, host string, port int, o
 		return t, fmt.Errorf("find the local user: %w", err)
 	}
 	if t.user == "" {
-		t.user = cmpNonEmpty(get("User"), local.Username)
+		t.user = cmp.Or(get("User"), local.Username)
 	}
 	if t.port == 0 {
 		t.port = 22
@@ -142,13 +143,6 @@ func resolveSSHTarget(cfg *ssh_config.Config, userName, host string, port int, o
 		t.aliveInterval = time.Duration(n) * time.Second
 	}
 	return t, nil
-}
-
-func cmpNonEmpty(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // splitJump parses a ProxyJump value: [user@]host[:port].

@@ -161,7 +161,7 @@ func (e *Engine) SetLimits(maxKernels *int, idleExit *time.Duration) error {
 			}
 		}
 	}
-	e.emitLocked(Event{Type: EventLimits, Detail: fmt.Sprintf("max_kernels %d, idle_exit %v", e.max, e.idleExit)})
+	e.emit(Event{Type: EventLimits, Detail: fmt.Sprintf("max_kernels %d, idle_exit %v", e.max, e.idleExit)})
 	idle := e.idleExit
 	e.mu.Unlock()
 	// Runners exit by themselves after their own idle_exit: tell them the new one.
@@ -229,11 +229,7 @@ func (e *Engine) goAsync(f func(ctx context.Context)) {
 	}()
 }
 
-func (e *Engine) emitLocked(ev Event) {
-	ev.Time = e.cfg.Now()
-	e.bus.publish(ev)
-}
-
+// emit publishes ev; it never blocks, so it is safe under e.mu.
 func (e *Engine) emit(ev Event) {
 	ev.Time = e.cfg.Now()
 	e.bus.publish(ev)
@@ -265,7 +261,7 @@ func (e *Engine) reapIdle() []*Kernel {
 		if k.state == stateReady && !k.attachedLocked() && now.Sub(k.lastUsed) > e.idleExit {
 			idle := now.Sub(k.lastUsed).Round(time.Second)
 			e.removeLocked(k, "reaped after idle "+idle.String())
-			e.emitLocked(kernelEvent(EventReapedIdle, k, fmt.Sprintf("idle %v > idle_exit %v", idle, e.idleExit)))
+			e.emit(kernelEvent(EventReapedIdle, k, fmt.Sprintf("idle %v > idle_exit %v", idle, e.idleExit)))
 			victims = append(victims, k)
 		}
 	}
@@ -287,7 +283,7 @@ func (e *Engine) enforceCap() {
 				break
 			}
 			e.removeLocked(k, "evicted by the cap")
-			e.emitLocked(kernelEvent(EventEvictedCap, k, fmt.Sprintf(
+			e.emit(kernelEvent(EventEvictedCap, k, fmt.Sprintf(
 				"cap %d exceeded by %d: least recently used (LRU 1 of %d idle), idle %v",
 				e.max, over-i, len(idle)-i, now.Sub(k.lastUsed).Round(time.Millisecond))))
 			victims = append(victims, k)
@@ -301,7 +297,7 @@ func (e *Engine) enforceCap() {
 				}
 			}
 			slices.Sort(busy)
-			e.emitLocked(Event{Type: EventEvictSkippedBusy, Detail: fmt.Sprintf(
+			e.emit(Event{Type: EventEvictSkippedBusy, Detail: fmt.Sprintf(
 				"%d kernels over cap %d; busy kernels are never evicted: %v", left, e.max, busy)})
 		}
 	}
@@ -377,7 +373,7 @@ func (e *Engine) ShutdownOwner(ctx context.Context, owner string) int {
 			victims = append(victims, k)
 		}
 	}
-	e.emitLocked(Event{Type: EventOwnerShutdown, Owner: owner, Detail: fmt.Sprintf("%d kernels", len(victims))})
+	e.emit(Event{Type: EventOwnerShutdown, Owner: owner, Detail: fmt.Sprintf("%d kernels", len(victims))})
 	e.mu.Unlock()
 	e.killAll(ctx, victims)
 	return len(victims)

@@ -41,7 +41,6 @@ type Kernel struct {
 	waiters      []chan struct{}
 	runningCell  string
 	runningSince time.Time
-	created      time.Time
 	lastUsed     time.Time
 	execCount    int
 	conn         *runnerConn
@@ -128,7 +127,7 @@ func (e *Engine) acquire(ctx context.Context, key Key, env backends.Env, deadlin
 		k = e.kernels[key]
 		if k == nil {
 			now := e.cfg.Now()
-			k = &Kernel{key: key, env: env, id: newKernelID(), state: stateStarting, holding: true, created: now, lastUsed: now}
+			k = &Kernel{key: key, env: env, id: newKernelID(), state: stateStarting, holding: true, lastUsed: now}
 			e.kernels[key] = k
 			e.byID[k.id] = k
 			e.mu.Unlock()

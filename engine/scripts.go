@@ -2,7 +2,8 @@ package engine
 
 import (
 	"fmt"
-	"strings"
+
+	"github.com/kerneldeck/kerneldeck/backends"
 )
 
 // The host-side half of the protocol: each function returns one bash script
@@ -17,9 +18,7 @@ import (
 const aliveFn = `alive() { kill -0 "$1" 2>/dev/null || return 1; [ -r "/proc/$1/stat" ] || return 0; local s; read -r s <"/proc/$1/stat" || return 0; s=${s##*) }; [ "${s%% *}" != Z ]; }`
 
 // shq quotes s for bash.
-func shq(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
+var shq = backends.ShellQuote
 
 // spawnScript sets up the owner-only kernel dir, writes the shipped files and
 // starts the runner detached, all in one round trip. sizes are the byte

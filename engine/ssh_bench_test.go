@@ -1,8 +1,6 @@
 package engine_test
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -106,25 +104,7 @@ func BenchmarkSSHColdStart(b *testing.B) {
 	srv := sshdtest.Start(b, sshdtest.Options{})
 	u := sbUser(b, srv, "light")
 	b.Run("light", func(b *testing.B) {
-		eng := sbEngine(b, srv, u, false)
-		rtExec(b, eng, engine.Request{Owner: "warmup", Code: "1"})
-		eng.ShutdownOwner(context.Background(), "warmup")
-		var lat []time.Duration
-		i := 0
-		for b.Loop() {
-			owner := fmt.Sprintf("cold-%d", i)
-			i++
-			start := time.Now()
-			res, err := eng.Execute(context.Background(), engine.Request{Owner: owner, Code: "1"})
-			lat = append(lat, time.Since(start))
-			if err != nil || res.Status != "success" || res.Stdout != "1\n" || res.Kernel == nil || res.Kernel.Reused || res.Fallback != "" {
-				b.Fatalf("cold start: %v, %+v", err, res)
-			}
-			b.StopTimer()
-			eng.ShutdownOwner(context.Background(), owner)
-			b.StartTimer()
-		}
-		rtReportPercentiles(b, lat)
+		sbCold(b, sbEngine(b, srv, u, false))
 	})
 }
 

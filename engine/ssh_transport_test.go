@@ -7,13 +7,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/backendtest"
+	"github.com/kerneldeck/kerneldeck/internal/enginetest"
 	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
 )
 
@@ -38,10 +38,7 @@ type stRig struct {
 	ssh *backends.SSH
 	c   backendtest.Counting
 	eng *engine.Engine
-	sub *engine.Subscription
-
-	mu   sync.Mutex
-	seen []engine.Event
+	log *enginetest.EventLog
 }
 
 // stNewRig opens the ssh backend for u (through sshEnv), hides its fast path
@@ -66,27 +63,13 @@ func stNewRig(t *testing.T, srv *sshdtest.Server, u *sshdtest.User, executeOnly 
 		t.Fatal(err)
 	}
 	r.eng = eng
-	r.sub = eng.Subscribe(1 << 14)
+	r.log = enginetest.NewEventLog(eng)
 	t.Cleanup(func() { rtClose(t, eng) })
 	return r
 }
 
-// events drains the subscription and returns every event seen so far.
-func (r *stRig) events() []engine.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for {
-		select {
-		case ev, ok := <-r.sub.C:
-			if ok {
-				r.seen = append(r.seen, ev)
-				continue
-			}
-		default:
-		}
-		return slices.Clone(r.seen)
-	}
-}
+// events returns every event seen so far.
+func (r *stRig) events() []engine.Event { return r.log.All() }
 
 func (r *stRig) count(types ...engine.EventType) int {
 	n := 0

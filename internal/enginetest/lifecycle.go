@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,10 +24,35 @@ type Harness struct {
 	Eng      *engine.Engine
 	StateDir string
 	Trace    string
-	Events   *engine.Subscription
+	Log      *EventLog
+}
 
+// EventLog keeps every event of a subscription, for tests that check which
+// events a scenario produced.
+type EventLog struct {
+	sub  *engine.Subscription
 	mu   sync.Mutex
 	seen []engine.Event
+}
+
+// NewEventLog subscribes to eng with room for many events.
+func NewEventLog(eng *engine.Engine) *EventLog { return &EventLog{sub: eng.Subscribe(1 << 14)} }
+
+// All drains the subscription and returns every event seen so far.
+func (l *EventLog) All() []engine.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		select {
+		case ev, ok := <-l.sub.C:
+			if ok {
+				l.seen = append(l.seen, ev)
+				continue
+			}
+		default:
+		}
+		return slices.Clone(l.seen)
+	}
 }
 
 // New starts an engine on env with small limits suited to tests; mutate cfg
@@ -53,7 +79,7 @@ func New(t *testing.T, env backends.Env, mutate func(*engine.Config)) *Harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Events = h.Eng.Subscribe(4096)
+	h.Log = NewEventLog(h.Eng)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -121,21 +147,7 @@ func (h *Harness) WaitFor(what string, within time.Duration, cond func() bool) {
 }
 
 // AllEvents drains the subscription and returns every event seen so far.
-func (h *Harness) AllEvents() []engine.Event {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for {
-		select {
-		case ev, ok := <-h.Events.C:
-			if ok {
-				h.seen = append(h.seen, ev)
-				continue
-			}
-		default:
-		}
-		return append([]engine.Event(nil), h.seen...)
-	}
-}
+func (h *Harness) AllEvents() []engine.Event { return h.Log.All() }
 
 // EventsOf returns every event of type t seen so far.
 func (h *Harness) EventsOf(t engine.EventType) []engine.Event {
