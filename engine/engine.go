@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/hosttools"
 )
 
 // Defaults for Config fields left zero.
@@ -24,6 +25,7 @@ const (
 	DefaultClipChars      = 50_000
 	DefaultSpillMax       = 5 << 20
 	DefaultWaitWindow     = 15 * time.Second
+	DefaultMaxToolCalls   = 50
 	defaultSweepEvery     = time.Second
 	spawnTimeout          = 30 * time.Second
 	killTimeout           = 15 * time.Second
@@ -49,6 +51,20 @@ type Config struct {
 	SweepEvery time.Duration
 	// Now is the clock; tests inject a fake one.
 	Now func() time.Time
+
+	// Tools serves kernels' tool calls; nil means no host tools (every call
+	// gets an error answer).
+	Tools *hosttools.Registry
+	// ToolOutput keeps tool output too large to return inline; nil returns
+	// it inline whatever its size.
+	ToolOutput *hosttools.Storage
+	// MaxToolCalls is how many tool calls one cell may make (default 50);
+	// a negative value allows none.
+	MaxToolCalls int
+	// Approvals decides which tool calls run, ask the operator or are refused.
+	Approvals Approvals
+	// ApprovalTimeout is how long an "ask" waits before denying.
+	ApprovalTimeout time.Duration
 }
 
 // Engine is the in-process kernel host. All its methods are safe for
@@ -66,6 +82,10 @@ type Engine struct {
 	closed   bool
 	overCap  bool              // an evict_skipped_busy was reported for the current overflow
 	pythons  map[string]string // backend URI -> interpreter path its runners reported
+	// approvals are the tool calls waiting for the operator, by request id;
+	// grants are (owner, tool) pairs the operator approved "always".
+	approvals map[string]*pendingApproval
+	grants    map[string]bool
 
 	wg       sync.WaitGroup
 	stop     chan struct{}
@@ -85,6 +105,11 @@ func New(cfg Config) (*Engine, error) {
 	cfg.SpillMax = cmp.Or(cfg.SpillMax, DefaultSpillMax)
 	cfg.WaitWindow = cmp.Or(cfg.WaitWindow, DefaultWaitWindow)
 	cfg.SweepEvery = cmp.Or(cfg.SweepEvery, defaultSweepEvery)
+	cfg.MaxToolCalls = cmp.Or(cfg.MaxToolCalls, DefaultMaxToolCalls)
+	cfg.ApprovalTimeout = cmp.Or(cfg.ApprovalTimeout, DefaultApprovalTimeout)
+	if err := cfg.Approvals.Validate(); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -93,15 +118,17 @@ func New(cfg Config) (*Engine, error) {
 			cfg.MaxKernels, cfg.IdleExit, cfg.CellTimeout)
 	}
 	e := &Engine{
-		cfg:      cfg,
-		backends: map[string]backends.Env{},
-		bus:      newBus(),
-		kernels:  map[Key]*Kernel{},
-		byID:     map[string]*Kernel{},
-		pythons:  map[string]string{},
-		max:      cfg.MaxKernels,
-		idleExit: cfg.IdleExit,
-		stop:     make(chan struct{}),
+		cfg:       cfg,
+		backends:  map[string]backends.Env{},
+		bus:       newBus(),
+		kernels:   map[Key]*Kernel{},
+		byID:      map[string]*Kernel{},
+		pythons:   map[string]string{},
+		approvals: map[string]*pendingApproval{},
+		grants:    map[string]bool{},
+		max:       cfg.MaxKernels,
+		idleExit:  cfg.IdleExit,
+		stop:      make(chan struct{}),
 	}
 	for _, b := range cfg.Backends {
 		if _, dup := e.backends[b.URI()]; dup {

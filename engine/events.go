@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"sync"
 	"time"
 )
@@ -30,6 +31,10 @@ const (
 	EventTransportError   EventType = "transport_error"
 	EventReconnected      EventType = "reconnected"
 	EventLimits           EventType = "limits"
+	// EventApprovalRequest asks the operator to answer a tool call
+	// (Engine.Approve); EventApprovalDecided tells how it was answered.
+	EventApprovalRequest EventType = "approval_request"
+	EventApprovalDecided EventType = "approval_decided"
 	// EventMissed tells a subscriber that Detail events were dropped because
 	// it fell behind.
 	EventMissed EventType = "missed"
@@ -44,6 +49,11 @@ type Event struct {
 	Owner  string    `json:"owner,omitempty"`
 	Key    string    `json:"key,omitempty"`
 	Detail string    `json:"detail,omitempty"`
+	// Request, Tool and Args describe a tool call waiting for approval
+	// (Args clipped to a few KiB); Request is also set on its decision.
+	Request string          `json:"request,omitempty"`
+	Tool    string          `json:"tool,omitempty"`
+	Args    json.RawMessage `json:"args,omitempty"`
 	// Missed counts the events dropped before this one (EventMissed only).
 	Missed int `json:"missed,omitempty"`
 }

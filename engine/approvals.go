@@ -1,0 +1,241 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Policy says what happens when a kernel calls a host tool: it runs, the
+// operator is asked first, or it is refused.
+type Policy string
+
+// The approval policies.
+const (
+	PolicyAllow Policy = "allow"
+	PolicyAsk   Policy = "ask"
+	PolicyDeny  Policy = "deny"
+)
+
+// ParsePolicy accepts "allow", "ask" or "deny".
+func ParsePolicy(s string) (Policy, error) {
+	switch p := Policy(s); p {
+	case PolicyAllow, PolicyAsk, PolicyDeny:
+		return p, nil
+	}
+	return "", fmt.Errorf("approval policy %q is invalid: use allow, ask or deny", s)
+}
+
+// DefaultApprovalTimeout is how long an "ask" waits for the operator before
+// the call is denied.
+const DefaultApprovalTimeout = 60 * time.Second
+
+// Approvals decides, per owner and tool, whether a tool call runs. The most
+// specific rule wins: Owners[owner][tool], then Owners[owner]["*"], then
+// Tools[tool], then Default (which is PolicyAsk when empty: nothing runs on
+// the host unseen unless the operator said so).
+type Approvals struct {
+	Default Policy
+	Tools   map[string]Policy
+	Owners  map[string]map[string]Policy
+}
+
+// DefaultToolPolicies are the built-in tools' policies when the operator sets
+// none: reading the workspace and fetching from the allow-list run, writing
+// and running commands ask.
+func DefaultToolPolicies() map[string]Policy {
+	return map[string]Policy{
+		"read_file":  PolicyAllow,
+		"list_files": PolicyAllow,
+		"http_get":   PolicyAllow,
+		"write_file": PolicyAsk,
+		"terminal":   PolicyAsk,
+	}
+}
+
+// For returns the policy for owner calling tool.
+func (a Approvals) For(owner, tool string) Policy {
+	if rules, ok := a.Owners[owner]; ok {
+		if p, ok := rules[tool]; ok {
+			return p
+		}
+		if p, ok := rules["*"]; ok {
+			return p
+		}
+	}
+	if p, ok := a.Tools[tool]; ok {
+		return p
+	}
+	if a.Default == "" {
+		return PolicyAsk
+	}
+	return a.Default
+}
+
+// Validate checks every policy value.
+func (a Approvals) Validate() error {
+	check := func(where string, p Policy) error {
+		if _, err := ParsePolicy(string(p)); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		return nil
+	}
+	if a.Default != "" {
+		if err := check("default approval", a.Default); err != nil {
+			return err
+		}
+	}
+	for t, p := range a.Tools {
+		if err := check("approval for tool "+t, p); err != nil {
+			return err
+		}
+	}
+	for o, rules := range a.Owners {
+		for t, p := range rules {
+			if err := check(fmt.Sprintf("approval for owner %s, tool %s", o, t), p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Decision is the operator's answer to an approval request.
+type Decision string
+
+// The operator's answers.
+const (
+	ApproveOnce   Decision = "once"
+	ApproveAlways Decision = "always" // for this owner and tool, until the engine stops
+	ApproveDeny   Decision = "deny"
+)
+
+// ApprovalRequest is a tool call waiting for the operator.
+type ApprovalRequest struct {
+	ID     string          `json:"request"`
+	Kernel string          `json:"kernel"`
+	Owner  string          `json:"owner"`
+	Tool   string          `json:"tool"`
+	Args   json.RawMessage `json:"args"`
+	Since  time.Time       `json:"since"`
+}
+
+type pendingApproval struct {
+	req     ApprovalRequest
+	decided chan Decision // buffered 1
+}
+
+// maxEventArgs bounds the arguments shown in an approval request.
+const maxEventArgs = 4096
+
+// errDenied marks a call refused by policy or by the operator.
+var errDenied = errors.New("denied")
+
+// authorize applies the owner's policy to a tool call. It returns nil when
+// the call may run and an error saying why not otherwise; an "ask" waits for
+// Approve, the approval timeout or ctx.
+func (e *Engine) authorize(ctx context.Context, k *Kernel, tool string, args json.RawMessage) error {
+	owner := k.key.Owner
+	e.mu.Lock()
+	granted := e.grants[owner+"\x00"+tool]
+	kernelID := k.id
+	e.mu.Unlock()
+	if granted {
+		return nil
+	}
+	switch e.cfg.Approvals.For(owner, tool) {
+	case PolicyAllow:
+		return nil
+	case PolicyDeny:
+		return fmt.Errorf("%w: the approval policy denies %s for owner %s", errDenied, tool, owner)
+	}
+	shown := args
+	if len(shown) > maxEventArgs {
+		shown, _ = json.Marshal(string(args[:maxEventArgs]) + "... (clipped)")
+	}
+	p := &pendingApproval{
+		req:     ApprovalRequest{ID: "a" + randomHex(6), Kernel: kernelID, Owner: owner, Tool: tool, Args: shown, Since: e.cfg.Now()},
+		decided: make(chan Decision, 1),
+	}
+	e.mu.Lock()
+	e.approvals[p.req.ID] = p
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.approvals, p.req.ID)
+		e.mu.Unlock()
+	}()
+	e.emit(Event{Type: EventApprovalRequest, Kernel: kernelID, Owner: owner, Key: k.key.String(),
+		Request: p.req.ID, Tool: tool, Args: shown, Detail: fmt.Sprintf("%s wants to call %s", owner, tool)})
+	timer := time.NewTimer(e.cfg.ApprovalTimeout)
+	defer timer.Stop()
+	decided := func(d Decision, detail string) {
+		e.emit(Event{Type: EventApprovalDecided, Kernel: kernelID, Owner: owner, Key: k.key.String(),
+			Request: p.req.ID, Tool: tool, Detail: string(d) + ": " + detail})
+	}
+	select {
+	case d := <-p.decided:
+		switch d {
+		case ApproveOnce:
+			decided(d, "approved once by the operator")
+			return nil
+		case ApproveAlways:
+			e.mu.Lock()
+			e.grants[owner+"\x00"+tool] = true
+			e.mu.Unlock()
+			decided(d, fmt.Sprintf("approved by the operator for every %s call of owner %s", tool, owner))
+			return nil
+		default:
+			decided(ApproveDeny, "denied by the operator")
+			return fmt.Errorf("%w: the operator denied this %s call", errDenied, tool)
+		}
+	case <-timer.C:
+		decided(ApproveDeny, fmt.Sprintf("no answer within %v", e.cfg.ApprovalTimeout))
+		return fmt.Errorf("%w: the operator did not answer within %v, so this %s call was denied", errDenied, e.cfg.ApprovalTimeout, tool)
+	case <-ctx.Done():
+		decided(ApproveDeny, "the cell ended before an answer")
+		return fmt.Errorf("%w: the cell ended before the operator answered: %w", errDenied, ctx.Err())
+	}
+}
+
+// Approve answers a pending approval request with once, always or deny.
+func (e *Engine) Approve(requestID string, d Decision) error {
+	switch d {
+	case ApproveOnce, ApproveAlways, ApproveDeny:
+	default:
+		return fmt.Errorf("decision %q is invalid: use once, always or deny", d)
+	}
+	e.mu.Lock()
+	p, ok := e.approvals[requestID]
+	e.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("no pending approval request %q (it may have been answered or timed out)", requestID)
+	}
+	select {
+	case p.decided <- d:
+		return nil
+	default:
+		return fmt.Errorf("approval request %q was already answered", requestID)
+	}
+}
+
+// PendingApprovals lists the tool calls waiting for the operator, oldest first.
+func (e *Engine) PendingApprovals() []ApprovalRequest {
+	e.mu.Lock()
+	out := make([]ApprovalRequest, 0, len(e.approvals))
+	for _, p := range e.approvals {
+		out = append(out, p.req)
+	}
+	e.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Since.Equal(out[j].Since) {
+			return out[i].Since.Before(out[j].Since)
+		}
+		return strings.Compare(out[i].ID, out[j].ID) < 0
+	})
+	return out
+}
