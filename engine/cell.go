@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
-	"github.com/kerneldeck/kerneldeck/engine/runner"
 )
 
 // sockPathMax mirrors the runner's SOCK_PATH_MAX: longer socket paths do not
@@ -139,9 +138,8 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 		e.emit(kernelEvent(EventReused, k, ""))
 	}
 
-	code, _ := json.Marshal(map[string]string{"code": req.Code})
-	c := &cellRun{id: "c" + randomHex(8), code: req.Code, deadline: deadline, onOutput: req.OnOutput}
-	c.reqJSON = append([]byte(`{"id":"`+c.id+`",`), code[1:]...)
+	c := newCellRun(req.Code, deadline, req.OnOutput)
+	c.rpc = e.newRPCSession(ctx, k, c)
 	var out outcome
 	for attempt := 0; ; attempt++ {
 		e.mu.Lock()
@@ -153,6 +151,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 			break
 		}
 		if attempt > 0 {
+			c.rpc.close()
 			// Dead again right after a respawn: nothing ran, so the per-call
 			// run is still safe and says what happened.
 			e.killOnHost(ctx, k)
@@ -163,12 +162,27 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 		oldID := k.id
 		e.emit(kernelEvent(EventStateLost, k, "runner found dead before the cell"))
 		if err := e.spawn(ctx, k); err != nil {
+			c.rpc.close()
 			return e.failOpen(ctx, k, req, timeout, start, err)
 		}
 		kr.StateLost, kr.Reused = true, false
 		kr.Note = fmt.Sprintf("kernel %s was found dead and respawned as %s; state from earlier calls was lost", oldID, k.id)
 	}
-	return e.finishCell(ctx, k, c, out, kr, start)
+	made := c.rpc.close()
+	res, err := e.finishCell(ctx, k, c, out, kr, start)
+	if res != nil {
+		res.ToolCallsMade = made
+	}
+	return res, err
+}
+
+// newCellRun prepares a cell with a fresh id; the runner learns the timeout
+// so that a tool call inside the cell never waits past it.
+func newCellRun(code string, deadline time.Time, onOutput func(stream, text string)) *cellRun {
+	c := &cellRun{id: "c" + randomHex(8), code: code, deadline: deadline, onOutput: onOutput}
+	c.timeoutSec = max(1, math.Ceil(time.Until(deadline).Seconds()))
+	c.reqJSON, _ = json.Marshal(map[string]any{"id": c.id, "code": code, "timeout": c.timeoutSec})
+	return c
 }
 
 // failOpen is the spawn-failure path: the kernel leaves the registry and the
@@ -189,38 +203,44 @@ func (e *Engine) failOpen(ctx context.Context, k *Kernel, req Request, timeout t
 		return &Result{Status: "timeout", Fallback: "per_call", Duration: time.Since(start),
 			Traceback: "spawn failed and no time was left for a per-call run: " + cause.Error()}, nil
 	}
-	f, err := e.runOnce(ctx, k.env, req.Code, remaining)
+	res, err := e.runOnce(ctx, k, req, start.Add(timeout))
 	if err != nil {
 		return nil, fmt.Errorf("%w; the per-call fallback failed too: %w", cause, err)
 	}
-	res := e.resultFromFrame(ctx, nil, f, false)
 	res.Fallback = "per_call"
-	if res.Status == "interrupted" {
-		res.Status = "timeout"
-	}
+	res.Kernel = nil
 	res.Stderr = strings.TrimSuffix("kerneldeck: no persistent kernel ("+cause.Error()+"); ran once in a private dir\n"+res.Stderr, "\n") + "\n"
 	res.Duration = time.Since(start)
 	return res, nil
 }
 
-// runOnce runs code in a fresh private dir on env, in one round trip.
-func (e *Engine) runOnce(ctx context.Context, env backends.Env, code string, timeout time.Duration) (*runnerFrame, error) {
-	reqJSON, _ := json.Marshal(map[string]string{"id": "once", "code": code})
-	stdin := append(append([]byte{}, runner.Source...), reqJSON...)
-	script := onceScript(env.TempDir(), e.python(env), len(runner.Source), math.Ceil(timeout.Seconds()))
-	res, err := env.Execute(ctx, script, backends.ExecOptions{Stdin: stdin, Timeout: timeout + 10*time.Second})
+// runOnce runs req's code in a transient kernel in a fresh private dir:
+// spawned for this call only, served like any cell (tool calls included),
+// and killed afterwards.
+func (e *Engine) runOnce(ctx context.Context, k *Kernel, req Request, deadline time.Time) (*Result, error) {
+	tk := &Kernel{key: k.key, env: k.env, id: newKernelID(), state: stateStarting, holding: true, transient: true, lastUsed: e.cfg.Now()}
+	if err := e.spawn(ctx, tk); err != nil {
+		return nil, err
+	}
+	defer func() {
+		e.mu.Lock()
+		tk.state, tk.goneReason = stateGone, "per-call run finished"
+		e.mu.Unlock()
+		e.killOnHost(context.WithoutCancel(ctx), tk)
+	}()
+	c := newCellRun(req.Code, deadline, req.OnOutput)
+	c.rpc = e.newRPCSession(ctx, tk, c)
+	out := e.runCell(ctx, tk, c)
+	if out.kind == outDead {
+		out = outcome{kind: outLost, detail: "the per-call runner died before its cell"}
+	}
+	made := c.rpc.close()
+	res, err := e.finishCell(ctx, tk, c, out, &KernelResult{}, time.Now())
 	if err != nil {
-		return nil, fmt.Errorf("per-call run on %s: %w", env.URI(), err)
+		return nil, err
 	}
-	line, ok := findLine(res.Output, "KD:RESULT ")
-	if !ok {
-		return nil, fmt.Errorf("per-call run on %s: %s", env.URI(), hostError(res))
-	}
-	var f runnerFrame
-	if err := json.Unmarshal([]byte(line), &f); err != nil {
-		return nil, fmt.Errorf("per-call run on %s: malformed result: %w", env.URI(), err)
-	}
-	return &f, nil
+	res.ToolCallsMade = made
+	return res, nil
 }
 
 type outcomeKind int
@@ -249,6 +269,9 @@ type cellRun struct {
 	reqJSON  []byte
 	deadline time.Time
 	onOutput func(stream, text string)
+	// timeoutSec tells the runner how long the cell may take.
+	timeoutSec float64
+	rpc        *rpcSession
 	// maybePublished is set once a request may have reached the runner.
 	maybePublished bool
 	interrupted    bool // the deadline passed and the grace started
@@ -296,7 +319,7 @@ func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.Stream
 	}
 	start := time.Now()
 	c.maybePublished = true
-	err := conn.send(map[string]any{"op": "cell", "id": c.id, "code": c.code, "stream": c.onOutput != nil})
+	err := conn.send(map[string]any{"op": "cell", "id": c.id, "code": c.code, "stream": c.onOutput != nil, "timeout": c.timeoutSec})
 	if err != nil {
 		conn.close()
 		return outcome{}, false
@@ -321,6 +344,10 @@ func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.Stream
 				c.onOutput(f.Stream, f.Text)
 			case f.Op == "error" && f.ID == c.id:
 				return outcome{kind: outPubFail, detail: f.Error}, true
+			case f.Op == "rpc":
+				c.rpc.serveAsync(rpcItem{name: f.Name, data: []byte(f.Data), problem: f.Error}, func(a rpcAnswer) error {
+					return conn.send(map[string]any{"op": "rpc_result", "seq": a.seq, "result": a.resp})
+				})
 			}
 		case <-deadline.C:
 			if !c.interrupted {
@@ -352,6 +379,7 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 	dir, pid := k.dir, k.pid
 	e.mu.Unlock()
 	publish := true
+	var answers []rpcAnswer
 	backoff := 100 * time.Millisecond
 	failures, lastErr := 0, ""
 	for {
@@ -377,10 +405,15 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 		}
 		secs := max(1, int(math.Ceil(window.Seconds())))
 		opts := backends.ExecOptions{Timeout: time.Duration(secs)*time.Second + 10*time.Second}
-		if publish {
+		answers = append(answers, c.rpc.takeUnsent()...)
+		sendAnswers := !publish && len(answers) > 0
+		switch {
+		case publish:
 			opts.Stdin = c.reqJSON
+		case sendAnswers:
+			opts.Stdin = encodeAnswers(answers)
 		}
-		res, err := k.env.Execute(ctx, cellScript(dir, c.id, pid, secs, publish, ring), opts)
+		res, err := k.env.Execute(ctx, cellScript(dir, c.id, pid, secs, publish, ring, sendAnswers), opts)
 		if err != nil {
 			if ctx.Err() != nil {
 				return outcome{kind: outCanceled, detail: ctx.Err().Error()}
@@ -406,6 +439,9 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 		if ring && strings.Contains(res.Output, "KD:") {
 			c.interruptSent = true
 		}
+		if sendAnswers && strings.Contains(res.Output, "KD:") {
+			answers = nil // written on the host (a retry would write them again, harmlessly)
+		}
 		if line, ok := findLine(res.Output, "KD:RESULT "); ok {
 			var f runnerFrame
 			if err := json.Unmarshal([]byte(line), &f); err != nil || f.ID != c.id {
@@ -414,6 +450,14 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 			return outcome{kind: outDone, frame: &f, interrupted: c.interrupted}
 		}
 		switch {
+		case strings.Contains(res.Output, "KD:RPCWAIT"):
+			if publish {
+				c.maybePublished = true
+			}
+			publish = false
+			// Tool calls: answer them in the next round trip, which also
+			// goes on waiting for the result.
+			answers = append(answers, c.rpc.serveAll(rpcItemsFromOutput(res.Output))...)
 		case strings.Contains(res.Output, "KD:PENDING"):
 			if publish {
 				c.maybePublished = true

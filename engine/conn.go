@@ -33,6 +33,10 @@ type runnerFrame struct {
 	Text           string  `json:"text"`
 	Error          string  `json:"error"`
 	PID            int     `json:"pid"`
+	// Name and Data carry a forwarded tool request file (op "rpc"); Error
+	// then says why it could not be read.
+	Name string `json:"name"`
+	Data string `json:"data"`
 }
 
 // runnerConn is the fast path to one runner: JSON lines over a Unix socket.

@@ -29,7 +29,27 @@ var shq = backends.ShellQuote
 // (the runner reports sys.executable): starting it directly skips wrappers
 // such as pyenv shims, which cost more than the rest of the spawn. When it
 // is empty or gone, python3 from PATH is used.
-func spawnScript(tempDir, id, python string, sizes [3]int, readyTimeoutSec int) string {
+//
+// A transient (per-call) kernel gets its own dir directly in the temp dir,
+// kerneldeck-once-<id>, outside the kernel root: it is the fallback for when
+// the root is unusable. mkdir of an unpredictable name fails if anything is
+// already there, so nothing can be planted in its place.
+func spawnScript(tempDir, id, python string, sizes [3]int, readyTimeoutSec int, transient bool) string {
+	rootSetup := `login=$(id -un 2>/dev/null) || login="uid$EUID"
+root="$t/kerneldeck-$login"
+kd="$root/"` + shq(id) + `
+[ -d "$t" ] || fail "temp dir $t does not exist on this host"
+[ -L "$root" ] && fail "kernel root $root is a symbolic link; remove it"
+[ -e "$root" ] || mkdir "$root" 2>/dev/null
+[ -L "$root" ] && fail "kernel root $root is a symbolic link; remove it"
+[ -d "$root" ] || fail "kernel root $root is not a directory and could not be created"
+[ -O "$root" ] || fail "kernel root $root is owned by another user; remove it or use another temp dir"
+chmod 700 "$root" 2>/dev/null || fail "cannot chmod 700 $root"`
+	if transient {
+		rootSetup = `kd="$t/kerneldeck-once-"` + shq(id) + `
+root="$kd"
+[ -d "$t" ] || fail "temp dir $t does not exist on this host"`
+	}
 	return fmt.Sprintf(`# kerneldeck:spawn
 set -u
 export LC_ALL=C
@@ -39,16 +59,7 @@ py=%[7]s
 [ -n "$py" ] && [ -x "$py" ] || py=python3
 command -v "$py" >/dev/null 2>&1 || fail "python3 was not found on PATH on this host; install Python 3.8 or newer"
 t=%[1]s
-login=$(id -un 2>/dev/null) || login="uid$EUID"
-root="$t/kerneldeck-$login"
-kd="$root/"%[2]s
-[ -d "$t" ] || fail "temp dir $t does not exist on this host"
-[ -L "$root" ] && fail "kernel root $root is a symbolic link; remove it"
-[ -e "$root" ] || mkdir "$root" 2>/dev/null
-[ -L "$root" ] && fail "kernel root $root is a symbolic link; remove it"
-[ -d "$root" ] || fail "kernel root $root is not a directory and could not be created"
-[ -O "$root" ] || fail "kernel root $root is owned by another user; remove it or use another temp dir"
-chmod 700 "$root" 2>/dev/null || fail "cannot chmod 700 $root"
+%[2]s
 mkdir "$kd" 2>/dev/null || fail "cannot create kernel dir $kd (it may already exist)"
 mkdir "$kd/cells" "$kd/rpc" && chmod 700 "$kd" "$kd/cells" "$kd/rpc" || fail "cannot create private dirs under $kd"
 modes=$(stat -c '%%a %%u %%F:%%n' -- "$root" "$kd" "$kd/cells" "$kd/rpc" 2>&1) || fail "cannot check modes under $root: $modes"
@@ -68,20 +79,24 @@ kill -KILL -- "-$pid" "$pid" 2>/dev/null
 log=$(tail -c 1500 -- "$kd/runner.log" 2>/dev/null | tr '\n' ' ')
 rm -rf -- "$kd"
 fail "runner did not start within %[6]ds: $log"
-`, shq(tempDir), shq(id), sizes[0], sizes[1], sizes[2], readyTimeoutSec, shq(python))
+`, shq(tempDir), rootSetup, sizes[0], sizes[1], sizes[2], readyTimeoutSec, shq(python))
 }
 
 // cellScript publishes a cell (when publish is set and the cell is not yet
-// published), optionally rings an interrupt, then waits on the host for the
-// result for at most windowSec seconds, checking once a second that the
-// runner lives. Output: "KD:RESULT <json>", "KD:PENDING", "KD:DEAD" (runner
-// gone before the cell was published: safe to respawn), "KD:LOST" (runner
-// gone after it was published) or "KD:PUBFAIL" (publish failed).
-func cellScript(dir, cellID string, pid, windowSec int, publish, interrupt bool) string {
+// published), or writes tool-call answers (when answers is set: stdin holds
+// lines "SEQ JSON"), optionally rings an interrupt, then waits on the host
+// for the result for at most windowSec seconds, checking once a second that
+// the runner lives. Output: "KD:RESULT <json>", "KD:PENDING", "KD:DEAD"
+// (runner gone before the cell was published: safe to respawn), "KD:LOST"
+// (runner gone after it was published), "KD:PUBFAIL" (publish failed), or
+// tool-call requests: one "KD:RPC <name> <json>" or "KD:RPCBAD <name>
+// <reason>" per request file (each file is removed once printed), then
+// "KD:RPCWAIT".
+func cellScript(dir, cellID string, pid, windowSec int, publish, interrupt, answers bool) string {
 	b2i := map[bool]int{false: 0, true: 1}
 	return fmt.Sprintf(`# kerneldeck:cell
 export LC_ALL=C
-kd=%s; id=%s; pid=%d; w=%d; pub=%d; intr=%d
+kd=%s; id=%s; pid=%d; w=%d; pub=%d; intr=%d; ans=%d
 %s
 cd "$kd/cells" 2>/dev/null || { echo KD:GONE; exit 0; }
 published=0; [ -e "$id.req" ] || [ -e "$id.res" ] && published=1
@@ -97,18 +112,39 @@ elif [ "$pub" = 1 ] && [ ! -e "$id.res" ]; then
   # ringing again is always safe.
   exec 3<>../wake && printf 'cell %%s\n' "$id" >&3
 fi
+if [ "$ans" = 1 ]; then
+  umask 077
+  exec 3<>../wake || { echo KD:LOST; exit 0; }
+  while IFS= read -r line; do
+    seq=${line%%%% *}; body=${line#* }
+    [[ $seq =~ ^[0-9]{1,18}$ ]] || continue
+    printf '%%s' "$body" >"../rpc/$seq.res.tmp" && mv -f -- "../rpc/$seq.res.tmp" "../rpc/$seq.res" && printf 'rpcres %%s\n' "$seq" >&3
+  done
+fi
 if [ "$intr" = 1 ]; then exec 3<>../wake && printf 'int %%s\n' "$id" >&3; fi
 exec 4<>../done || { echo KD:LOST; exit 0; }
 n=0
 while :; do
   if [ -e "$id.res" ]; then IFS= read -r -d '' res <"$id.res"; printf 'KD:RESULT %%s\n' "$res"; exit 0; fi
+  if compgen -G '../rpc/*.req' >/dev/null; then
+    for f in ../rpc/*.req; do
+      nm=${f##*/}; [[ $nm =~ ^[A-Za-z0-9_.-]{1,80}$ ]] || nm='?'
+      if [ -f "$f" ] && [ ! -L "$f" ]; then
+        data=; IFS= read -r -N %[9]d data <"$f"
+        if [ ${#data} -gt %[10]d ]; then printf 'KD:RPCBAD %%s oversized:-more-than-%[10]d-bytes\n' "$nm"
+        else data=${data//$'\n'/ }; printf 'KD:RPC %%s %%s\n' "$nm" "${data//$'\r'/ }"; fi
+      else printf 'KD:RPCBAD %%s not-a-regular-file\n' "$nm"; fi
+      rm -f -- "$f"
+    done
+    echo KD:RPCWAIT; exit 0
+  fi
   if ! alive "$pid"; then [ -e "$id.res" ] && continue; echo KD:LOST; exit 0; fi
   [ "$n" -ge "$w" ] && { echo KD:PENDING; exit 0; }
   # A read that times out (status > 128) is one whole second of the window;
   # a byte from the runner wakes us early without using it up.
   IFS= read -r -t 1 -n 1 -u 4 _; [ $? -gt 128 ] && n=$((n + 1))
 done
-`, shq(dir), shq(cellID), pid, windowSec, b2i[publish], b2i[interrupt], aliveFn)
+`, shq(dir), shq(cellID), pid, windowSec, b2i[publish], b2i[interrupt], b2i[answers], aliveFn, maxRPCFile+1, maxRPCFile)
 }
 
 // killScript kills the runner's process group, waits (at most 2 s) until the
@@ -140,21 +176,4 @@ if [ -p %[1]s/wake ] && exec 3<>%[1]s/wake; then printf '%%s\n' %[2]s >&3 && ech
 // fetchScript prints at most max bytes of a spill file on the host.
 func fetchScript(path string, max int) string {
 	return fmt.Sprintf("# kerneldeck:fetch\nhead -c %d -- %s\n", max, shq(path))
-}
-
-// onceScript is the per-call fallback: it runs one cell in a fresh private
-// dir that is removed afterwards. stdin holds runnerSize bytes of runner.py,
-// then the request JSON.
-func onceScript(tempDir, python string, runnerSize int, timeoutSec float64) string {
-	return fmt.Sprintf(`# kerneldeck:once
-export LC_ALL=C
-umask 077
-py=%[4]s
-[ -n "$py" ] && [ -x "$py" ] || py=python3
-command -v "$py" >/dev/null 2>&1 || { echo "KD:ERR python3 was not found on PATH on this host; install Python 3.8 or newer"; exit 3; }
-d=$(mktemp -d %[1]s/kerneldeck-once.XXXXXXXX) || { echo "KD:ERR cannot create a private dir under "%[1]s; exit 3; }
-trap 'rm -rf -- "$d"' EXIT
-head -c %[2]d >"$d/runner.py" || { echo "KD:ERR cannot write into $d"; exit 3; }
-"$py" "$d/runner.py" --once "$d" %[3]g 2>&1
-`, shq(tempDir), runnerSize, timeoutSec, shq(python))
 }

@@ -6,7 +6,16 @@ engine's spawn command and takes cells from two doors:
 * the wake FIFO: a line "cell ID" after the engine wrote cells/ID.req
   (the portable path over plain Execute), "int ID" to interrupt, "cfg SECONDS"
   to change idle_exit;
-* a Unix socket (the fast path): JSON lines {"op": "cell"|"interrupt"|"config"|"ping"}.
+* a Unix socket (the fast path): JSON lines {"op": "cell"|"interrupt"|"config"|"ping"|"rpc_result"}.
+
+Tool calls (kerneldeck_tools) go the other way: the call writes rpc/SEQ.req
+(0600, tmp + rename) and rings the wake FIFO with "rpc". The I/O thread then
+forwards every request file in rpc/ to the engine over the socket of the
+running cell and removes it; with no socket it rings the done FIFO so that
+the engine's host-side wait collects the files instead. The engine validates
+each request (token, seq, cell) and answers over the socket ("rpc_result")
+or by writing rpc/SEQ.res and ringing "rpcres SEQ". The calling thread
+blocks on an Event until then: no polling on either side.
 
 Each cell id runs at most once, whatever door or how often it is sent: a
 repeated id only waits for (or returns) the one result. Every result is
@@ -32,10 +41,15 @@ import sys
 import threading
 import time
 import traceback
+import types
+from stat import S_ISREG as stat_is_regular
 
 CELL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 STREAM_EVERY = 0.1  # seconds between output chunks while a cell runs
 SOCK_PATH_MAX = 104  # bytes; sun_path holds 108 on Linux and 104 on BSDs, NUL included
+RPC_FILE_MAX = (1 << 20) + (64 << 10)  # bytes of one request file forwarded; the engine rejects more
+RPC_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
+RPC_SLACK = 5.0  # seconds a tool call waits past its cell's timeout for the engine's interrupt
 
 
 def _env_int(name, default):
@@ -103,10 +117,62 @@ class Conn:
 
 
 class Cell:
-    def __init__(self, cid, code, stream):
+    def __init__(self, cid, code, stream, timeout=None):
         self.id = cid
         self.code = code
         self.stream = stream
+        try:
+            self.timeout = float(timeout) if timeout is not None else 300.0
+        except (TypeError, ValueError):
+            self.timeout = 300.0
+        if not self.timeout > 0:
+            self.timeout = 300.0
+
+
+class RPC:
+    """The kernel side of tool calls, registered as module kerneldeck_runtime."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.calls = {}  # seq -> [threading.Event, response]
+
+    def call(self, tool, args):
+        """Ask the host to run tool with args; returns the engine's answer
+        (a dict with "ok") or raises TimeoutError."""
+        r = self.runner
+        try:
+            body = {"tool": tool, "args": args, "token": r.token, "cell": r.running or ""}
+            json.dumps(body)
+        except (TypeError, ValueError) as e:
+            return {"ok": False, "error": "the arguments are not JSON-serializable: %s" % e}
+        with self.lock:
+            self.seq += 1
+            seq = self.seq
+            waiter = [threading.Event(), None]
+            self.calls[seq] = waiter
+        body["seq"] = seq
+        try:
+            write_private(os.path.join(r.kdir, "rpc", "%d.req" % seq), json.dumps(body).encode())
+            os.write(r.wake_fd, b"rpc\n")
+            wait = max(1.0, r.cell_deadline - time.monotonic() + RPC_SLACK)
+            if not waiter[0].wait(wait):
+                raise TimeoutError(
+                    "no answer from the host for tool %s within %.0fs; is kerneldeck still running?" % (tool, wait))
+            return waiter[1]
+        finally:
+            with self.lock:
+                self.calls.pop(seq, None)
+
+    def deliver(self, seq, response):
+        if not isinstance(seq, int) or not isinstance(response, dict):
+            return
+        with self.lock:
+            waiter = self.calls.get(seq)
+        if waiter is not None and not waiter[0].is_set():
+            waiter[1] = response
+            waiter[0].set()
 
 
 class Runner:
@@ -133,6 +199,10 @@ class Runner:
         self.ns = {"__name__": "__main__", "__builtins__": builtins}
         self.main_ident = threading.get_ident()
         self.log_fd = None
+        self.token = ""
+        self.cell_deadline = 0.0
+        self.rpc = RPC(self)
+        self.rpc_dir = os.path.join(kdir, "rpc")
 
     # ---- lifecycle -------------------------------------------------------
 
@@ -271,13 +341,15 @@ class Runner:
             if not isinstance(cid, str) or not CELL_ID.match(cid) or not isinstance(code, str):
                 conn.send({"op": "error", "id": cid, "error": "cell needs an id and code"})
                 return
-            self.submit(Cell(cid, code, bool(msg.get("stream"))), conn)
+            self.submit(Cell(cid, code, bool(msg.get("stream")), msg.get("timeout")), conn)
         elif op == "interrupt":
             self.interrupt(msg.get("id"))
         elif op == "config":
             self.configure(msg.get("idle_exit"))
         elif op == "ping":
             conn.send(self.status_frame("pong"))
+        elif op == "rpc_result":
+            self.rpc.deliver(msg.get("seq"), msg.get("result"))
         else:
             conn.send({"op": "error", "error": "unknown op %r" % (op,)})
 
@@ -293,11 +365,80 @@ class Runner:
             except (OSError, ValueError, KeyError, TypeError) as e:
                 print("kerneldeck runner: bad request %s: %s" % (arg, e), flush=True)
                 return
-            self.submit(Cell(arg, code, False), None)
+            self.submit(Cell(arg, code, False, req.get("timeout")), None)
+        elif verb == "rpc":
+            self.sweep_rpc()
+        elif verb == "rpcres" and arg.isdigit():
+            path = os.path.join(self.rpc_dir, arg + ".res")
+            try:
+                with open(path, "rb") as f:
+                    response = json.loads(f.read())
+                os.unlink(path)
+            except (OSError, ValueError) as e:
+                print("kerneldeck runner: bad tool response %s: %s" % (arg, e), flush=True)
+                return
+            self.rpc.deliver(int(arg), response)
         elif verb == "int":
             self.interrupt(arg)
         elif verb == "cfg":
             self.configure(arg)
+
+    def sweep_rpc(self):
+        """Forward every request file in rpc/ to the engine over the running
+        cell's socket, removing each; the engine authenticates them. Without
+        a live socket, wake the engine's host-side wait, which collects them."""
+        with self.lock:
+            conns = [c for c in self.waiters.get(self.running, []) if c.alive] if self.running else []
+        if not conns:
+            self.ring_done()
+            return
+        try:
+            names = sorted(os.listdir(self.rpc_dir))
+        except OSError:
+            return
+        for name in names:
+            if not name.endswith(".req"):
+                continue
+            path = os.path.join(self.rpc_dir, name)
+            frame = {"op": "rpc", "name": name if RPC_NAME.match(name) else "?"}
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                try:
+                    if not stat_is_regular(os.fstat(fd).st_mode):
+                        frame["error"] = "not a regular file"
+                    else:
+                        data = os.read(fd, RPC_FILE_MAX + 1)
+                        more = os.read(fd, 1) if len(data) == RPC_FILE_MAX + 1 else b""
+                        if len(data) > RPC_FILE_MAX or more:
+                            frame["error"] = "oversized: more than %d bytes" % RPC_FILE_MAX
+                        else:
+                            frame["data"] = data.decode("utf-8", "replace")
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                frame["error"] = "unreadable: %s" % e.strerror
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            conns[0].send(frame)
+
+    def ring_done(self):
+        try:
+            fd = os.open(os.path.join(self.kdir, "done"), os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            return  # nobody waits on the host side
+        try:
+            # Several bytes, not one: a waiter orphaned by a dropped
+            # connection can still hold the FIFO, and bash's read -t does a
+            # blocking read() after select(), so a waiter whose byte was
+            # taken would block past its window. Spare bytes only cause a
+            # spurious wake-up, which re-checks the result file.
+            os.write(fd, b"x" * 16)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def status_frame(self, op):
         return {
@@ -399,6 +540,7 @@ class Runner:
 
     def run_cell(self, cell):
         start = time.monotonic()
+        self.cell_deadline = start + cell.timeout
         self.running = cell.id
         out_path = os.path.join(self.cells, cell.id + ".out")
         err_path = os.path.join(self.cells, cell.id + ".err")
@@ -505,21 +647,7 @@ class Runner:
             self.touch()
         for conn in waiters:
             conn.send(frame)
-        try:
-            fd = os.open(os.path.join(self.kdir, "done"), os.O_WRONLY | os.O_NONBLOCK)
-        except OSError:
-            return  # nobody waits on the host side
-        try:
-            # Several bytes, not one: a waiter orphaned by a dropped
-            # connection can still hold the FIFO, and bash's read -t does a
-            # blocking read() after select(), so a waiter whose byte was
-            # taken would block past its window. Spare bytes only cause a
-            # spurious wake-up, which re-checks the result file.
-            os.write(fd, b"x" * 16)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        self.ring_done()
 
 
 def on_sigint(signum, frame):
@@ -542,40 +670,12 @@ def setup_streams():
     sys.path.insert(0, "")  # like the interactive interpreter: the cwd is importable
 
 
-def run_once(request, workdir, timeout):
-    """Per-call fallback: run one cell in a fresh private dir."""
-    global RUNNER
-    req = json.loads(request)
-    result_fd = os.dup(1)
-    os.makedirs(os.path.join(workdir, "cells"), mode=0o700, exist_ok=True)
-    runner = Runner(workdir, 0, 0, _env_int("KERNELDECK_CLIP", 50000), _env_int("KERNELDECK_SPILL_MAX", 5 << 20))
-    runner.log_fd = os.open(os.devnull, os.O_WRONLY)
-    RUNNER = runner
-    signal.signal(signal.SIGINT, on_sigint)
-    if timeout > 0:
-        signal.signal(signal.SIGALRM, on_sigint)
-        signal.setitimer(signal.ITIMER_REAL, timeout)
-    sent = []
-    runner.finish = lambda cid, frame: sent.append(frame)
-    runner.run_cell(Cell(req.get("id", "once"), req["code"], False))
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    frame = sent[0]
-    for name in ("stdout", "stderr"):
-        frame[name + "_spill"] = ""  # the private dir is removed with the call
-    os.write(result_fd, ("KD:RESULT " + json.dumps(frame) + "\n").encode())
-
-
 def main():
     global RUNNER
     if sys.version_info < (3, 8):
         sys.stderr.write("kerneldeck runner needs Python >= 3.8, found %s\n" % sys.version.split()[0])
         sys.exit(2)
-    once = len(sys.argv) >= 3 and sys.argv[1] == "--once"
-    request = sys.stdin.read() if once else ""
     setup_streams()
-    if once:
-        run_once(request, sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 0)
-        return
     kdir = os.path.dirname(os.path.abspath(__file__))
     idle_exit = _env_float("KERNELDECK_IDLE_EXIT", 1800)
     runner = Runner(
@@ -595,6 +695,11 @@ def main():
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGINT, on_sigint)
     os.umask(0o077)
+    # kerneldeck_tools (generated at spawn) reaches the host through this.
+    runtime = types.ModuleType("kerneldeck_runtime")
+    runtime.call = runner.rpc.call
+    sys.modules["kerneldeck_runtime"] = runtime
+    sys.dont_write_bytecode = True
     RUNNER = runner
     runner.serve()
 
