@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"runtime"
@@ -23,6 +24,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/config"
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/headless"
+	"github.com/kerneldeck/kerneldeck/hosttools"
 )
 
 // Exit statuses: 2 is for a command line or config the user must fix.
@@ -88,9 +90,47 @@ Flags (flags override the config file):
                            $XDG_CONFIG_HOME/kerneldeck/config.toml, or
                            ~/.config/kerneldeck/config.toml); it must exist
                            when given here
-  --state-dir DIR          where full output of clipped cells is kept, created
+  --state-dir DIR          where full output of clipped cells (spill/) and of
+                           large tool results (tool-output/) is kept, created
                            0700 (default $XDG_STATE_HOME/kerneldeck, or
                            ~/.local/state/kerneldeck)
+
+Host tools (code in a kernel whose request lists them in "tools" calls them
+on this machine: read_file, write_file, list_files, terminal, http_get):
+  --workspace DIR          the directory read_file, write_file, list_files and
+                           terminal are confined to; it must exist (default:
+                           workspace from the config, else the current
+                           directory)
+  --max-tool-calls N       at most N tool calls per cell; later calls in the
+                           cell get a "limit reached" answer. 0 allows none
+                           (default 50)
+  --http-allow HOST        where http_get may connect: a host name, an IP
+                           address or a CIDR prefix such as 10.0.0.0/8. Repeat
+                           it for several; the list replaces http_allow from
+                           the config and the default, loopback only
+                           (localhost, 127.0.0.0/8, ::1). A host name is
+                           allowed only when every address it resolves to is
+                           allowed too, so list its addresses or prefix as well
+  --approve all|ask|none   one policy for every tool call by every owner,
+                           replacing approve and every [approvals] rule from
+                           the config: all runs every call, ask asks the
+                           operator for each, none refuses every call
+  --approval-timeout DURATION
+                           how long a call that asks waits for an answer
+                           before it is denied, at least 1s (default 60s)
+
+Approvals: without --approve (and without approve = "all"|"ask"|"none" in the
+config, which works like it), read_file, list_files and http_get run, and
+write_file, terminal and any other tool ask. [approvals] in the config changes
+this per tool (terminal = "deny") and per owner ([approvals.owners.NAME],
+where "*" is every tool); the policies are allow, ask and deny. A call that
+asks writes an event line, even without --events:
+  {"op":"event","type":"approval_request","request":"REQUEST-ID","kernel":...,
+   "owner":...,"tool":"terminal","args":{...},"time":...,"detail":...}
+and waits until an approve request answers it (see below) or the approval
+timeout ends, which denies it. An approval_decided event with the same
+"request" tells how it ended. After end of input nothing can answer, so
+pending calls are denied when their timeout ends.
 
 SSH backends (ssh://[user@]host[:port], host may be a Host alias):
   --ssh-config FILE        OpenSSH client config to read Host aliases from
@@ -116,6 +156,12 @@ Requests (timeouts and idle_exit are in seconds):
   {"id":"5","op":"kill","kernel":"KERNEL-ID"}
   {"id":"6","op":"shutdown_owner","owner":"me"}
   {"id":"7","op":"shutdown_all"}
+  {"id":"8","op":"approve","request":"REQUEST-ID","decision":"once"}
+      answers an approval_request at once, even while cells run: once runs
+      this call, always runs every call of this tool by this owner until
+      kerneldeck exits, deny refuses it. Answered with {"id":"8","op":"ok"},
+      or an error if the request is unknown (already answered, timed out or
+      its cell ended)
 A bad request is answered with {"id":...,"op":"error","error":"..."} and
 serving goes on.
 
@@ -174,7 +220,14 @@ type headlessFlags struct {
 	config      string
 	stateDir    string
 	ssh         backends.Options // --ssh-config, --identity, --known-hosts, --accept-new-host-key
-	set         map[string]bool  // flags given on the command line
+	// Host tools.
+	workspace       string
+	maxToolCalls    int
+	approve         string
+	approvalTimeout time.Duration
+	httpAllow       []string
+	httpAllowList   hosttools.AllowList // httpAllow parsed
+	set             map[string]bool     // flags given on the command line
 }
 
 func parseHeadlessFlags(args []string) (*headlessFlags, error) {
@@ -214,6 +267,37 @@ func parseHeadlessFlags(args []string) (*headlessFlags, error) {
 		f.cellTimeout = d
 		return nil
 	})
+	fs.Func("max-tool-calls", "", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > 1<<20 {
+			return errors.New("it must be a whole number >= 0 (0 allows no tool calls), e.g. --max-tool-calls 50")
+		}
+		f.maxToolCalls = n
+		return nil
+	})
+	fs.Func("approve", "", func(s string) error {
+		if !config.ValidApprove(s) {
+			return errors.New("it must be all (every tool call runs), ask (every call asks the operator) or none (every call is refused)")
+		}
+		f.approve = s
+		return nil
+	})
+	fs.Func("approval-timeout", "", func(s string) error {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < time.Second {
+			return errors.New("it must be a Go duration of at least 1s, e.g. --approval-timeout 60s")
+		}
+		f.approvalTimeout = d
+		return nil
+	})
+	fs.Func("http-allow", "", func(s string) error {
+		if strings.TrimSpace(s) == "" {
+			return errors.New(`it must be a host name, IP address or CIDR prefix, e.g. --http-allow 10.0.0.0/8; to forbid http_get, set http_get = "deny" under [approvals] in the config`)
+		}
+		f.httpAllow = append(f.httpAllow, s)
+		return nil
+	})
+	fs.StringVar(&f.workspace, "workspace", "", "")
 	fs.BoolVar(&f.events, "events", false, "")
 	fs.StringVar(&f.trace, "trace", "", "")
 	fs.StringVar(&f.config, "config", "", "")
@@ -229,7 +313,13 @@ func parseHeadlessFlags(args []string) (*headlessFlags, error) {
 		return nil, fmt.Errorf("unexpected argument %q: headless reads its requests from stdin", fs.Arg(0))
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
-	for _, name := range []string{"trace", "config", "state-dir", "ssh-config", "identity", "known-hosts"} {
+	if f.set["http-allow"] {
+		var err error
+		if f.httpAllowList, err = config.ParseAllowList(f.httpAllow); err != nil {
+			return nil, fmt.Errorf("--http-allow: %w", err)
+		}
+	}
+	for _, name := range []string{"trace", "config", "state-dir", "ssh-config", "identity", "known-hosts", "workspace"} {
 		if f.set[name] && fs.Lookup(name).Value.String() == "" {
 			return nil, fmt.Errorf("--%s needs a path", name)
 		}
@@ -242,6 +332,11 @@ type settings struct {
 	backendURIs []string
 	cfg         config.Config
 	stateDir    string
+	// workspace is the workspace dir and whence it came, for messages.
+	workspace, workspaceFrom string
+	approvals                engine.Approvals
+	// maxToolCalls is in engine.Config terms: negative allows none.
+	maxToolCalls int
 }
 
 func resolve(f *headlessFlags) (*settings, error) {
@@ -258,6 +353,18 @@ func resolve(f *headlessFlags) (*settings, error) {
 	if f.set["cell-timeout"] {
 		cfg.CellTimeout = f.cellTimeout
 	}
+	if f.set["max-tool-calls"] {
+		cfg.MaxToolCalls = f.maxToolCalls
+	}
+	if f.set["approve"] {
+		cfg.Approve = f.approve
+	}
+	if f.set["approval-timeout"] {
+		cfg.ApprovalTimeout = f.approvalTimeout
+	}
+	if f.set["http-allow"] {
+		cfg.HTTPAllow = &f.httpAllowList
+	}
 	names := f.backends
 	if len(names) == 0 {
 		names = []string{"local"}
@@ -265,7 +372,18 @@ func resolve(f *headlessFlags) (*settings, error) {
 			names = []string{cfg.DefaultBackend}
 		}
 	}
-	s := &settings{cfg: cfg, stateDir: f.stateDir}
+	s := &settings{cfg: cfg, stateDir: f.stateDir, approvals: buildApprovals(cfg), maxToolCalls: cfg.MaxToolCalls}
+	if s.maxToolCalls == 0 {
+		s.maxToolCalls = -1 // the engine reads 0 as "the default"
+	}
+	switch {
+	case f.set["workspace"]:
+		s.workspace, s.workspaceFrom = f.workspace, "--workspace"
+	case cfg.Workspace != "":
+		s.workspace, s.workspaceFrom = cfg.Workspace, fmt.Sprintf("workspace in config file %s", cfg.Path)
+	default:
+		s.workspace, s.workspaceFrom = ".", "the default workspace, the current directory (set it with --workspace)"
+	}
 	for _, n := range names {
 		uri := cfg.ResolveBackend(n)
 		if slices.Contains(s.backendURIs, uri) {
@@ -279,6 +397,77 @@ func resolve(f *headlessFlags) (*settings, error) {
 		}
 	}
 	return s, nil
+}
+
+// buildApprovals turns the approve mode and [approvals] rules into the
+// engine's policies. A blanket mode (--approve or approve) replaces every
+// rule; otherwise the config's rules apply over engine.DefaultToolPolicies,
+// and any other tool asks.
+func buildApprovals(cfg config.Config) engine.Approvals {
+	switch cfg.Approve {
+	case config.ApproveAll:
+		return engine.Approvals{Default: engine.PolicyAllow}
+	case config.ApproveAsk:
+		return engine.Approvals{Default: engine.PolicyAsk}
+	case config.ApproveNone:
+		return engine.Approvals{Default: engine.PolicyDeny}
+	}
+	tools := engine.DefaultToolPolicies()
+	maps.Copy(tools, cfg.Approvals.Tools)
+	var owners map[string]map[string]engine.Policy
+	for o, rules := range cfg.Approvals.Owners {
+		if owners == nil {
+			owners = map[string]map[string]engine.Policy{}
+		}
+		owners[o] = maps.Clone(rules)
+	}
+	return engine.Approvals{Default: engine.PolicyAsk, Tools: tools, Owners: owners}
+}
+
+// checkApprovalTools refuses [approvals] rules that name a tool the registry
+// does not have: a misspelt rule would otherwise be ignored silently.
+func checkApprovalTools(cfg config.Config, reg *hosttools.Registry) error {
+	known := reg.Names()
+	check := func(where, tool string) error {
+		if tool == "*" || slices.Contains(known, tool) {
+			return nil
+		}
+		return fmt.Errorf("config file %s: %s names tool %q, which is not a host tool; the tools are %s (\"*\" means every tool in an owner's table)",
+			cfg.Path, where, tool, strings.Join(known, ", "))
+	}
+	for _, tool := range slices.Sorted(maps.Keys(cfg.Approvals.Tools)) {
+		if err := check("[approvals]", tool); err != nil {
+			return err
+		}
+	}
+	for _, owner := range slices.Sorted(maps.Keys(cfg.Approvals.Owners)) {
+		for _, tool := range slices.Sorted(maps.Keys(cfg.Approvals.Owners[owner])) {
+			if err := check(fmt.Sprintf("[approvals.owners.%s]", owner), tool); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// openTools opens the workspace and registers the built-in tools in a new
+// registry. The caller closes the workspace.
+func openTools(s *settings) (*hosttools.Registry, *hosttools.Workspace, error) {
+	ws, err := hosttools.NewWorkspace(s.workspace)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", s.workspaceFrom, err)
+	}
+	reg := hosttools.NewRegistry()
+	b := &hosttools.Builtins{Workspace: ws, HTTPAllow: s.cfg.HTTPAllow}
+	if err := b.Register(reg); err != nil {
+		ws.Close()
+		return nil, nil, err
+	}
+	if err := checkApprovalTools(s.cfg, reg); err != nil {
+		ws.Close()
+		return nil, nil, err
+	}
+	return reg, ws, nil
 }
 
 func runHeadless(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -302,6 +491,11 @@ func runHeadless(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageErr(err)
 	}
+	tools, ws, err := openTools(s)
+	if err != nil {
+		return usageErr(err)
+	}
+	defer ws.Close()
 	var envs []backends.Env
 	for _, uri := range s.backendURIs {
 		env, err := backends.Open(uri, f.ssh)
@@ -316,6 +510,12 @@ func runHeadless(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err := engine.EnsurePrivateDir(s.stateDir); err != nil {
 		return fail(fmt.Errorf("state dir: %w", err))
 	}
+	// Storage keeps large tool results under <state dir>/tool-output.
+	toolOutput, err := hosttools.NewStorage(s.stateDir, 0, 0)
+	if err != nil {
+		return fail(fmt.Errorf("state dir: %w", err))
+	}
+	defer toolOutput.Close()
 	var tracer *backends.Tracer
 	if f.trace != "" {
 		if tracer, err = backends.OpenTracer(f.trace); err != nil {
@@ -333,6 +533,12 @@ func runHeadless(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		CellTimeout: s.cfg.CellTimeout,
 		StateDir:    s.stateDir,
 		Tracer:      tracer,
+
+		Tools:           tools,
+		ToolOutput:      toolOutput,
+		MaxToolCalls:    s.maxToolCalls,
+		Approvals:       s.approvals,
+		ApprovalTimeout: s.cfg.ApprovalTimeout,
 	})
 	if err != nil {
 		return fail(err)

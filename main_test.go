@@ -6,14 +6,19 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/hosttools"
 )
 
 // isolate points every path the binary derives from the environment into
@@ -95,6 +100,9 @@ func TestCommands(t *testing.T) {
 		{[]string{"headless", "--help"}, 0, []string{
 			"--backend URI", "--max-kernels N", "--idle-exit DURATION", "--cell-timeout DURATION", "--events",
 			"--trace FILE", "--config FILE", "--state-dir DIR",
+			"--workspace DIR", "--max-tool-calls N", "--http-allow HOST", "--approve all|ask|none", "--approval-timeout DURATION",
+			"read_file, list_files and http_get run", "write_file, terminal and any other tool ask", "(default 60s)",
+			`"op":"approve","request":"REQUEST-ID","decision":"once"`, `"type":"approval_request"`, "even without --events",
 			`echo '{"id":"1","op":"execute","code":"print(1)"}' | kerneldeck headless`,
 		}, nil},
 	} {
@@ -133,6 +141,23 @@ func TestHeadlessRejectsBadSetup(t *testing.T) {
 	if err := os.WriteFile(named, []byte("[backends]\nhere = \"local\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	typoTool := filepath.Join(dir, "typo.toml")
+	if err := os.WriteFile(typoTool, []byte("[approvals]\nread_flie = \"deny\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	typoOwnerTool := filepath.Join(dir, "typo-owner.toml")
+	if err := os.WriteFile(typoOwnerTool, []byte("[approvals.owners.alice]\n\"*\" = \"ask\"\nshell = \"allow\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missingWS := filepath.Join(dir, "no-such-dir")
+	wsConfig := filepath.Join(dir, "ws.toml")
+	if err := os.WriteFile(wsConfig, []byte("workspace = \""+missingWS+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	aFile := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(aFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want []string
@@ -153,6 +178,24 @@ func TestHeadlessRejectsBadSetup(t *testing.T) {
 		{[]string{"--config", filepath.Join(dir, "missing.toml")}, []string{"missing.toml does not exist"}},
 		{[]string{"--config", badConfig}, []string{badConfig, "idle_exit", `"soon"`}},
 		{[]string{"--config", unknownKey}, []string{unknownKey, `unknown key "max_kernel"`}},
+
+		{[]string{"--max-tool-calls", "-1"}, []string{"-max-tool-calls", "whole number >= 0", "0 allows no tool calls"}},
+		{[]string{"--max-tool-calls", "lots"}, []string{"-max-tool-calls", "whole number >= 0"}},
+		{[]string{"--approve", "yes"}, []string{"-approve", "all", "ask", "none"}},
+		{[]string{"--approve", "allow"}, []string{"-approve", "must be all"}},
+		{[]string{"--approve", ""}, []string{"-approve", "must be all"}},
+		{[]string{"--approval-timeout", "soon"}, []string{"-approval-timeout", "Go duration", "60s"}},
+		{[]string{"--approval-timeout", "500ms"}, []string{"-approval-timeout", "at least 1s"}},
+		{[]string{"--http-allow", ""}, []string{"-http-allow", "host name, IP address or CIDR prefix", `http_get = "deny"`}},
+		{[]string{"--http-allow", "https://api.example.com"}, []string{"--http-allow", `"https://api.example.com" is not a host name`}},
+		{[]string{"--http-allow", "10.0.0.0/40"}, []string{"--http-allow", `"10.0.0.0/40"`}},
+		{[]string{"--http-allow", "api.internal"}, []string{"--http-allow", "names hosts (api.internal) but no address"}},
+		{[]string{"--workspace", ""}, []string{"--workspace needs a path"}},
+		{[]string{"--workspace", missingWS}, []string{"--workspace", "workspace " + missingWS + " does not exist", "create it"}},
+		{[]string{"--workspace", aFile}, []string{"--workspace", aFile, "is not a directory"}},
+		{[]string{"--config", wsConfig}, []string{"workspace in config file " + wsConfig, missingWS + " does not exist"}},
+		{[]string{"--config", typoTool}, []string{typoTool, "[approvals]", `tool "read_flie"`, "not a host tool", "read_file"}},
+		{[]string{"--config", typoOwnerTool}, []string{typoOwnerTool, "[approvals.owners.alice]", `tool "shell"`, "terminal"}},
 	} {
 		// A request on stdin: had the command started serving, it would answer.
 		code, stdout, stderr := runCLI(t, `{"id":"1","op":"kernels"}`+"\n", append([]string{"headless"}, tc.args...)...)
@@ -209,6 +252,182 @@ func TestHeadlessConfigFlagsStateAndTrace(t *testing.T) {
 	tr, _ := os.ReadFile(trace)
 	if !bytes.Contains(tr, []byte(`"command":"# kerneldeck:spawn`)) || !bytes.Contains(tr, []byte(`"rc":0`)) {
 		t.Errorf("trace has no spawn command: %.300s", tr)
+	}
+	wantNoProcessesUnder(t, kernels)
+}
+
+// TestApprovalsResolve checks how the approve mode, [approvals], flags and
+// the defaults combine into the engine's policies.
+func TestApprovalsResolve(t *testing.T) {
+	isolate(t)
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	rules := write("rules.toml", `
+[approvals]
+terminal = "deny"
+read_file = "ask"
+[approvals.owners.alice]
+terminal = "allow"
+"*" = "ask"
+`)
+	blanket := write("blanket.toml", "approve = \"none\"\n[approvals]\nterminal = \"allow\"\n")
+	defaults := engine.DefaultToolPolicies()
+	withRules := engine.DefaultToolPolicies()
+	withRules["terminal"], withRules["read_file"] = engine.PolicyDeny, engine.PolicyAsk
+	for _, tc := range []struct {
+		name string
+		args []string
+		want engine.Approvals
+		// spot checks of Approvals.For: owner, tool, policy
+		checks [][3]string
+	}{
+		{"defaults", nil, engine.Approvals{Default: engine.PolicyAsk, Tools: defaults},
+			[][3]string{{"x", "read_file", "allow"}, {"x", "list_files", "allow"}, {"x", "http_get", "allow"},
+				{"x", "write_file", "ask"}, {"x", "terminal", "ask"}, {"x", "other_tool", "ask"}}},
+		{"approve all", []string{"--approve", "all"}, engine.Approvals{Default: engine.PolicyAllow},
+			[][3]string{{"x", "terminal", "allow"}, {"x", "write_file", "allow"}}},
+		{"approve ask", []string{"--approve", "ask"}, engine.Approvals{Default: engine.PolicyAsk},
+			[][3]string{{"x", "read_file", "ask"}}},
+		{"approve none", []string{"--approve", "none"}, engine.Approvals{Default: engine.PolicyDeny},
+			[][3]string{{"x", "read_file", "deny"}, {"x", "list_files", "deny"}}},
+		{"config rules over the defaults", []string{"--config", rules},
+			engine.Approvals{Default: engine.PolicyAsk, Tools: withRules,
+				Owners: map[string]map[string]engine.Policy{"alice": {"terminal": engine.PolicyAllow, "*": engine.PolicyAsk}}},
+			[][3]string{{"bob", "terminal", "deny"}, {"bob", "read_file", "ask"}, {"bob", "list_files", "allow"},
+				{"alice", "terminal", "allow"}, {"alice", "list_files", "ask"}}},
+		{"--approve all overrides config rules", []string{"--config", rules, "--approve", "all"}, engine.Approvals{Default: engine.PolicyAllow},
+			[][3]string{{"bob", "terminal", "allow"}, {"alice", "list_files", "allow"}}},
+		{"config approve overrides its rules", []string{"--config", blanket}, engine.Approvals{Default: engine.PolicyDeny},
+			[][3]string{{"x", "terminal", "deny"}}},
+		{"--approve overrides config approve", []string{"--config", blanket, "--approve", "ask"}, engine.Approvals{Default: engine.PolicyAsk},
+			[][3]string{{"x", "terminal", "ask"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := parseHeadlessFlags(tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := resolve(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(s.approvals, tc.want) {
+				t.Errorf("approvals = %+v, want %+v", s.approvals, tc.want)
+			}
+			if err := s.approvals.Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+			for _, c := range tc.checks {
+				if got := s.approvals.For(c[0], c[1]); string(got) != c[2] {
+					t.Errorf("For(%s, %s) = %s, want %s", c[0], c[1], got, c[2])
+				}
+			}
+		})
+	}
+	// The engine's defaults are not shared with the config: editing the
+	// result must not change a later call's defaults.
+	f, _ := parseHeadlessFlags(nil)
+	s, _ := resolve(f)
+	s.approvals.Tools["read_file"] = engine.PolicyDeny
+	if engine.DefaultToolPolicies()["read_file"] != engine.PolicyAllow {
+		t.Error("editing the resolved approvals changed engine.DefaultToolPolicies")
+	}
+}
+
+// TestToolSettingsResolve checks flag-over-config precedence and defaults
+// for the other tool settings.
+func TestToolSettingsResolve(t *testing.T) {
+	isolate(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "config.toml")
+	body := "max_tool_calls = 7\napproval_timeout = \"2m\"\nworkspace = \"/srv/ws\"\nhttp_allow = [\"svc.internal\", \"10.1.0.0/16\"]\n"
+	if err := os.WriteFile(cfgPath, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fromConfig := hosttools.AllowList{Hosts: []string{"svc.internal"}, Nets: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}}
+	fromFlags := hosttools.AllowList{Hosts: []string{}, Nets: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("::1/128")}}
+	for _, tc := range []struct {
+		name          string
+		args          []string
+		maxToolCalls  int // in engine terms
+		timeout       time.Duration
+		workspace     string
+		workspaceFrom string
+		allow         *hosttools.AllowList // nil: the built-in default
+	}{
+		{"defaults", nil, engine.DefaultMaxToolCalls, engine.DefaultApprovalTimeout, ".", "current directory", nil},
+		{"flags", []string{"--max-tool-calls", "3", "--approval-timeout", "5s", "--workspace", "/tmp", "--http-allow", "192.0.2.1", "--http-allow", "::1"},
+			3, 5 * time.Second, "/tmp", "--workspace", &fromFlags},
+		{"zero tool calls allows none", []string{"--max-tool-calls", "0"}, -1, engine.DefaultApprovalTimeout, ".", "current directory", nil},
+		{"config", []string{"--config", cfgPath}, 7, 2 * time.Minute, "/srv/ws", "workspace in config file " + cfgPath, &fromConfig},
+		{"flags over config", []string{"--config", cfgPath, "--max-tool-calls", "0", "--approval-timeout", "1s", "--workspace", "/tmp",
+			"--http-allow", "192.0.2.1", "--http-allow", "::1"}, -1, time.Second, "/tmp", "--workspace", &fromFlags},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := parseHeadlessFlags(tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := resolve(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.maxToolCalls != tc.maxToolCalls || s.cfg.ApprovalTimeout != tc.timeout || s.workspace != tc.workspace ||
+				!strings.Contains(s.workspaceFrom, tc.workspaceFrom) {
+				t.Errorf("resolved max tool calls %d, approval timeout %v, workspace %q (%s); want %d, %v, %q (%s)",
+					s.maxToolCalls, s.cfg.ApprovalTimeout, s.workspace, s.workspaceFrom, tc.maxToolCalls, tc.timeout, tc.workspace, tc.workspaceFrom)
+			}
+			if !reflect.DeepEqual(s.cfg.HTTPAllow, tc.allow) {
+				t.Errorf("http allow-list = %+v, want %+v", s.cfg.HTTPAllow, tc.allow)
+			}
+		})
+	}
+}
+
+// TestHeadlessToolFlagsServe starts the command with every tool flag and a
+// config that sets the tool keys: it serves cells, answers the approve op,
+// and creates nothing in the workspace.
+func TestHeadlessToolFlagsServe(t *testing.T) {
+	kernels := isolate(t)
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	if err := os.Mkdir(ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(dir, "config.toml")
+	body := "approve = \"ask\"\napproval_timeout = \"30s\"\nhttp_allow = []\n[approvals]\nterminal = \"deny\"\n[approvals.owners.me]\n\"*\" = \"allow\"\n"
+	if err := os.WriteFile(cfgPath, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdin := `{"id":"x","op":"execute","owner":"me","tools":["read_file"],"code":"print(6*7)"}` + "\n" +
+		`{"id":"a","op":"approve","request":"a00","decision":"always"}` + "\n"
+	code, stdout, stderr := runCLI(t, stdin, "headless", "--config", cfgPath, "--workspace", ws, "--max-tool-calls", "5",
+		"--approve", "all", "--approval-timeout", "10s", "--http-allow", "127.0.0.1", "--http-allow", "localhost")
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	got := map[string]map[string]any{}
+	for _, l := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("output line %q: %v", l, err)
+		}
+		got[m["id"].(string)] = m
+	}
+	if got["x"]["stdout"] != "42\n" || got["x"]["tool_calls_made"] != 0.0 {
+		t.Errorf("execute: %v", got["x"])
+	}
+	if got["a"]["op"] != "error" || !strings.Contains(got["a"]["error"].(string), `no pending approval request "a00"`) {
+		t.Errorf("approve of an unknown request: %v", got["a"])
+	}
+	if entries, _ := os.ReadDir(ws); len(entries) != 0 {
+		t.Errorf("the workspace is not empty after the run: %v", entries)
 	}
 	wantNoProcessesUnder(t, kernels)
 }

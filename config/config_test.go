@@ -1,13 +1,17 @@
 package config
 
 import (
+	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/hosttools"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -59,8 +63,142 @@ func TestLoadPartialFileKeepsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.MaxKernels != engine.DefaultMaxKernels || cfg.IdleExit != engine.DefaultIdleExit ||
-		cfg.CellTimeout != engine.DefaultCellTimeout || cfg.MaxToolCalls != DefaultMaxToolCalls {
+		cfg.CellTimeout != engine.DefaultCellTimeout || cfg.MaxToolCalls != DefaultMaxToolCalls ||
+		cfg.ApprovalTimeout != engine.DefaultApprovalTimeout || cfg.Workspace != "" || cfg.Approve != "" ||
+		cfg.HTTPAllow != nil || cfg.Approvals.Tools != nil || cfg.Approvals.Owners != nil {
 		t.Errorf("defaults not kept: %+v", cfg)
+	}
+}
+
+// TestLoadToolKeys covers every valid form of the tool and approval keys.
+func TestLoadToolKeys(t *testing.T) {
+	prefixes := func(ps ...string) []netip.Prefix {
+		out := []netip.Prefix{}
+		for _, p := range ps {
+			out = append(out, netip.MustParsePrefix(p))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name, body string
+		check      func(t *testing.T, cfg Config)
+	}{
+		{"workspace", `workspace = "/srv/project"` + "\n", func(t *testing.T, cfg Config) {
+			if cfg.Workspace != "/srv/project" {
+				t.Errorf("Workspace = %q", cfg.Workspace)
+			}
+		}},
+		{"relative workspace", `workspace = "work/here"` + "\n", func(t *testing.T, cfg Config) {
+			if cfg.Workspace != "work/here" {
+				t.Errorf("Workspace = %q", cfg.Workspace)
+			}
+		}},
+		{"approve all", `approve = "all"` + "\n", func(t *testing.T, cfg Config) {
+			if cfg.Approve != ApproveAll {
+				t.Errorf("Approve = %q", cfg.Approve)
+			}
+		}},
+		{"approve ask", `approve = "ask"` + "\n", func(t *testing.T, cfg Config) {
+			if cfg.Approve != ApproveAsk {
+				t.Errorf("Approve = %q", cfg.Approve)
+			}
+		}},
+		{"approve none", `approve = "none"` + "\n", func(t *testing.T, cfg Config) {
+			if cfg.Approve != ApproveNone {
+				t.Errorf("Approve = %q", cfg.Approve)
+			}
+		}},
+		{"approval_timeout", `approval_timeout = "2m30s"` + "\n", func(t *testing.T, cfg Config) {
+			if cfg.ApprovalTimeout != 150*time.Second {
+				t.Errorf("ApprovalTimeout = %v", cfg.ApprovalTimeout)
+			}
+		}},
+		{"approval_timeout of exactly 1s", `approval_timeout = "1s"` + "\n", func(t *testing.T, cfg Config) {
+			if cfg.ApprovalTimeout != time.Second {
+				t.Errorf("ApprovalTimeout = %v", cfg.ApprovalTimeout)
+			}
+		}},
+		{"max_tool_calls zero", "max_tool_calls = 0\n", func(t *testing.T, cfg Config) {
+			if cfg.MaxToolCalls != 0 {
+				t.Errorf("MaxToolCalls = %d", cfg.MaxToolCalls)
+			}
+		}},
+		{"http_allow mixed", `http_allow = ["API.internal.", "10.0.0.0/8", "192.168.1.7", "::1", "fd00::/8", "127.1.2.3/8", "::ffff:10.1.0.0/112"]` + "\n",
+			func(t *testing.T, cfg Config) {
+				want := hosttools.AllowList{Hosts: []string{"API.internal."},
+					Nets: prefixes("10.0.0.0/8", "192.168.1.7/32", "::1/128", "fd00::/8", "127.0.0.0/8", "10.1.0.0/16")}
+				if cfg.HTTPAllow == nil || !reflect.DeepEqual(*cfg.HTTPAllow, want) {
+					t.Errorf("HTTPAllow = %+v, want %+v", cfg.HTTPAllow, want)
+				}
+			}},
+		{"http_allow empty allows nothing", "http_allow = []\n", func(t *testing.T, cfg Config) {
+			if cfg.HTTPAllow == nil || len(cfg.HTTPAllow.Hosts) != 0 || len(cfg.HTTPAllow.Nets) != 0 {
+				t.Errorf("HTTPAllow = %+v, want a non-nil empty list", cfg.HTTPAllow)
+			}
+		}},
+		{"approvals per tool", "[approvals]\nterminal = \"deny\"\nread_file = \"ask\"\nmy_tool = \"allow\"\n", func(t *testing.T, cfg Config) {
+			want := map[string]engine.Policy{"terminal": engine.PolicyDeny, "read_file": engine.PolicyAsk, "my_tool": engine.PolicyAllow}
+			if !maps.Equal(cfg.Approvals.Tools, want) || cfg.Approvals.Owners != nil || cfg.Approvals.Default != "" {
+				t.Errorf("Approvals = %+v, want Tools %v only", cfg.Approvals, want)
+			}
+		}},
+		{"approvals per owner", `
+[approvals]
+write_file = "deny"
+
+[approvals.owners.alice]
+terminal = "allow"
+"*" = "ask"
+
+[approvals.owners."ci bot"]
+"*" = "deny"
+`, func(t *testing.T, cfg Config) {
+			a := cfg.Approvals
+			if !maps.Equal(a.Tools, map[string]engine.Policy{"write_file": engine.PolicyDeny}) {
+				t.Errorf("Tools = %v", a.Tools)
+			}
+			if len(a.Owners) != 2 ||
+				!maps.Equal(a.Owners["alice"], map[string]engine.Policy{"terminal": engine.PolicyAllow, "*": engine.PolicyAsk}) ||
+				!maps.Equal(a.Owners["ci bot"], map[string]engine.Policy{"*": engine.PolicyDeny}) {
+				t.Errorf("Owners = %v", a.Owners)
+			}
+			if err := a.Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+		}},
+		{"approvals owners only", "[approvals.owners.bob]\nhttp_get = \"deny\"\n", func(t *testing.T, cfg Config) {
+			if cfg.Approvals.Tools != nil || cfg.Approvals.Owners["bob"]["http_get"] != engine.PolicyDeny {
+				t.Errorf("Approvals = %+v", cfg.Approvals)
+			}
+		}},
+		{"empty approvals table", "[approvals]\n", func(t *testing.T, cfg Config) {
+			if cfg.Approvals.Tools != nil || cfg.Approvals.Owners != nil {
+				t.Errorf("Approvals = %+v", cfg.Approvals)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Load(writeFile(t, tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, cfg)
+		})
+	}
+}
+
+func TestParseAllowList(t *testing.T) {
+	a, err := ParseAllowList([]string{"localhost", "127.0.0.0/8", "::1", "fe80::1%eth0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := hosttools.AllowList{Hosts: []string{"localhost"},
+		Nets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("fe80::1/128")}}
+	if !reflect.DeepEqual(a, want) {
+		t.Errorf("ParseAllowList = %+v, want %+v", a, want)
+	}
+	if a, err := ParseAllowList(nil); err != nil || a.Hosts == nil || a.Nets == nil || len(a.Hosts)+len(a.Nets) != 0 {
+		t.Errorf("ParseAllowList(nil) = %+v, %v; want an empty, non-nil list", a, err)
 	}
 }
 
@@ -83,6 +221,47 @@ func TestLoadRejects(t *testing.T) {
 		{"backend name is a URI", "[backends]\n\"ssh://x\" = \"ssh://x\"\n", []string{"invalid name"}},
 		{"empty default backend", `default_backend = ""` + "\n", []string{"default_backend"}},
 		{"syntax error", "max_kernels = = 3\n", []string{"not valid TOML", "line 1"}},
+		{"unknown key lists the tool keys", "aprove = \"all\"\n", []string{`unknown key "aprove"`, "approve", "http_allow", "[approvals]"}},
+
+		{"workspace empty", `workspace = ""` + "\n", []string{`workspace = "" is invalid`, "directory path", "current directory"}},
+		{"workspace blank", `workspace = "  "` + "\n", []string{`workspace = "  " is invalid`}},
+		{"workspace not a string", "workspace = 1\n", []string{"workspace = 1 is invalid"}},
+		{"workspace tilde", `workspace = "~/src"` + "\n", []string{`workspace = "~/src" is invalid`, "not expanded", "full path"}},
+
+		{"approve unknown", `approve = "yes"` + "\n", []string{`approve = "yes" is invalid`, `"all"`, `"ask"`, `"none"`}},
+		{"approve policy word", `approve = "allow"` + "\n", []string{`approve = "allow" is invalid`, `"all"`}},
+		{"approve not a string", "approve = true\n", []string{"approve = true is invalid"}},
+
+		{"approval_timeout bare number", "approval_timeout = 60\n", []string{"approval_timeout = 60 is invalid", "quoted duration string", `"60s"`}},
+		{"approval_timeout below 1s", `approval_timeout = "900ms"` + "\n", []string{"approval_timeout", "at least 1s"}},
+		{"approval_timeout zero", `approval_timeout = "0s"` + "\n", []string{"approval_timeout", "greater than zero"}},
+		{"approval_timeout bad", `approval_timeout = "a minute"` + "\n", []string{"approval_timeout", `"a minute" is not a Go duration`}},
+
+		{"http_allow a string", `http_allow = "localhost"` + "\n", []string{`http_allow = "localhost" is invalid`, "array", "[] allows nothing"}},
+		{"http_allow item not a string", "http_allow = [\"localhost\", 127]\n", []string{"http_allow item 2 = 127 is invalid", "quoted string"}},
+		{"http_allow URL", `http_allow = ["http://example.com", "10.0.0.0/8"]` + "\n", []string{"http_allow is invalid", `"http://example.com" is not a host name`, "no scheme, port"}},
+		{"http_allow host:port", `http_allow = ["example.com:8080", "10.0.0.0/8"]` + "\n", []string{`"example.com:8080" is not a host name`}},
+		{"http_allow wildcard", `http_allow = ["*.example.com", "10.0.0.0/8"]` + "\n", []string{`"*.example.com"`, "wildcards are not supported"}},
+		{"http_allow bad prefix", `http_allow = ["10.0.0.0/33"]` + "\n", []string{`"10.0.0.0/33" is not a host name, IP address or CIDR prefix`}},
+		{"http_allow empty item", `http_allow = [""]` + "\n", []string{`"" is not a host name`}},
+		{"http_allow bad label", `http_allow = ["-bad.example", "10.0.0.0/8"]` + "\n", []string{`"-bad.example"`, "'-'"}},
+		{"http_allow bad char", `http_allow = ["ex ample.com", "10.0.0.0/8"]` + "\n", []string{`"ex ample.com"`, `' ' is not allowed`}},
+		{"http_allow hosts without addresses", `http_allow = ["api.internal"]` + "\n", []string{"http_allow is invalid", "names hosts (api.internal) but no address", "every address", "127.0.0.0/8"}},
+
+		{"approvals not a table", "approvals = \"ask\"\n", []string{`approvals = "ask" is invalid`, "must be a table", "[approvals]"}},
+		{"approvals bad policy", "[approvals]\nterminal = \"maybe\"\n", []string{`approvals.terminal = "maybe" is invalid`, `"allow"`, `"ask"`, `"deny"`, `terminal = "ask"`}},
+		{"approvals policy not a string", "[approvals]\nterminal = false\n", []string{"approvals.terminal = false is invalid"}},
+		{"approvals empty policy", "[approvals]\nterminal = \"\"\n", []string{`approvals.terminal = "" is invalid`}},
+		{"approvals blanket word as policy", "[approvals]\nterminal = \"all\"\n", []string{`approvals.terminal = "all" is invalid`}},
+		{"approvals bad tool name", "[approvals]\n\"read-file\" = \"ask\"\n", []string{`approvals.read-file`, `"read-file" is not a tool name`}},
+		{"approvals star at top", "[approvals]\n\"*\" = \"deny\"\n", []string{`approvals."*" is not allowed`, `approve = "all", "ask" or "none"`, "[approvals.owners.NAME]"}},
+		{"approvals unknown table", "[approvals.tools]\nterminal = \"ask\"\n", []string{"[approvals.tools] is not a known table", "[approvals.owners.NAME]"}},
+		{"owners not a table", "[approvals]\nowners = \"alice\"\n", []string{`approvals.owners = "alice" is invalid`, "[approvals.owners.alice]"}},
+		{"owner not a table", "[approvals.owners]\nalice = \"deny\"\n", []string{`approvals.owners.alice = "deny" is invalid`, "table of tool = policy", "[approvals.owners.alice]"}},
+		{"owner bad policy", "[approvals.owners.alice]\nterminal = \"yes\"\n", []string{`approvals.owners.alice.terminal = "yes" is invalid`, `"deny"`}},
+		{"owner star bad policy", "[approvals.owners.alice]\n\"*\" = \"always\"\n", []string{`approvals.owners.alice."*" = "always" is invalid`, `"*" = "ask"`}},
+		{"owner bad tool name", "[approvals.owners.alice]\n\"2fast\" = \"ask\"\n", []string{`approvals.owners.alice.2fast`, "not a tool name", `"*"`}},
+		{"owner empty name", "[approvals.owners.\"\"]\nterminal = \"ask\"\n", []string{`[approvals.owners.""] is invalid`, "name an owner"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := writeFile(t, tc.body)

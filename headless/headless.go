@@ -30,7 +30,9 @@ const DefaultEventBuffer = 1024
 
 // Options tunes Serve.
 type Options struct {
-	// Events interleaves the engine's lifecycle events with the responses.
+	// Events interleaves every lifecycle event with the responses. Without
+	// it only approval_request and approval_decided events are written,
+	// because a tool call that asks the operator waits for an approve op.
 	Events bool
 	// EventBuffer overrides DefaultEventBuffer.
 	EventBuffer int
@@ -53,11 +55,8 @@ func Serve(ctx context.Context, eng *engine.Engine, in io.Reader, out io.Writer,
 	s := &server{eng: eng, w: w}
 
 	var pump sync.WaitGroup
-	var sub *engine.Subscription
-	if opts.Events {
-		sub = eng.Subscribe(cmp.Or(opts.EventBuffer, DefaultEventBuffer))
-		pump.Go(func() { pumpEvents(sub.C, w) })
-	}
+	sub := eng.Subscribe(cmp.Or(opts.EventBuffer, DefaultEventBuffer))
+	pump.Go(func() { pumpEvents(sub.C, w, opts.Events) })
 
 	lines := make(chan inputLine)
 	stop := make(chan struct{})
@@ -90,6 +89,8 @@ loop:
 				continue
 			}
 			if req.op != "execute" {
+				// Never behind a cell: an approve answers the very tool call
+				// a running cell waits on.
 				inflight.Go(func() { s.handle(ctx, req) })
 				continue
 			}
@@ -111,10 +112,8 @@ loop:
 	}
 	close(stop)
 	inflight.Wait()
-	if sub != nil {
-		sub.Close()
-		pump.Wait()
-	}
+	sub.Close()
+	pump.Wait()
 	if err == nil {
 		err = w.failure()
 	}
@@ -231,15 +230,25 @@ type eventLine struct {
 	Kernel string    `json:"kernel"`
 	Owner  string    `json:"owner"`
 	Detail string    `json:"detail"`
+	// Request, Tool and Args describe a tool call waiting for the operator
+	// (approval_request; Request and Tool also on approval_decided).
+	Request string          `json:"request,omitempty"`
+	Tool    string          `json:"tool,omitempty"`
+	Args    json.RawMessage `json:"args,omitempty"`
 	// Count is how many events were dropped (type "missed" only).
 	Count int `json:"count,omitempty"`
 }
 
-// pumpEvents copies events to the output until the subscription closes. It
-// may block on a slow reader; the engine's fan-out drops instead of waiting.
-func pumpEvents(events <-chan engine.Event, w *lineWriter) {
+// pumpEvents copies events to the output until the subscription closes;
+// unless all is set, only approval events. It may block on a slow reader;
+// the engine's fan-out drops instead of waiting.
+func pumpEvents(events <-chan engine.Event, w *lineWriter, all bool) {
 	for ev := range events {
-		line := eventLine{Op: "event", Type: string(ev.Type), Time: ev.Time, Kernel: ev.Kernel, Owner: ev.Owner, Detail: ev.Detail}
+		if !all && ev.Type != engine.EventApprovalRequest && ev.Type != engine.EventApprovalDecided {
+			continue
+		}
+		line := eventLine{Op: "event", Type: string(ev.Type), Time: ev.Time, Kernel: ev.Kernel, Owner: ev.Owner, Detail: ev.Detail,
+			Request: ev.Request, Tool: ev.Tool, Args: ev.Args}
 		if ev.Type == engine.EventMissed {
 			line.Count = ev.Missed
 			line.Detail = fmt.Sprintf("%d events were dropped because this reader fell behind", ev.Missed)
@@ -262,9 +271,11 @@ type request struct {
 	idleExit   *time.Duration
 	kernel     string
 	owner      string
+	approval   string // the approval request id (approve)
+	decision   engine.Decision
 }
 
-const opList = "execute, kernels, limits, interrupt, kill, shutdown_owner, shutdown_all"
+const opList = "execute, kernels, limits, interrupt, kill, shutdown_owner, shutdown_all, approve"
 
 // parse validates one line. On failure it returns the request's id when it
 // has a string one, so the error can still be matched to the request.
@@ -323,6 +334,10 @@ func (s *server) parse(line []byte) (*request, *string, error) {
 			return fail(errors.New(`shutdown_owner needs "owner": the owner whose kernels to kill`))
 		}
 		r.owner = o
+	case "approve":
+		if err := parseApprove(f, r); err != nil {
+			return fail(err)
+		}
 	default:
 		return fail(fmt.Errorf("unknown op %q; use one of %s", op, opList))
 	}
@@ -396,6 +411,29 @@ func parseLimits(f fields, r *request) error {
 	}
 	if r.maxKernels == nil && r.idleExit == nil {
 		return errors.New(`limits needs "max_kernels" (whole number >= 1) and/or "idle_exit" (seconds >= 1)`)
+	}
+	return nil
+}
+
+func parseApprove(f fields, r *request) error {
+	id, ok, err := f.str("request")
+	if err != nil {
+		return err
+	}
+	if !ok || id == "" {
+		return errors.New(`approve needs "request": the id from an approval_request event`)
+	}
+	d, ok, err := f.str("decision")
+	if err != nil {
+		return err
+	}
+	switch dec := engine.Decision(d); {
+	case !ok:
+		return errors.New(`approve needs "decision": "once" (run this call), "always" (run every call of this tool by this owner from now on) or "deny"`)
+	case dec != engine.ApproveOnce && dec != engine.ApproveAlways && dec != engine.ApproveDeny:
+		return fmt.Errorf(`"decision" must be "once", "always" or "deny", got %q`, d)
+	default:
+		r.approval, r.decision = id, dec
 	}
 	return nil
 }
@@ -520,6 +558,8 @@ func (s *server) handle(ctx context.Context, r *request) {
 		s.w.write(killedLine{ID: r.id, Op: "ok", Killed: n})
 	case "shutdown_all":
 		s.w.write(killedLine{ID: r.id, Op: "ok", Killed: s.eng.ShutdownAll(ctx)})
+	case "approve":
+		s.answer(r, s.eng.Approve(r.approval, r.decision))
 	}
 }
 

@@ -428,7 +428,7 @@ func TestBadRequestsKeepServing(t *testing.T) {
 		{`{"op":"kernels"}`, null, []string{`needs "id" as a JSON string`, "missing"}},
 		{`{"id":7,"op":"kernels"}`, null, []string{`"id" as a JSON string`, "number 7"}},
 		{`{"id":"e1"}`, "e1", []string{`no "op"`, "execute, kernels, limits"}},
-		{`{"id":"e2","op":"launch"}`, "e2", []string{`unknown op "launch"`, "shutdown_all"}},
+		{`{"id":"e2","op":"launch"}`, "e2", []string{`unknown op "launch"`, "shutdown_all", "approve"}},
 		{`{"id":"e3","op":5}`, "e3", []string{`"op" must be a string, got number 5`}},
 		{`{"id":"e4","op":"execute"}`, "e4", []string{`execute needs "code"`, `"" is allowed`}},
 		{`{"id":"e5","op":"execute","code":1}`, "e5", []string{`"code" must be a string, got number 1`}},
@@ -455,6 +455,15 @@ func TestBadRequestsKeepServing(t *testing.T) {
 		{`{"id":"e26","op":"interrupt","kernel":"knope"}`, "e26", []string{`no kernel with id "knope"`}},
 		{`{"id":"e27","op":"shutdown_owner"}`, "e27", []string{`shutdown_owner needs "owner"`}},
 		{`{"id":"e28","op":"shutdown_owner","owner":false}`, "e28", []string{`"owner" must be a string`}},
+		{`{"id":"e29","op":"approve","decision":"once"}`, "e29", []string{`approve needs "request"`, "approval_request"}},
+		{`{"id":"e30","op":"approve","request":"","decision":"once"}`, "e30", []string{`approve needs "request"`}},
+		{`{"id":"e31","op":"approve","request":7,"decision":"once"}`, "e31", []string{`"request" must be a string, got number 7`}},
+		{`{"id":"e32","op":"approve","request":"a1"}`, "e32", []string{`approve needs "decision"`, `"once"`, `"always"`, `"deny"`}},
+		{`{"id":"e33","op":"approve","request":"a1","decision":"yes"}`, "e33", []string{`"decision" must be "once", "always" or "deny", got "yes"`}},
+		{`{"id":"e34","op":"approve","request":"a1","decision":"allow"}`, "e34", []string{`got "allow"`}},
+		{`{"id":"e35","op":"approve","request":"a1","decision":true}`, "e35", []string{`"decision" must be a string, got boolean`}},
+		{`{"id":"e36","op":"approve","request":"anope","decision":"once"}`, "e36", []string{`no pending approval request "anope"`}},
+		{`{"id":"e37","op":"approve","request":"anope","decision":"deny"}`, "e37", []string{`no pending approval request "anope"`}},
 	} {
 		h.sendRaw(tc.line)
 		got := h.next()
@@ -772,12 +781,96 @@ func TestPumpEventsFormat(t *testing.T) {
 	ch <- engine.Event{Type: engine.EventMissed, Time: at, Missed: 5}
 	close(ch)
 	var buf strings.Builder
-	pumpEvents(ch, &lineWriter{w: &buf, fail: func(error) {}})
+	pumpEvents(ch, &lineWriter{w: &buf, fail: func(error) {}}, true)
 	want := `{"op":"event","type":"spawned","time":"2025-01-02T03:04:05.0000006Z","kernel":"k1","owner":"o","detail":"pid 9"}
 {"op":"event","type":"missed","time":"2025-01-02T03:04:05.0000006Z","kernel":"","owner":"","detail":"5 events were dropped because this reader fell behind","count":5}
 `
 	if buf.String() != want {
 		t.Errorf("event lines:\n%s\nwant:\n%s", buf.String(), want)
+	}
+}
+
+// TestPumpApprovalEvents checks the approval event lines, which are written
+// with or without --events, and that other events need --events.
+func TestPumpApprovalEvents(t *testing.T) {
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	events := []engine.Event{
+		{Type: engine.EventCellStarted, Time: at, Kernel: "k1", Owner: "o", Detail: "cell c1"},
+		{Type: engine.EventApprovalRequest, Time: at, Kernel: "k1", Owner: "o", Key: "o/t@local[terminal]",
+			Request: "a0123456789ab", Tool: "terminal", Args: json.RawMessage(`{"command":"ls -l"}`), Detail: "o wants to call terminal"},
+		{Type: engine.EventApprovalDecided, Time: at, Kernel: "k1", Owner: "o", Request: "a0123456789ab", Tool: "terminal",
+			Detail: "once: approved once by the operator"},
+		{Type: engine.EventMissed, Time: at, Missed: 2},
+	}
+	approvalLines := `{"op":"event","type":"approval_request","time":"2025-01-02T03:04:05Z","kernel":"k1","owner":"o","detail":"o wants to call terminal","request":"a0123456789ab","tool":"terminal","args":{"command":"ls -l"}}
+{"op":"event","type":"approval_decided","time":"2025-01-02T03:04:05Z","kernel":"k1","owner":"o","detail":"once: approved once by the operator","request":"a0123456789ab","tool":"terminal"}
+`
+	for _, tc := range []struct {
+		all  bool
+		want string
+	}{
+		{false, approvalLines},
+		{true, `{"op":"event","type":"cell_started","time":"2025-01-02T03:04:05Z","kernel":"k1","owner":"o","detail":"cell c1"}
+` + approvalLines + `{"op":"event","type":"missed","time":"2025-01-02T03:04:05Z","kernel":"","owner":"","detail":"2 events were dropped because this reader fell behind","count":2}
+`},
+	} {
+		ch := make(chan engine.Event, len(events))
+		for _, ev := range events {
+			ch <- ev
+		}
+		close(ch)
+		var buf strings.Builder
+		pumpEvents(ch, &lineWriter{w: &buf, fail: func(error) {}}, tc.all)
+		if buf.String() != tc.want {
+			t.Errorf("all=%v: event lines:\n%s\nwant:\n%s", tc.all, buf.String(), tc.want)
+		}
+		// The documented shape: request, tool and args are top-level fields.
+		for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			var m line
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatalf("event line %q: %v", l, err)
+			}
+			if m["type"] == "approval_request" {
+				wantKeys(t, "approval_request line", m, "op", "type", "time", "kernel", "owner", "detail", "request", "tool", "args")
+				if args, _ := m["args"].(line); args["command"] != "ls -l" {
+					t.Errorf("approval_request args: %v", m["args"])
+				}
+			}
+		}
+	}
+}
+
+// TestApproveAnsweredWhileCellRuns sends approve requests while a cell runs
+// and another waits on the same kernel: they are answered at once, not
+// queued behind the cells (an approve answers the tool call a running cell
+// waits on). Without --events no other event lines appear.
+func TestApproveAnsweredWhileCellRuns(t *testing.T) {
+	h := start(t, newEngine(t, engine.Config{}), Options{})
+	h.send(execReq("busy", "import time\ntime.sleep(3)\nprint('busy')", "owner", "ap"))
+	waitAttached(t, h, "ap")
+	h.send(execReq("next", "print('next')", "owner", "ap"))
+	begin := time.Now()
+	h.send(line{"id": "ap1", "op": "approve", "request": "agone", "decision": "once"})
+	h.send(line{"id": "ap2", "op": "approve", "request": "agone", "decision": "bogus"})
+	got := h.await("ap1", "ap2")
+	if waited := time.Since(begin); waited > 2*time.Second {
+		t.Errorf("approve answered after %v, behind the running cell", waited)
+	}
+	if got["ap1"]["op"] != "error" || !strings.Contains(got["ap1"]["error"].(string), `no pending approval request "agone"`) {
+		t.Errorf("approve of an unknown request: %v", got["ap1"])
+	}
+	if got["ap2"]["op"] != "error" || !strings.Contains(got["ap2"]["error"].(string), `"decision" must be`) {
+		t.Errorf("approve with a bad decision: %v", got["ap2"])
+	}
+	res := h.await("busy", "next")
+	if res["busy"]["stdout"] != "busy\n" || res["next"]["stdout"] != "next\n" {
+		t.Errorf("cells: %v", res)
+	}
+	if err, rest := h.finish(); err != nil || len(rest) != 0 {
+		t.Errorf("finish: %v, %v", err, rest)
+	}
+	if len(h.events) != 0 {
+		t.Errorf("event lines without --events: %v", h.events)
 	}
 }
 
