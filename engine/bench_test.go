@@ -36,7 +36,11 @@ func rtBenchEngine(b *testing.B, executeOnly bool) *engine.Engine {
 	return eng
 }
 
-func rtReportPercentiles(b *testing.B, lat []time.Duration) {
+func rtReportPercentiles(b *testing.B, lat []time.Duration) { rtReportPercentilesAs(b, lat, "") }
+
+// rtReportPercentilesAs reports the median and p90 of lat as prefix+"p50-ms"
+// and prefix+"p90-ms".
+func rtReportPercentilesAs(b *testing.B, lat []time.Duration, prefix string) {
 	if len(lat) == 0 {
 		return
 	}
@@ -44,8 +48,8 @@ func rtReportPercentiles(b *testing.B, lat []time.Duration) {
 	ms := func(q float64) float64 {
 		return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000
 	}
-	b.ReportMetric(ms(0.5), "p50-ms")
-	b.ReportMetric(ms(0.9), "p90-ms")
+	b.ReportMetric(ms(0.5), prefix+"p50-ms")
+	b.ReportMetric(ms(0.9), prefix+"p90-ms")
 }
 
 // BenchmarkWarmCell: a trivial cell on a kernel that is already running.

@@ -457,7 +457,9 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 			publish = false
 			// Tool calls: answer them in the next round trip, which also
 			// goes on waiting for the result.
-			answers = append(answers, c.rpc.serveAll(rpcItemsFromOutput(res.Output))...)
+			answers = append(answers, c.rpc.serveExec(rpcItemsFromOutput(res.Output), func(a rpcAnswer) error {
+				return e.deliverAnswer(ctx, k, dir, a)
+			})...)
 		case strings.Contains(res.Output, "KD:PENDING"):
 			if publish {
 				c.maybePublished = true
@@ -479,6 +481,20 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 			return outcome{kind: outLost, detail: "unexpected answer from the host: " + hostError(res)}
 		}
 	}
+}
+
+// deliverAnswer writes one tool-call answer into the kernel's rpc/ dir in
+// its own round trip, for answers that were not ready when the cell script
+// went back to waiting.
+func (e *Engine) deliverAnswer(ctx context.Context, k *Kernel, dir string, a rpcAnswer) error {
+	res, err := k.env.Execute(ctx, answerScript(dir), backends.ExecOptions{Stdin: encodeAnswers([]rpcAnswer{a}), Timeout: 30 * time.Second})
+	if err != nil {
+		return fmt.Errorf("deliver tool answer %d to kernel %s: %w", a.seq, dir, err)
+	}
+	if !strings.Contains(res.Output, "KD:OK") {
+		return fmt.Errorf("deliver tool answer %d to kernel %s: %s", a.seq, dir, hostError(res))
+	}
+	return nil
 }
 
 // finishCell turns an outcome into the caller's result and applies its

@@ -325,7 +325,14 @@ func hostError(res backends.Result) string {
 	if reason, ok := findLine(res.Output, "KD:ERR "); ok {
 		return reason
 	}
-	out := strings.TrimSpace(res.Output)
+	// Forwarded tool requests carry the kernel's token: never quote them.
+	var kept []string
+	for line := range strings.SplitSeq(res.Output, "\n") {
+		if !strings.HasPrefix(line, "KD:RPC") {
+			kept = append(kept, line)
+		}
+	}
+	out := strings.TrimSpace(strings.Join(kept, "\n"))
 	if len(out) > 500 {
 		out = out[:500] + "..."
 	}

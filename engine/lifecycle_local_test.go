@@ -21,3 +21,13 @@ func TestLocalLifecycle(t *testing.T) {
 func TestLocalStreamsOutput(t *testing.T) {
 	enginetest.StreamsOutput(t, backends.NewLocal(enginetest.ShortTempDir(t)))
 }
+
+// The tool RPC suite on the real local backend, over both doors.
+func TestLocalToolCalls(t *testing.T) {
+	t.Run("stream", func(t *testing.T) {
+		enginetest.ToolCalls(t, func(t *testing.T) backends.Env { return backends.NewLocal(enginetest.ShortTempDir(t)) })
+	})
+	t.Run("execute", func(t *testing.T) {
+		enginetest.ToolCalls(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(backends.NewLocal(t.TempDir())) })
+	})
+}

@@ -62,3 +62,16 @@ func TestSSHWithoutStreamForwarding(t *testing.T) {
 		t.Fatal("the server was configured to refuse streams, but a stream opened: the test proves nothing")
 	}
 }
+
+// The tool RPC suite over a real sshd: kernels on the remote side, tools on
+// this machine, over the stream fast path and over plain Execute.
+func TestSSHToolCalls(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Options{})
+	u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
+	t.Run("stream", func(t *testing.T) {
+		enginetest.ToolCalls(t, func(t *testing.T) backends.Env { return sshEnv(t, srv, u, nil) })
+	})
+	t.Run("execute", func(t *testing.T) {
+		enginetest.ToolCalls(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(sshEnv(t, srv, u, nil)) })
+	})
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/hosttools"
 	"github.com/kerneldeck/kerneldeck/internal/backendtest"
 	"github.com/kerneldeck/kerneldeck/internal/enginetest"
 )
@@ -243,4 +244,53 @@ func rtProcessAlive(pid int) bool {
 		}
 	}
 	return true
+}
+
+// A tool call costs one extra round trip, never a polling cadence: over
+// plain Execute a warm cell making N fast calls costs 1+N cell scripts (each
+// returns the requests and the next one carries the answers while it waits
+// on), and over the fast path no Execute at all, one rpc_result frame each.
+func TestRoundTripsPerToolCall(t *testing.T) {
+	const calls = 5
+	for _, door := range rtDoors {
+		t.Run(door.name, func(t *testing.T) {
+			var env backends.Env = backends.NewLocal(enginetest.ShortTempDir(t))
+			if door.executeOnly {
+				env = backends.ExecuteOnly(env)
+			}
+			counting := backendtest.NewCounting(env)
+			reg := hosttools.NewRegistry()
+			if err := reg.Register(hosttools.Tool{Name: "noop", Description: "Answer at once.",
+				Handler: func(context.Context, hosttools.Call) (hosttools.Result, error) {
+					return hosttools.Result{Text: "ok"}, nil
+				}}); err != nil {
+				t.Fatal(err)
+			}
+			eng, err := engine.New(engine.Config{Backends: []backends.Env{counting}, StateDir: t.TempDir(),
+				Tools: reg, Approvals: engine.Approvals{Default: engine.PolicyAllow}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { rtClose(t, eng) })
+			req := engine.Request{Owner: "a", Tools: []string{"noop"}, Code: "1"}
+			rtExec(t, eng, req)
+			counting.Reset()
+			req.Code = "import kerneldeck_tools as kt\nprint(sum(kt.noop() == 'ok' for _ in range(" + strconv.Itoa(calls) + ")))"
+			res := rtExec(t, eng, req)
+			if res.Stdout != strconv.Itoa(calls)+"\n" || res.ToolCallsMade != calls {
+				t.Fatalf("stdout %q, tool_calls_made %d", res.Stdout, res.ToolCallsMade)
+			}
+			got := rtSnapshot(counting)
+			want := rtCounts{Executes: 1 + calls, Cells: 1 + calls}
+			if !door.executeOnly {
+				want = rtCounts{Executes: 0, Cells: 0}
+				if f := counting.FramesByOp("rpc_result"); f != calls {
+					t.Errorf("rpc_result frames %d, want %d", f, calls)
+				}
+			}
+			if got.Executes != want.Executes || got.Cells != want.Cells || got.Spawns != 0 {
+				t.Fatalf("a warm cell with %d tool calls cost %+v, want %d executes, %d cell scripts", calls, got, want.Executes, want.Cells)
+			}
+		})
+	}
 }

@@ -239,6 +239,12 @@ func (s *rpcSession) dispatch(req rpcRequest) rpcResponse {
 		return refuse(fmt.Sprintf("tool %s is not in this kernel's tool set [%s]; run the cell in a kernel whose tools include it",
 			req.Tool, strings.Join(tools, ", ")))
 	}
+	if e.cfg.Tools == nil {
+		return refuse("no host tools are configured in this kerneldeck")
+	}
+	if _, ok := e.cfg.Tools.Lookup(req.Tool); !ok {
+		return refuse(fmt.Sprintf("the host has no tool %s (it has: %s)", req.Tool, strings.Join(e.cfg.Tools.Names(), ", ")))
+	}
 	limit := max(e.cfg.MaxToolCalls, 0)
 	s.mu.Lock()
 	if s.reserved >= limit {
@@ -251,14 +257,6 @@ func (s *rpcSession) dispatch(req rpcRequest) rpcResponse {
 		s.mu.Lock()
 		s.reserved--
 		s.mu.Unlock()
-	}
-	if e.cfg.Tools == nil {
-		unreserve()
-		return refuse("no host tools are configured in this kerneldeck")
-	}
-	if _, ok := e.cfg.Tools.Lookup(req.Tool); !ok {
-		unreserve()
-		return refuse(fmt.Sprintf("the host has no tool %s (it has: %s)", req.Tool, strings.Join(e.cfg.Tools.Names(), ", ")))
 	}
 	if err := e.authorize(s.ctx, k, req.Tool, req.Args); err != nil {
 		unreserve()
@@ -293,39 +291,75 @@ func (s *rpcSession) dispatch(req rpcRequest) rpcResponse {
 // serveAsync handles item in the background and hands the answer to send;
 // answers send could not deliver wait in unsent for the Execute path.
 func (s *rpcSession) serveAsync(item rpcItem, send func(rpcAnswer) error) {
+	s.serveThen(item, func(a *rpcAnswer) {
+		if a != nil && send(*a) != nil {
+			s.mu.Lock()
+			s.unsent = append(s.unsent, *a)
+			s.mu.Unlock()
+		}
+	})
+}
+
+// serveThen handles item in the background and then calls done with its
+// answer, or nil when it gets none.
+func (s *rpcSession) serveThen(item rpcItem, done func(*rpcAnswer)) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		ans, ok := s.serve(item)
-		if !ok {
-			return
-		}
-		if send(ans) != nil {
-			s.mu.Lock()
-			s.unsent = append(s.unsent, ans)
-			s.mu.Unlock()
+		if ans, ok := s.serve(item); ok {
+			done(&ans)
+		} else {
+			done(nil)
 		}
 	}()
 }
 
-// serveAll handles items concurrently and returns their answers.
-func (s *rpcSession) serveAll(items []rpcItem) []rpcAnswer {
+// rpcGather is how long the Execute path waits for answers so that they
+// travel with the next wait on the host; answers that take longer (slow
+// tools, approvals) are delivered on their own by deliver.
+const rpcGather = 100 * time.Millisecond
+
+// serveExec serves the items a cell script collected and returns the
+// answers ready within rpcGather.
+func (s *rpcSession) serveExec(items []rpcItem, deliver func(rpcAnswer) error) []rpcAnswer {
 	var mu sync.Mutex
-	var out []rpcAnswer
+	var ready []rpcAnswer
+	gathering, pending := true, len(items)
+	all := make(chan struct{})
+	if pending == 0 {
+		close(all)
+	}
 	for _, it := range items {
-		s.serveAsync(it, func(a rpcAnswer) error {
+		s.serveThen(it, func(a *rpcAnswer) {
 			mu.Lock()
-			out = append(out, a)
+			if gathering {
+				if a != nil {
+					ready = append(ready, *a)
+				}
+				if pending--; pending == 0 {
+					close(all)
+				}
+				mu.Unlock()
+				return
+			}
 			mu.Unlock()
-			return nil
+			if a != nil && s.ctx.Err() == nil && deliver(*a) != nil {
+				s.mu.Lock()
+				s.unsent = append(s.unsent, *a)
+				s.mu.Unlock()
+			}
 		})
 	}
-	s.wg.Wait()
-	s.mu.Lock()
-	out = append(out, s.unsent...)
-	s.unsent = nil
-	s.mu.Unlock()
-	return out
+	timer := time.NewTimer(rpcGather)
+	defer timer.Stop()
+	select {
+	case <-all:
+	case <-timer.C:
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	gathering = false
+	return ready
 }
 
 // takeUnsent returns the answers waiting for the Execute path.

@@ -113,13 +113,8 @@ elif [ "$pub" = 1 ] && [ ! -e "$id.res" ]; then
   exec 3<>../wake && printf 'cell %%s\n' "$id" >&3
 fi
 if [ "$ans" = 1 ]; then
-  umask 077
   exec 3<>../wake || { echo KD:LOST; exit 0; }
-  while IFS= read -r line; do
-    seq=${line%%%% *}; body=${line#* }
-    [[ $seq =~ ^[0-9]{1,18}$ ]] || continue
-    printf '%%s' "$body" >"../rpc/$seq.res.tmp" && mv -f -- "../rpc/$seq.res.tmp" "../rpc/$seq.res" && printf 'rpcres %%s\n' "$seq" >&3
-  done
+  %[11]s
 fi
 if [ "$intr" = 1 ]; then exec 3<>../wake && printf 'int %%s\n' "$id" >&3; fi
 exec 4<>../done || { echo KD:LOST; exit 0; }
@@ -144,7 +139,28 @@ while :; do
   # a byte from the runner wakes us early without using it up.
   IFS= read -r -t 1 -n 1 -u 4 _; [ $? -gt 128 ] && n=$((n + 1))
 done
-`, shq(dir), shq(cellID), pid, windowSec, b2i[publish], b2i[interrupt], b2i[answers], aliveFn, maxRPCFile+1, maxRPCFile)
+`, shq(dir), shq(cellID), pid, windowSec, b2i[publish], b2i[interrupt], b2i[answers], aliveFn, maxRPCFile+1, maxRPCFile, answerLoop)
+}
+
+// answerLoop writes each tool-call answer on stdin ("SEQ JSON" lines) to
+// ../rpc/SEQ.res (0600, tmp + rename) and rings "rpcres SEQ" on fd 3, the
+// runner's wake FIFO. The cwd is the kernel's cells dir.
+const answerLoop = `umask 077
+  while IFS= read -r line; do
+    seq=${line%% *}; body=${line#* }
+    [[ $seq =~ ^[0-9]{1,18}$ ]] || continue
+    printf '%s' "$body" >"../rpc/$seq.res.tmp" && mv -f -- "../rpc/$seq.res.tmp" "../rpc/$seq.res" && printf 'rpcres %s\n' "$seq" >&3
+  done`
+
+// answerScript delivers tool-call answers that became ready while a cell
+// script was already waiting on the host (a slow tool, an approval).
+func answerScript(dir string) string {
+	return fmt.Sprintf(`# kerneldeck:answer
+export LC_ALL=C
+cd %s/cells 2>/dev/null && exec 3<>../wake || { echo KD:GONE; exit 0; }
+%s
+echo KD:OK
+`, shq(dir), answerLoop)
 }
 
 // killScript kills the runner's process group, waits (at most 2 s) until the

@@ -407,3 +407,54 @@ func TestSSHSecretsStayOutOfTraceEventsAndArgv(t *testing.T) {
 		})
 	}
 }
+
+// A co-tenant cannot make A's kernel call a tool: B (another OS user on the
+// same sshd) tries to plant a request in A's rpc dir and to ring A's wake
+// FIFO, with A's real token even (as if it had leaked). The OS refuses both,
+// nothing B wrote reaches the engine (no rejection, no dispatch), and A's
+// own tool calls go on working.
+func TestSSHLockdownCoTenantCannotPlantToolCalls(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Options{})
+	a := srv.User(t, "kdtest1", sshdtest.UserOptions{})
+	b := srv.User(t, "kdtest2", sshdtest.UserOptions{})
+	shared := sharedTempDir(t)
+	onShared := func(o *backends.Options) { o.SSHTempDir = shared }
+	envA := sshEnv(t, srv, a, onShared)
+	envB := sshEnv(t, srv, b, onShared)
+	h := enginetest.NewTools(t, envA, nil)
+	h.WriteWorkspace("f", "mine")
+	tools := []string{"read_file", "write_file"}
+	first := h.Call("a", tools, `import kerneldeck_tools as kt, sys
+R = sys.modules["__main__"].RUNNER
+print(kt.read_file("f"), R.token, R.running)`)
+	fields := strings.Fields(first.Stdout)
+	if first.Status != "success" || len(fields) != 3 || fields[0] != "mine" {
+		t.Fatalf("first cell: %q %q", first.Stdout, first.Traceback)
+	}
+	token, kd := fields[1], first.Kernel.Dir
+	forged := fmt.Sprintf(`{"seq": 77, "tool": "write_file", "args": {"path": "pwned", "content": "B"}, "token": %q, "cell": %q}`, token, fields[2])
+	for _, at := range []attempt{
+		{"plant a tool request with A's token", fmt.Sprintf("printf '%%s' '%s' >%s/rpc/77.req", forged, kd), "Permission denied"},
+		{"plant a tool answer", fmt.Sprintf(`printf '{"ok": true, "text": "forged"}' >%s/rpc/2.res`, kd), "Permission denied"},
+		{"ring A's runner to sweep rpc/", fmt.Sprintf("echo rpc >%s/wake", kd), "Permission denied"},
+		{"ring A's runner to read an answer", fmt.Sprintf("echo 'rpcres 2' >%s/wake", kd), "Permission denied"},
+	} {
+		out := hostRun(t, envB, at.command)
+		if out.ReturnCode == 0 || !strings.Contains(out.Output, at.refusal) {
+			t.Errorf("B could %s: rc %d output %q", at.what, out.ReturnCode, out.Output)
+		}
+	}
+	next := h.Call("a", tools, "import kerneldeck_tools as kt\nprint(kt.read_file('f'))")
+	if next.Status != "success" || next.Stdout != "mine\n" || next.ToolCallsMade != 1 || !next.Kernel.Reused {
+		t.Fatalf("A's next cell: %q %q %+v", next.Stdout, next.Traceback, next.Kernel)
+	}
+	if rej := h.EventsOf(engine.EventRPCRejected); len(rej) != 0 {
+		t.Fatalf("something B wrote reached the engine: %+v", rej)
+	}
+	if _, err := os.Stat(filepath.Join(h.Workspace, "pwned")); err == nil {
+		t.Fatal("B's forged request was dispatched")
+	}
+	if calls := h.EventsOf(engine.EventRPCCall); len(calls) != 2 {
+		t.Fatalf("rpc_call events %d, want A's 2", len(calls))
+	}
+}
