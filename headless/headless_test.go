@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/hosttools"
 )
 
 func TestMain(m *testing.M) {
@@ -969,4 +971,67 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestApprovalRoundTrip: a cell's tool call under the ask policy appears as
+// an approval_request event line (without --events), an approve request
+// answers it, and the cell gets the tool's result; a deny reaches the cell
+// as a ToolError. End to end over a real runner and the real RPC channel.
+func TestApprovalRoundTrip(t *testing.T) {
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "f.txt"), []byte("approved content"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := hosttools.NewWorkspace(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	reg := hosttools.NewRegistry()
+	if err := (&hosttools.Builtins{Workspace: w}).Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	eng := newEngine(t, engine.Config{Tools: reg, Approvals: engine.Approvals{Default: engine.PolicyAsk}, ApprovalTimeout: time.Minute})
+	h := start(t, eng, Options{})
+	code := "import kerneldeck_tools as kt\ntry:\n    print(kt.read_file('f.txt'))\nexcept kt.ToolError as e:\n    print('refused:', e)"
+	for _, step := range []struct{ decision, want string }{
+		{"once", "approved content\n"},
+		{"deny", "refused: read_file: denied: the operator denied this read_file call\n"},
+	} {
+		h.send(execReq("x-"+step.decision, code, "owner", "alice", "tools", []string{"read_file"}))
+		var ev line
+		for ev == nil {
+			select {
+			case l := <-h.lines:
+				if l["op"] == "event" && l["type"] == "approval_request" {
+					ev = l
+				} else if l["op"] != "event" {
+					t.Fatalf("a response before the approval request: %v", l)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("no approval_request event within 30s")
+			}
+		}
+		args, _ := ev["args"].(map[string]any)
+		if ev["owner"] != "alice" || ev["tool"] != "read_file" || args["path"] != "f.txt" || ev["request"] == "" {
+			t.Fatalf("approval_request line: %v", ev)
+		}
+		if ok := h.call(line{"id": "ap-" + step.decision, "op": "approve", "request": ev["request"], "decision": step.decision}); ok["op"] != "ok" {
+			t.Fatalf("approve: %v", ok)
+		}
+		res := h.await("x-" + step.decision)["x-"+step.decision]
+		if res["stdout"] != step.want {
+			t.Fatalf("%s: stdout %q, want %q (%v)", step.decision, res["stdout"], step.want, res)
+		}
+		wantCalls := 0.0
+		if step.decision == "once" {
+			wantCalls = 1
+		}
+		if res["tool_calls_made"] != wantCalls {
+			t.Fatalf("%s: tool_calls_made %v, want %v", step.decision, res["tool_calls_made"], wantCalls)
+		}
+	}
+	if err, _ := h.finish(); err != nil {
+		t.Fatal(err)
+	}
 }
