@@ -26,6 +26,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/hosttools"
 	"github.com/kerneldeck/kerneldeck/internal/fakeenv"
 )
 
@@ -293,6 +294,71 @@ func TestFirstCallSpawnsSecondReuses(t *testing.T) {
 
 // ---- spawn failure fails open ---------------------------------------------
 
+// checkPerCallCommands checks the commands of a per-call fallback after the
+// registry kernel's failed spawn (the first command): a transient spawn in
+// <TempDir>/kerneldeck-once-<new id>, its cell commands and its kill, in
+// that order and nothing else, none naming the failed kernel. It returns the
+// transient kernel as the host saw it (killed by then).
+func checkPerCallCommands(t *testing.T, r *rig) fakeenv.Kernel {
+	t.Helper()
+	calls := r.env.Calls()
+	if len(calls) < 4 {
+		t.Fatalf("want spawn, transient spawn, cell, kill; got %d commands", len(calls))
+	}
+	failed, err := fakeenv.ParseSpawn(calls[0].Command, calls[0].Stdin)
+	if err != nil || failed.Transient {
+		t.Fatalf("the first command must be the registry kernel's spawn: id %s transient %v, %v", failed.ID, failed.Transient, err)
+	}
+	once, err := fakeenv.ParseSpawn(calls[1].Command, calls[1].Stdin)
+	if err != nil || !once.Transient || once.ID == failed.ID {
+		t.Fatalf("the second command must spawn a transient kernel under a new id: id %s (failed %s) transient %v, %v", once.ID, failed.ID, once.Transient, err)
+	}
+	tk := hostKernel(t, r.host, once.ID)
+	if want := filepath.Join(r.env.TempDir(), "kerneldeck-once-"+once.ID); tk.Dir != want || !tk.Transient {
+		t.Fatalf("transient kernel in %s (transient %v), want %s", tk.Dir, tk.Transient, want)
+	}
+	var markers []string
+	for _, c := range calls[1:] {
+		markers = append(markers, c.Marker)
+		if strings.Contains(c.Command, failed.ID) {
+			t.Fatalf("a %s command names the kernel whose spawn failed: %q", c.Marker, c.Command)
+		}
+		var dir string
+		var pid int
+		switch c.Marker {
+		case "cell":
+			a, err := fakeenv.ParseCell(c.Command)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir, pid = a.Dir, a.PID
+		case "kill":
+			a, err := fakeenv.ParseKill(c.Command)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir, pid = a.Dir, a.PID
+		default:
+			continue
+		}
+		if dir != tk.Dir || pid != tk.PID {
+			t.Fatalf("a %s command for %s pid %d, want the transient kernel %s pid %d", c.Marker, dir, pid, tk.Dir, tk.PID)
+		}
+	}
+	middle := markers[1 : len(markers)-1]
+	if markers[0] != "spawn" || markers[len(markers)-1] != "kill" || len(middle) == 0 || slices.ContainsFunc(middle, func(m string) bool { return m != "cell" }) {
+		t.Fatalf("per-call commands %v, want spawn, cell..., kill", markers)
+	}
+	if !tk.Killed {
+		t.Fatalf("the transient kernel was not killed after its cell: %+v", tk)
+	}
+	return tk
+}
+
+// A spawn that fails with an answer from the host falls back to a per-call
+// run: a transient kernel in a private dir runs the cell once and is killed
+// (spawn(fails) -> spawn(transient) -> cell -> kill; before the transient
+// kernel this was one "once" command and no cell command).
 func TestSpawnFailureFailsOpen(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -307,7 +373,13 @@ func TestSpawnFailureFailsOpen(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t)
-			r.env.Prepend(fakeenv.On("spawn", tc.spawn))
+			r.env.Prepend(fakeenv.On("spawn", tc.spawn).If(fakeenv.Not(fakeenv.Transient)))
+			r.host.OnCell = func(req fakeenv.CellRequest) fakeenv.Outcome {
+				if req.Transient {
+					return fakeenv.Outcome{Stdout: "per-call ran\n"}
+				}
+				return fakeenv.Outcome{Stdout: "persistent kernel ran\n"}
+			}
 			res := r.exec(engine.Request{Owner: "o", Code: "print(2)"})
 			if res.Fallback != "per_call" || res.Status != "success" || res.Stdout != "per-call ran\n" || res.Kernel != nil {
 				t.Fatalf("want the per-call result: %+v", res)
@@ -318,12 +390,11 @@ func TestSpawnFailureFailsOpen(t *testing.T) {
 			if ks := r.eng.Kernels(); len(ks) != 0 {
 				t.Fatalf("registry must be empty: %+v", ks)
 			}
-			if onces := r.host.Onces(); len(onces) != 1 || onces[0].Code != "print(2)" {
-				t.Fatalf("per-call runs: %+v", onces)
+			if runs := r.host.PerCallCells(); len(runs) != 1 || runs[0].Code != "print(2)" || len(r.host.Cells()) != 1 {
+				t.Fatalf("per-call runs %+v, all cells %+v; want print(2) once, in a transient kernel", runs, r.host.Cells())
 			}
-			if n := r.env.Count("cell"); n != 0 {
-				t.Fatalf("%d cell commands after a failed spawn", n)
-			}
+			// Every cell command went to the transient kernel, which was killed.
+			checkPerCallCommands(t, r)
 			failed, fell := r.ev.of(engine.EventSpawnFailed), r.ev.of(engine.EventFallbackPerCall)
 			if len(failed) != 1 || len(fell) != 1 || failed[0].Owner != "o" {
 				t.Fatalf("events: spawn_failed %+v, fallback_per_call %+v", failed, fell)
@@ -340,8 +411,9 @@ func TestSpawnFailureFailsOpen(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "per-call") {
 			t.Fatalf("want one transport error, got %+v, %v", res, err)
 		}
-		if n := len(r.host.Onces()); n != 0 {
-			t.Fatalf("%d per-call runs against an unreachable host", n)
+		if n := r.env.Count("spawn"); n != 1 || len(r.env.Calls()) != 1 || len(r.host.PerCallCells()) != 0 {
+			t.Fatalf("%d spawns, %d commands, per-call runs %+v against an unreachable host; want the one failed spawn only",
+				n, len(r.env.Calls()), r.host.PerCallCells())
 		}
 		if ks := r.eng.Kernels(); len(ks) != 0 {
 			t.Fatalf("registry must be empty: %+v", ks)
@@ -351,15 +423,22 @@ func TestSpawnFailureFailsOpen(t *testing.T) {
 		}
 	})
 
+	// The per-call run starts with the transient kernel's spawn: when that
+	// fails too, the error names both failures.
 	t.Run("per-call run fails too", func(t *testing.T) {
 		r := newRig(t)
-		r.env.Prepend(fakeenv.On("spawn", fakeenv.SpawnFailed("no fifo support")), fakeenv.On("once", fakeenv.TransportError("host down")))
+		r.env.Prepend(fakeenv.On("spawn", fakeenv.SpawnFailed("no fifo support")).If(fakeenv.Not(fakeenv.Transient)),
+			fakeenv.On("spawn", fakeenv.TransportError("host down")).If(fakeenv.Transient))
 		res, err := r.eng.Execute(context.Background(), engine.Request{Code: "1"})
-		if err == nil || !strings.Contains(err.Error(), "per-call fallback failed too") {
+		if err == nil || !strings.Contains(err.Error(), "per-call fallback failed too") ||
+			!strings.Contains(err.Error(), "no fifo support") || !strings.Contains(err.Error(), "host down") {
 			t.Fatalf("want an error naming both failures, got %+v, %v", res, err)
 		}
 		if ks := r.eng.Kernels(); len(ks) != 0 {
 			t.Fatalf("registry must be empty: %+v", ks)
+		}
+		if n := r.env.Count("spawn"); n != 2 || len(r.env.Calls()) != 2 {
+			t.Fatalf("%d spawns, %d commands; want the failed spawn and the failed transient spawn only", n, len(r.env.Calls()))
 		}
 	})
 }
@@ -1059,24 +1138,238 @@ func TestExactlyOnceAfterTransportErrors(t *testing.T) {
 	}
 }
 
+// ---- tool calls over plain Execute -----------------------------------------
+
+// fakeEchoTools returns a registry with one tool, echo, which returns its
+// argument x, and the x of every call it ran, in order.
+func fakeEchoTools(t *testing.T) (*hosttools.Registry, func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var ran []string
+	reg := hosttools.NewRegistry()
+	err := reg.Register(hosttools.Tool{Name: "echo", Description: "Return x.",
+		Params: hosttools.Schema{{Name: "x", Type: hosttools.TypeInt, Required: true}},
+		Handler: func(_ context.Context, call hosttools.Call) (hosttools.Result, error) {
+			mu.Lock()
+			ran = append(ran, string(call.Args["x"]))
+			mu.Unlock()
+			return hosttools.Result{Value: json.RawMessage(call.Args["x"])}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(ran)
+	}
+}
+
+func fakeToolsAllowed(reg *hosttools.Registry) func(*engine.Config) {
+	return func(c *engine.Config) {
+		c.Tools = reg
+		c.Approvals = engine.Approvals{Default: engine.PolicyAllow}
+	}
+}
+
+// answerLines returns the answer lines on a cell command's stdin by seq.
+func answerLines(t *testing.T, c fakeenv.Call) map[int64]string {
+	t.Helper()
+	a, err := fakeenv.ParseCell(c.Command)
+	if err != nil || !a.Answers || a.Publish {
+		t.Fatalf("cell command %d is not an answering one (%+v, %v)", c.Seq, a, err)
+	}
+	lines, err := fakeenv.ParseAnswers(c.Stdin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int64]string{}
+	for _, l := range lines {
+		out[l.Seq] = l.JSON
+	}
+	return out
+}
+
+// Without the stream fast path, a cell's tool calls ride on its cell
+// commands: each forwards the pending requests (KD:RPC ... KD:RPCWAIT) and
+// the next one carries their answers (ans=1) and goes on waiting. A cell
+// that makes two calls, one after the other, costs exactly two cell
+// commands more than one that makes none.
+func TestToolCallsOverExecute(t *testing.T) {
+	reg, ran := fakeEchoTools(t)
+	r := newRig(t, fakeToolsAllowed(reg))
+	r.host.OnCell = func(req fakeenv.CellRequest) fakeenv.Outcome {
+		if req.Code != "two_calls()" {
+			return fakeenv.Outcome{}
+		}
+		return fakeenv.Outcome{Stdout: "done\n", Calls: []fakeenv.ToolCall{
+			{Tool: "echo", Args: map[string]int{"x": 1}},
+			{Tool: "echo", Args: map[string]int{"x": 2}},
+		}}
+	}
+	tools := []string{"echo"}
+	r.exec(engine.Request{Code: "warm = 1", Tools: tools})
+	if n := r.env.Count("cell"); n != 1 {
+		t.Fatalf("a cell without tool calls took %d cell commands, want 1", n)
+	}
+	res := r.exec(engine.Request{Code: "two_calls()", Tools: tools})
+	if res.Status != "success" || res.Stdout != "done\n" || res.ToolCallsMade != 2 || !res.Kernel.Reused {
+		t.Fatalf("want success after two tool calls: %+v %+v", res, res.Kernel)
+	}
+	if got := ran(); !slices.Equal(got, []string{"1", "2"}) {
+		t.Fatalf("the tool ran for x = %v, want [1 2]", got)
+	}
+	cells := r.env.CallsOf("cell")[1:]
+	if len(cells) != 3 {
+		t.Fatalf("%d cell commands for a cell with 2 tool calls, want 3 (1 + one per call)", len(cells))
+	}
+	first, err := fakeenv.ParseCell(cells[0].Command)
+	if err != nil || !first.Publish || first.Answers {
+		t.Fatalf("the first cell command must publish: %+v %v", first, err)
+	}
+	var req struct{ Timeout float64 }
+	if err := json.Unmarshal(cells[0].Stdin, &req); err != nil || req.Timeout <= 0 || req.Timeout > r.cfg.CellTimeout.Seconds() {
+		t.Fatalf("the cell request must carry the cell's timeout: %q", cells[0].Stdin)
+	}
+	for i, want := range []string{`{"ok":true,"value":1}`, `{"ok":true,"value":2}`} {
+		c := cells[i+1]
+		a, _ := fakeenv.ParseCell(c.Command)
+		if a.ID != first.ID {
+			t.Fatalf("cell command %d for cell %s, want %s", c.Seq, a.ID, first.ID)
+		}
+		if got := answerLines(t, c); len(got) != 1 || got[int64(i+1)] != want {
+			t.Fatalf("answers on cell command %d: %v, want seq %d = %s", c.Seq, got, i+1, want)
+		}
+		if !strings.Contains(cells[i].Result.Output, "KD:RPCWAIT") {
+			t.Fatalf("cell command %d answered %q, want forwarded requests", cells[i].Seq, cells[i].Result.Output)
+		}
+	}
+	recs := r.host.Cells()
+	if last := recs[len(recs)-1]; last.Requests != 2 || len(last.Answers) != 2 || last.Answers[0].Seq != 1 || last.Answers[1].Seq != 2 {
+		t.Fatalf("the host saw %+v, want two requests, each answered once", last)
+	}
+	if got := r.ev.of(engine.EventRPCCall); len(got) != 2 || len(r.ev.of(engine.EventRPCRejected)) != 0 {
+		t.Fatalf("rpc_call events %+v, rpc_rejected %+v", got, r.ev.of(engine.EventRPCRejected))
+	}
+}
+
+// A tool call runs at most once. When the reply to the cell command that
+// carried its answer is lost (the host wrote the answer), the engine sends
+// the answer again, which the runner drops; the tool does not run again.
+// A replayed request file (a seq already handled) is refused and gets no
+// answer, while the cell's other request in the same round trip is served.
+func TestToolCallRunsAtMostOnce(t *testing.T) {
+	t.Run("answer's reply lost", func(t *testing.T) {
+		reg, ran := fakeEchoTools(t)
+		r := newRig(t, fakeToolsAllowed(reg))
+		r.host.OnCell = func(req fakeenv.CellRequest) fakeenv.Outcome {
+			return fakeenv.Outcome{Stdout: "done\n", Calls: []fakeenv.ToolCall{{Tool: "echo", Args: map[string]int{"x": 7}}}}
+		}
+		r.env.Prepend(fakeenv.On("cell", fakeenv.AnswerLost(r.host.Cell)).If(fakeenv.Answering).Once())
+		res := r.exec(engine.Request{Code: "one_call()", Tools: []string{"echo"}})
+		if res.Status != "success" || res.Stdout != "done\n" || res.ToolCallsMade != 1 {
+			t.Fatalf("want success: %+v", res)
+		}
+		if got := ran(); !slices.Equal(got, []string{"7"}) {
+			t.Fatalf("the tool ran for x = %v, want [7] once", got)
+		}
+		var answering []fakeenv.Call
+		for _, c := range r.env.CallsOf("cell") {
+			if fakeenv.Answering(c) {
+				answering = append(answering, c)
+			}
+		}
+		if len(answering) != 2 || answering[0].Err == nil || !bytes.Equal(answering[0].Stdin, answering[1].Stdin) {
+			t.Fatalf("want the lost answer sent again, byte for byte: %+v", answering)
+		}
+		k := r.host.Kernels()[0]
+		if len(k.Answers) != 2 || r.host.Cells()[0].Requests != 1 || len(r.host.Cells()[0].Answers) != 1 {
+			t.Fatalf("host: answers written %+v, cell %+v", k.Answers, r.host.Cells()[0])
+		}
+		if len(r.ev.of(engine.EventTransportError)) != 1 {
+			t.Fatal("the fault was never hit; the test proves nothing")
+		}
+	})
+
+	t.Run("replayed request", func(t *testing.T) {
+		reg, ran := fakeEchoTools(t)
+		r := newRig(t, fakeToolsAllowed(reg))
+		r.host.OnCell = func(req fakeenv.CellRequest) fakeenv.Outcome {
+			return fakeenv.Outcome{Stdout: "done\n", Calls: []fakeenv.ToolCall{
+				{Tool: "echo", Args: map[string]int{"x": 1}},
+				{Seq: 1, Tool: "echo", Args: map[string]int{"x": 1}, NoWait: true}, // the same request again
+				{Tool: "echo", Args: map[string]int{"x": 2}},
+			}}
+		}
+		res := r.exec(engine.Request{Code: "calls()", Tools: []string{"echo"}})
+		if res.Status != "success" || res.ToolCallsMade != 2 {
+			t.Fatalf("want success with 2 calls made: %+v", res)
+		}
+		if got := ran(); !slices.Equal(got, []string{"1", "2"}) {
+			t.Fatalf("the tool ran for x = %v, want [1 2]", got)
+		}
+		k := r.host.Kernels()[0]
+		if len(k.Forwarded) != 3 {
+			t.Fatalf("forwarded %v, want 3 request files", k.Forwarded)
+		}
+		// The replay and the second call were forwarded together; the answers
+		// that followed are for the second call only.
+		cells := r.env.CallsOf("cell")
+		if len(cells) != 3 || !strings.Contains(cells[1].Result.Output, "KD:RPC 1.req") || !strings.Contains(cells[1].Result.Output, "KD:RPC 2.req") {
+			t.Fatalf("cell commands %d; second answered %q", len(cells), cells[1].Result.Output)
+		}
+		if got := answerLines(t, cells[2]); len(got) != 1 || got[2] != `{"ok":true,"value":2}` {
+			t.Fatalf("answers %v, want only seq 2", got)
+		}
+		rej := r.ev.of(engine.EventRPCRejected)
+		if len(rej) != 1 || !strings.Contains(rej[0].Detail, "duplicate seq 1") {
+			t.Fatalf("rpc_rejected events %+v, want one for the duplicate seq", rej)
+		}
+	})
+}
+
 // ---- lockdown --------------------------------------------------------------
 
 var tokenLine = regexp.MustCompile(`(?m)^KERNELDECK_RPC_TOKEN=([0-9a-f]{64})$`)
 
 // The RPC token reaches the host only in the env file on spawn's stdin: never
-// in a command string, an event or a result.
+// in a command string, an event or a result. Tool calls bring it back from
+// the host (in each request); it goes no further: not into the answers, a
+// refusal, or the quote of a host answer the engine could not make sense of.
 func TestLockdownTokenNeverInCommands(t *testing.T) {
-	r := newRig(t)
+	reg, _ := fakeEchoTools(t)
+	r := newRig(t, fakeToolsAllowed(reg))
 	r.host.OnCell = func(req fakeenv.CellRequest) fakeenv.Outcome {
-		return fakeenv.Outcome{Hang: req.Code == "hang()", Stdout: "ok\n"}
+		out := fakeenv.Outcome{Hang: req.Code == "hang()", Stdout: "ok\n"}
+		if req.Code == "3" {
+			out.Calls = []fakeenv.ToolCall{
+				// Authenticated (the kernel's own token) but refused: it names
+				// another cell. Its token must not leak into the refusal.
+				{Tool: "echo", Args: map[string]int{"x": 4}, Cell: "c-earlier", NoWait: true},
+				{Tool: "echo", Args: map[string]int{"x": 3}},
+			}
+		}
+		if req.Code == "5" {
+			out.Calls = []fakeenv.ToolCall{{Tool: "echo", Args: map[string]int{"x": 5}}}
+		}
+		return out
 	}
 	var results []*engine.Result
 	results = append(results, r.exec(engine.Request{Owner: "a", Code: "1", Tools: []string{"read_file"}}))
 	results = append(results, r.exec(engine.Request{Owner: "a", Code: "hang()", Tools: []string{"read_file"}, Timeout: 50 * time.Millisecond}))
 	results = append(results, r.exec(engine.Request{Owner: "a", Code: "2", Tools: []string{"read_file"}, Reset: true}))
-	results = append(results, r.exec(engine.Request{Owner: "b", Code: "3"}))
+	results = append(results, r.exec(engine.Request{Owner: "b", Code: "3", Tools: []string{"echo"}}))
 	r.env.Prepend(fakeenv.On("spawn", fakeenv.SpawnFailed("cannot create kernel dir")).Once())
 	results = append(results, r.exec(engine.Request{Owner: "c", Code: "4"}))
+	// The answer to b's next cell command is cut off after a forwarded
+	// request (no KD:RPCWAIT): the engine gives the kernel up and quotes
+	// what the host said.
+	r.env.Prepend(fakeenv.On("cell", func(ctx context.Context, c fakeenv.Call) (backends.Result, error) {
+		res, err := r.host.Cell(ctx, c)
+		res.Output = strings.Replace(res.Output, "KD:RPCWAIT\n", "", 1)
+		return res, err
+	}).If(fakeenv.StdinContains(`"code":"5"`)).Once())
+	results = append(results, r.exec(engine.Request{Owner: "b", Code: "5", Tools: []string{"echo"}}))
 	r.eng.ShutdownOwner(context.Background(), "a")
 
 	var tokens []string
@@ -1094,11 +1387,27 @@ func TestLockdownTokenNeverInCommands(t *testing.T) {
 			t.Fatal("the spawn command names the token variable itself")
 		}
 	}
-	if len(tokens) != 4 || len(slices.Compact(slices.Sorted(slices.Values(tokens)))) != 4 {
-		t.Fatalf("want 4 spawns with distinct tokens, got %v", tokens)
+	// Five spawns: a, a after the reset, b, c's failed one, and the
+	// transient kernel of c's per-call run (the per-call run used to be one
+	// "once" command, without a spawn of its own).
+	if len(tokens) != 5 || len(slices.Compact(slices.Sorted(slices.Values(tokens)))) != 5 {
+		t.Fatalf("want 5 spawns with distinct tokens, got %v", tokens)
 	}
-	if len(r.env.CallsOf("kill")) == 0 || len(r.env.CallsOf("once")) == 0 {
-		t.Fatal("the scenario must cover kill and per-call commands")
+	if len(r.env.CallsOf("kill")) == 0 || len(r.host.PerCallCells()) != 1 || !slices.ContainsFunc(r.env.CallsOf("spawn"), fakeenv.Transient) {
+		t.Fatal("the scenario must cover kill and a per-call run in a transient kernel")
+	}
+	if results[3].ToolCallsMade != 1 || !slices.ContainsFunc(r.env.CallsOf("cell"), fakeenv.Answering) ||
+		len(r.ev.of(engine.EventRPCCall)) != 1 || len(r.ev.of(engine.EventRPCRejected)) != 1 {
+		t.Fatalf("the scenario must cover a served and a refused tool call: %+v, %d rpc_call, %d rpc_rejected",
+			results[3], len(r.ev.of(engine.EventRPCCall)), len(r.ev.of(engine.EventRPCRejected)))
+	}
+	if bk := hostKernel(t, r.host, results[3].Kernel.ID); !slices.ContainsFunc(r.env.CallsOf("cell"), func(c fakeenv.Call) bool {
+		return strings.Contains(c.Result.Output, bk.Token) && !strings.Contains(c.Result.Output, "KD:RPCWAIT")
+	}) {
+		t.Fatal("no cut-off answer brought the token back from the host; the test proves nothing about it")
+	}
+	if res := results[5]; res.Kernel == nil || !res.Kernel.StateLost || !strings.Contains(res.Traceback, "unexpected answer from the host") {
+		t.Fatalf("the cut-off answer must lose the kernel with a quote of the host: %+v", res)
 	}
 	for _, tok := range tokens {
 		for _, c := range r.env.Calls() {
@@ -1163,25 +1472,7 @@ func TestLockdownSpawnReplayRealBash(t *testing.T) {
 
 	replay := func() (string, int) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "bash", "-c", spawn.Command)
-		cmd.Stdin = bytes.NewReader(spawn.Stdin)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.WaitDelay = 5 * time.Second
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Start()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-		err = cmd.Wait()
-		rc := 0
-		if err != nil {
-			rc = cmd.ProcessState.ExitCode()
-		}
-		return out.String(), rc
+		return replayBash(t, spawn)
 	}
 
 	// A symlinked kernel root fails closed: nothing is written or changed
@@ -1276,6 +1567,138 @@ func TestLockdownSpawnReplayRealBash(t *testing.T) {
 	killRunner(t, pid)
 }
 
+// replayBash runs a recorded command through a real bash with its recorded
+// stdin and returns its output and exit code; what it started is killed at
+// cleanup.
+func replayBash(t *testing.T, c fakeenv.Call) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", c.Command)
+	cmd.Stdin = bytes.NewReader(c.Stdin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 5 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	err = cmd.Wait()
+	rc := 0
+	if err != nil {
+		rc = cmd.ProcessState.ExitCode()
+	}
+	return out.String(), rc
+}
+
+// The transient (per-call) kernel's spawn, replayed through a real bash:
+// its dir is <TempDir>/kerneldeck-once-<id>, outside any kernel root.
+// Anything already at that path (here a planted symlink) fails it closed
+// with nothing written through it; otherwise it yields 0700 dirs, 0600
+// files and a runner with the token in its environment only.
+func TestLockdownTransientSpawnReplayRealBash(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the replay checks /proc and GNU stat")
+	}
+	for _, tool := range []string{"bash", "python3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not on PATH", tool)
+		}
+	}
+	tmp := t.TempDir()
+	r := newRig(t)
+	r.env.SetTempDir(tmp)
+	r.env.Prepend(fakeenv.On("spawn", fakeenv.SpawnFailed("kernel root unusable")).If(fakeenv.Not(fakeenv.Transient)))
+	if res := r.exec(engine.Request{Code: "1", Tools: []string{"read_file"}}); res.Fallback != "per_call" {
+		t.Fatalf("want the per-call fallback: %+v", res)
+	}
+	i := slices.IndexFunc(r.env.CallsOf("spawn"), fakeenv.Transient)
+	if i < 0 {
+		t.Fatal("no transient spawn recorded")
+	}
+	spawn := r.env.CallsOf("spawn")[i]
+	args, err := fakeenv.ParseSpawn(spawn.Command, spawn.Stdin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := tokenLine.FindStringSubmatch(string(args.EnvFile))[1]
+	kd := args.Dir("")
+	if kd != filepath.Join(tmp, "kerneldeck-once-"+args.ID) {
+		t.Fatalf("transient dir %s", kd)
+	}
+
+	// Something planted at the path fails closed, naming it.
+	elsewhere := t.TempDir()
+	if err := os.Chmod(elsewhere, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, kd); err != nil {
+		t.Fatal(err)
+	}
+	spawned := regexp.MustCompile(`(?m)^KD:SPAWNED (\d+) (\S+)`)
+	out, rc := replayBash(t, spawn)
+	if m := spawned.FindStringSubmatch(out); m != nil {
+		var pid int
+		fmt.Sscan(m[1], &pid)
+		t.Cleanup(func() { killRunner(t, pid) }) // it runs in its own session
+	}
+	if rc == 0 || !strings.Contains(out, "KD:ERR") || !strings.Contains(out, kd) || strings.Contains(out, "KD:SPAWNED") {
+		t.Fatalf("a planted symlink must fail closed naming %s: rc %d, %q", kd, rc, out)
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Fatalf("files were written through the symlink: %v", entries)
+	}
+	if st, err := os.Stat(elsewhere); err != nil || st.Mode().Perm() != 0o755 {
+		t.Fatalf("the symlink's target was changed through it: %v %v", st.Mode(), err)
+	}
+	os.Remove(kd)
+
+	out, rc = replayBash(t, spawn)
+	m := spawned.FindStringSubmatch(out)
+	if rc != 0 || m == nil {
+		t.Fatalf("replayed spawn failed: rc %d, %q", rc, out)
+	}
+	var pid int
+	fmt.Sscan(m[1], &pid)
+	t.Cleanup(func() { killRunner(t, pid) })
+	if m[2] != kd {
+		t.Fatalf("spawned in %s, want %s", m[2], kd)
+	}
+	if entries, _ := os.ReadDir(tmp); len(entries) != 1 {
+		t.Fatalf("the temp dir holds %v, want only the transient dir (no kernel root)", entries)
+	}
+	for _, d := range []string{kd, kd + "/cells", kd + "/rpc"} {
+		if st, err := os.Lstat(d); err != nil || !st.IsDir() || st.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v %v, want a 0700 directory", d, st.Mode(), err)
+		}
+	}
+	filepath.WalkDir(kd, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if st, err := os.Lstat(p); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, want 0600", p, st.Mode().Perm())
+		}
+		if d.Name() == "kernel.env" {
+			t.Error("kernel.env (with the token) was left on disk after sourcing")
+		}
+		return nil
+	})
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(environ, []byte("KERNELDECK_RPC_TOKEN="+token)) {
+		t.Error("the runner did not start with the token from the sourced env file")
+	}
+	if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); bytes.Contains(cmdline, []byte(token)) || len(cmdline) == 0 {
+		t.Errorf("runner argv %q", cmdline)
+	}
+	killRunner(t, pid)
+}
+
 // killRunner kills the runner's process group (it runs in its own session)
 // and waits until it is gone or a zombie.
 func killRunner(t *testing.T, pid int) {
@@ -1330,18 +1753,13 @@ func TestLockdownFailedDirSetupSpawnsNothing(t *testing.T) {
 	if res.Fallback != "per_call" || res.Kernel != nil {
 		t.Fatalf("want the per-call fallback: %+v", res)
 	}
+	// After the failed spawn come only the transient kernel's commands, in
+	// its own dir (spawn, cell, kill), none naming the failed kernel; before
+	// the transient kernel, the only other command was one "once" script.
+	tk := checkPerCallCommands(t, r)
 	spawns := r.env.CallsOf("spawn")
-	args, err := fakeenv.ParseSpawn(spawns[0].Command, spawns[0].Stdin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range r.env.Calls() {
-		if c.Marker != "spawn" && (c.Marker != "once" || strings.Contains(c.Command, args.ID)) {
-			t.Fatalf("a %s command followed the failed dir setup: %q", c.Marker, c.Command)
-		}
-	}
-	if len(spawns) != 1 || len(r.host.Kernels()) != 0 || len(r.eng.Kernels()) != 0 {
-		t.Fatalf("spawns %d, host kernels %d, registry %d; want 1, 0, 0", len(spawns), len(r.host.Kernels()), len(r.eng.Kernels()))
+	if hk := r.host.Kernels(); len(spawns) != 2 || len(hk) != 1 || hk[0].ID != tk.ID || len(r.eng.Kernels()) != 0 {
+		t.Fatalf("spawns %d, host kernels %+v, registry %d; want 2, only the (killed) transient one, 0", len(spawns), hk, len(r.eng.Kernels()))
 	}
 	if got := r.ev.of(engine.EventSpawnFailed); len(got) != 1 || !strings.Contains(got[0].Detail, "/tmp/kerneldeck-tester") {
 		t.Fatalf("spawn_failed must name the path: %+v", got)
@@ -1381,7 +1799,8 @@ func TestRespawnedKernelAlsoDeadIsAnswered(t *testing.T) {
 	if res.Fallback == "" && (res.Kernel == nil || !res.Kernel.StateLost || !strings.Contains(res.Kernel.Note, phrase)) {
 		t.Fatalf("want state_lost or the per-call fallback: %+v", res)
 	}
-	if n := r.host.Runs("print(2)") + len(r.host.Onces()); n > 1 {
+	// Runs counts publications in registry and transient (per-call) kernels.
+	if n := r.host.Runs("print(2)"); n > 1 {
 		t.Fatalf("the cell ran %d times", n)
 	}
 }

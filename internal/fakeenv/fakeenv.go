@@ -5,9 +5,10 @@
 // an ordered list of Handlers: the first handler that matches a command (by
 // its "# kerneldeck:<marker>" first line, a substring or a predicate) and has
 // uses left answers it. Host simulates a well-behaved kernel host at the
-// protocol level (no processes, no files): spawn, cells with execution
-// counts, kill, ring, fetch and the per-call fallback. Faults are
-// handlers put in front of the healthy ones with Prepend.
+// protocol level (no processes, no files): spawn (registry kernels and the
+// transient kernels of the per-call fallback), cells with execution counts
+// and tool calls, kill, ring and fetch. Faults are handlers put in front of
+// the healthy ones with Prepend.
 //
 // Env deliberately does not implement backends.StreamDialer, so an engine
 // drives it through plain Execute only.
@@ -77,7 +78,7 @@ type Handler struct {
 }
 
 // On matches commands whose marker is marker ("spawn", "cell", "kill",
-// "ring", "fetch", "once").
+// "ring", "fetch").
 func On(marker string, fn HandlerFunc) *Handler {
 	return &Handler{name: marker, match: func(c Call) bool { return c.Marker == marker }, fn: fn}
 }
@@ -397,4 +398,23 @@ func StdinContains(s string) func(Call) bool {
 func Publishing(c Call) bool {
 	a, err := ParseCell(c.Command)
 	return err == nil && a.Publish
+}
+
+// Answering is a predicate for If: a cell command that carries tool-call
+// answers (ans=1).
+func Answering(c Call) bool {
+	a, err := ParseCell(c.Command)
+	return err == nil && a.Answers
+}
+
+// Transient is a predicate for If: a spawn of a transient (per-call) kernel.
+func Transient(c Call) bool {
+	a, err := ParseSpawn(c.Command, c.Stdin)
+	return err == nil && a.Transient
+}
+
+// Not negates a predicate for If, e.g. If(Not(Transient)) for the spawn of a
+// registry kernel only.
+func Not(pred func(Call) bool) func(Call) bool {
+	return func(c Call) bool { return !pred(c) }
 }

@@ -3,6 +3,7 @@ package fakeenv_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/hosttools"
 	"github.com/kerneldeck/kerneldeck/internal/fakeenv"
 )
 
@@ -115,14 +117,35 @@ func TestGateHonoursContext(t *testing.T) {
 }
 
 // The healthy host understands every script the engine sends today: a whole
-// lifecycle produces no unhandled command and no parse error.
+// lifecycle (tool calls, a reset, a per-call fallback in a transient kernel)
+// produces no unhandled command and no parse error.
 func TestHealthyHostSpeaksTheEngineProtocol(t *testing.T) {
 	env, host := fakeenv.Healthy()
 	env.SetTempDir("/srv/tmp")
 	if _, ok := any(env).(backends.StreamDialer); ok {
 		t.Fatal("the fake must not offer the stream fast path")
 	}
-	eng, err := engine.New(engine.Config{Backends: []backends.Env{env}, InterruptGrace: 200 * time.Millisecond, SweepEvery: time.Hour})
+	reg := hosttools.NewRegistry()
+	err := reg.Register(hosttools.Tool{Name: "read_file", Description: "Read a file.",
+		Params: hosttools.Schema{{Name: "path", Type: hosttools.TypeString, Required: true}},
+		Handler: func(_ context.Context, call hosttools.Call) (hosttools.Result, error) {
+			return hosttools.Result{Text: "contents of " + string(call.Args["path"])}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host.OnCell = func(req fakeenv.CellRequest) fakeenv.Outcome {
+		if req.Code == "a += 1" {
+			return fakeenv.Outcome{Calls: []fakeenv.ToolCall{{Tool: "read_file", Args: map[string]string{"path": "x"}}}}
+		}
+		return fakeenv.Outcome{}
+	}
+	// The first two spawns work; the third, owner "fallback"'s, fails, so its
+	// cell runs once in a transient kernel.
+	env.Prepend(fakeenv.On("spawn", host.Spawn).Times(2).Named("first spawns"),
+		fakeenv.On("spawn", fakeenv.SpawnFailed("no")).If(fakeenv.Not(fakeenv.Transient)).Once().Named("failed spawn"))
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{env}, InterruptGrace: 200 * time.Millisecond, SweepEvery: time.Hour,
+		Tools: reg, Approvals: engine.Approvals{Default: engine.PolicyAllow}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,10 +154,17 @@ func TestHealthyHostSpeaksTheEngineProtocol(t *testing.T) {
 		{Code: "a = 1", Tools: []string{"read_file"}},
 		{Code: "a += 1", Tools: []string{"read_file"}},
 		{Code: "a", Tools: []string{"read_file"}, Reset: true},
+		{Owner: "fallback", Code: "b = 1"},
 	} {
 		res, err := eng.Execute(ctx, req)
 		if err != nil || res.Status != "success" {
 			t.Fatalf("call %d: %+v %v", i, res, err)
+		}
+		if i == 1 && res.ToolCallsMade != 1 {
+			t.Fatalf("call 1 made %d tool calls, want 1", res.ToolCallsMade)
+		}
+		if i == 3 && (res.Fallback != "per_call" || res.Kernel != nil) {
+			t.Fatalf("call 3 must fall back to a per-call run: %+v", res)
 		}
 	}
 	if err := eng.Close(ctx, false); err != nil {
@@ -145,14 +175,100 @@ func TestHealthyHostSpeaksTheEngineProtocol(t *testing.T) {
 			t.Errorf("call %d (%s) not understood: %q", c.Seq, c.Marker, c.Result.Output)
 		}
 	}
+	if n := env.Count("cell"); n != 5 {
+		t.Errorf("%d cell commands, want 5 (one per cell, one more for the tool call)", n)
+	}
 	ks := host.Kernels()
-	if len(ks) != 2 || !ks[0].Killed || !ks[1].Killed {
-		t.Fatalf("want two kernels (reset), both killed by the end: %+v", ks)
+	if len(ks) != 3 || !ks[0].Killed || !ks[1].Killed || !ks[2].Killed {
+		t.Fatalf("want three kernels (reset, per-call), all killed by the end: %+v", ks)
 	}
 	if !strings.HasPrefix(ks[0].Dir, "/srv/tmp/kerneldeck-tester/k") || len(ks[0].Token) != 64 || !strings.Contains(ks[0].Tools, "def read_file(") {
 		t.Fatalf("spawn not parsed: %+v", ks[0])
 	}
-	if ks[0].ExecCount != 2 || ks[1].ExecCount != 1 {
-		t.Fatalf("execution counts %d, %d; want 2, 1", ks[0].ExecCount, ks[1].ExecCount)
+	if ks[0].ExecCount != 2 || ks[1].ExecCount != 1 || ks[2].ExecCount != 1 {
+		t.Fatalf("execution counts %d, %d, %d; want 2, 1, 1", ks[0].ExecCount, ks[1].ExecCount, ks[2].ExecCount)
+	}
+	if ks[2].Dir != "/srv/tmp/kerneldeck-once-"+ks[2].ID || !ks[2].Transient || ks[0].Transient {
+		t.Fatalf("transient spawn not parsed: %+v", ks[2])
+	}
+	if len(ks[0].Forwarded) != 1 || len(ks[0].Answers) != 1 || !strings.Contains(ks[0].Answers[0].JSON, `"text":"contents of \"x\""`) {
+		t.Fatalf("tool call not served: forwarded %v, answers %+v", ks[0].Forwarded, ks[0].Answers)
+	}
+	for _, c := range host.Cells() {
+		if c.Timeout <= 0 {
+			t.Errorf("cell %s: request without a timeout", c.ID)
+		}
+	}
+}
+
+func TestParseAnswers(t *testing.T) {
+	got, err := fakeenv.ParseAnswers([]byte("1 {\"ok\":true}\n12 {\"error\":\"no\"}\n"))
+	if err != nil || len(got) != 2 || got[0] != (fakeenv.Answer{Seq: 1, JSON: `{"ok":true}`}) || got[1].Seq != 12 {
+		t.Fatalf("ParseAnswers: %+v %v", got, err)
+	}
+	for _, bad := range []string{
+		"",                // ans=1 with nothing to write
+		"1 {\"ok\":true}", // the host's read loop drops a last line without its newline
+		"x {}\n",          // the host skips a line without a numeric seq
+		"-1 {}\n",
+		"1 [1]\n", // the runner delivers objects only
+		"1 {\n",
+	} {
+		if _, err := fakeenv.ParseAnswers([]byte(bad)); err == nil {
+			t.Errorf("ParseAnswers(%q) accepted", bad)
+		}
+	}
+}
+
+func TestSpawnArgsDir(t *testing.T) {
+	a := fakeenv.SpawnArgs{TempDir: "/t", ID: "k1"}
+	if got := a.Dir("me"); got != "/t/kerneldeck-me/k1" {
+		t.Errorf("registry dir %s", got)
+	}
+	a.Transient = true
+	if got := a.Dir("me"); got != "/t/kerneldeck-once-k1" {
+		t.Errorf("transient dir %s", got)
+	}
+}
+
+// The host's tool-call simulation, driven by hand-written scripts: a cell's
+// request is forwarded once, an interrupt ends a cell waiting for its answer,
+// and a late answer reaches the rpc dir but no call.
+func TestHostToolCallWaitsAndInterrupts(t *testing.T) {
+	env, host := fakeenv.Healthy()
+	host.OnCell = func(req fakeenv.CellRequest) fakeenv.Outcome {
+		return fakeenv.Outcome{Calls: []fakeenv.ToolCall{{Tool: "t", Args: map[string]int{"n": 1}}}}
+	}
+	spawn := "# kerneldeck:spawn\npy=''\nt='/tmp'\n" + `kd="$t/kerneldeck-once-"'k1'` + "\n" +
+		`head -c 1 >"$kd/runner.py" && head -c 1 >"$kd/kerneldeck_tools.py" && head -c 25 >"$kd/kernel.env"` + "\n"
+	res, err := run(t, env, spawn, "rtKERNELDECK_RPC_TOKEN=tok\n")
+	if err != nil || res.Output != "KD:SPAWNED 4242 /tmp/kerneldeck-once-k1 /usr/bin/python3\n" {
+		t.Fatalf("transient spawn: %q %v", res.Output, err)
+	}
+	cell := func(pub, intr, ans int) string {
+		return fmt.Sprintf("# kerneldeck:cell\nkd='/tmp/kerneldeck-once-k1'; id='c1'; pid=4242; w=1; pub=%d; intr=%d; ans=%d\n", pub, intr, ans)
+	}
+	res, _ = run(t, env, cell(1, 0, 0), `{"id":"c1","code":"x","timeout":3}`)
+	want := `KD:RPC 1.req {"tool":"t","args":{"n":1},"token":"tok","cell":"c1","seq":1}` + "\nKD:RPCWAIT\n"
+	if res.Output != want {
+		t.Fatalf("publish answered %q, want %q", res.Output, want)
+	}
+	if res, _ = run(t, env, cell(0, 0, 0), ""); res.Output != "KD:PENDING\n" {
+		t.Fatalf("the request must be forwarded once; then %q", res.Output)
+	}
+	if res, _ = run(t, env, cell(0, 1, 0), ""); !strings.Contains(res.Output, `"status":"interrupted"`) {
+		t.Fatalf("an interrupt must end a cell waiting for an answer: %q", res.Output)
+	}
+	if res, _ = run(t, env, cell(0, 0, 1), "1 {\"ok\":true}\n"); !strings.HasPrefix(res.Output, "KD:RESULT ") {
+		t.Fatalf("a late answer: %q", res.Output)
+	}
+	k, _ := host.Kernel("k1", 0)
+	c := host.Cells()[0]
+	if !k.Transient || len(k.Answers) != 1 || c.Requests != 1 || len(c.Answers) != 0 || c.Timeout != 3 || !c.Transient {
+		t.Fatalf("kernel %+v, cell %+v", k, c)
+	}
+	// pub=1 with ans=1 would lose the answers to the publish's read.
+	if res, _ = run(t, env, cell(1, 0, 1), "1 {}\n"); res.ReturnCode != 99 {
+		t.Fatalf("pub=1 ans=1 accepted: %q", res.Output)
 	}
 }

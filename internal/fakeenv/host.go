@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -29,17 +28,54 @@ type Outcome struct {
 	// IgnoreInterrupt (with Hang): not even an interrupt ends the cell.
 	IgnoreInterrupt bool
 	// Crash: the runner dies while running this cell (after it was
-	// published): the cell command answers KD:LOST.
+	// published, and after its tool calls): the cell command answers
+	// KD:LOST.
 	Crash bool
+	// Calls are tool calls the cell makes before it finishes (or hangs, or
+	// crashes), one at a time and in order, as kerneldeck_tools does: each
+	// writes a request file rpc/SEQ.req, which the next cell command
+	// forwards ("KD:RPC SEQ.req JSON" ... "KD:RPCWAIT") and removes; the
+	// cell goes on once the engine's answer arrives on a cell command with
+	// ans=1. A cell waiting for an answer stops at an interrupt, like Hang.
+	Calls []ToolCall
 }
+
+// ToolCall is one tool call of a simulated cell. By default its request
+// file is what the runner's RPC.call writes:
+// {"tool":..., "args":..., "token":<the kernel's token>, "cell":<the cell id>, "seq":N}.
+type ToolCall struct {
+	Tool string
+	Args any // marshalled to JSON; nil is {}
+	// Seq is the request's sequence number; 0 takes the runner's next one.
+	Seq int64
+	// Token and Cell replace the kernel's token and the running cell's id in
+	// the request ("" keeps them): a forged or left-over request.
+	Token, Cell string
+	// Raw, when set, is the whole request file, verbatim (Seq still names
+	// the file).
+	Raw string
+	// NoWait: the cell does not wait for an answer to this request and goes
+	// on (a planted or replayed request file).
+	NoWait bool
+}
+
+// rpcFileMax mirrors the engine's maxRPCFile: the cell command reports a
+// larger request file as KD:RPCBAD instead of forwarding it.
+const rpcFileMax = 1<<20 + 64<<10
+
+type rpcFile struct{ name, data string }
 
 // CellRequest is one request the simulated runner received.
 type CellRequest struct {
-	ID     string
-	Code   string
-	Kernel string // kernel id
-	PID    int
-	Dir    string
+	ID      string
+	Code    string
+	Timeout float64 // seconds, the request's "timeout"
+	Kernel  string  // kernel id
+	PID     int
+	Dir     string
+	// Transient: the cell runs in a per-call kernel (the fallback after a
+	// failed spawn), which is killed after it.
+	Transient bool
 }
 
 // Frame is a result as the runner writes it (cells/ID.res, KD:RESULT).
@@ -64,17 +100,29 @@ type Kernel struct {
 	PID     int
 	Dir     string
 	TempDir string
-	Token   string // KERNELDECK_RPC_TOKEN from the shipped env file
-	Tools   string // the shipped kerneldeck_tools.py
-	Alive   bool   // the runner process lives
-	DirGone bool   // the kernel dir was removed (kill, or RemoveDir)
-	Killed  bool   // a kill command reached it while its dir existed
+	// Transient: a per-call kernel, spawned in <TempDir>/kerneldeck-once-<ID>.
+	Transient bool
+	Token     string // KERNELDECK_RPC_TOKEN from the shipped env file
+	Tools     string // the shipped kerneldeck_tools.py
+	Alive     bool   // the runner process lives
+	DirGone   bool   // the kernel dir was removed (kill, or RemoveDir)
+	Killed    bool   // a kill command reached it while its dir existed
 	// ExecCount is the runner's execution_count.
 	ExecCount int
 	// Cells lists the cell ids published to this runner, in order.
 	Cells []string
 	// Rings lists the control lines rung on its wake FIFO ("int ID", "cfg N").
 	Rings []string
+	// Forwarded lists the request files cell commands forwarded (and
+	// removed), as "NAME JSON", in order.
+	Forwarded []string
+	// Answers lists every answer line written into its rpc dir, in order,
+	// including ones no call waited for.
+	Answers []Answer
+
+	rpcSeq   int64
+	rpcFiles []rpcFile            // request files not yet forwarded
+	waiting  map[int64]*cellState // calls waiting for an answer, by seq
 }
 
 // CellRecord is one published cell as the host saw it.
@@ -84,21 +132,31 @@ type CellRecord struct {
 	Interrupts     int
 	Done           bool
 	Status         string
+	// Requests counts the tool-call request files the cell wrote.
+	Requests int
+	// Answers are the answers its calls received, in order.
+	Answers []Answer
 }
 
 type cellState struct {
+	k       *Kernel
 	rec     CellRecord
 	outcome Outcome
 	result  *Frame
+	next    int            // index of the next call in outcome.Calls
+	waiting map[int64]bool // seqs of its calls waiting for an answer
+	settled bool           // past its calls: finished, hanging or crashed
 }
 
 // Host simulates a well-behaved kernel host at the protocol level. Its
 // handlers mirror the engine's scripts: spawn answers "KD:SPAWNED <pid>
-// <dir> <python>" with dir = <TempDir>/kerneldeck-<Login>/<kernel id>; a
-// cell is published at most once per cell id (a repeated id only waits for
-// its result, as the runner dedups), runs with an incrementing
-// execution_count and answers "KD:RESULT {json}"; kill answers KD:KILLED,
-// ring KD:OK, once a fresh KD:RESULT per call.
+// <dir> <python>" with dir = <TempDir>/kerneldeck-<Login>/<kernel id>, or
+// <TempDir>/kerneldeck-once-<kernel id> for a transient (per-call) kernel;
+// a cell is published at most once per cell id (a repeated id only waits
+// for its result, as the runner dedups), runs with an incrementing
+// execution_count and answers "KD:RESULT {json}", after forwarding its tool
+// calls (Outcome.Calls) and taking their answers; kill answers KD:KILLED,
+// ring KD:OK.
 //
 // Set the exported fields before the host answers its first command.
 type Host struct {
@@ -111,12 +169,11 @@ type Host struct {
 	// PendingDelay stands in for the host-side wait before KD:PENDING.
 	// Default 2ms.
 	PendingDelay time.Duration
-	// OnCell decides what a published cell does; nil means every cell
-	// succeeds with empty output.
+	// OnCell decides what a published cell does, in a registry kernel or a
+	// transient one (CellRequest.Transient); nil means every cell succeeds
+	// with empty output. It runs under the host's lock: it must not call
+	// the host.
 	OnCell func(CellRequest) Outcome
-	// OnOnce decides what a per-call (fallback) run does; nil means it
-	// succeeds and prints "per-call ran\n".
-	OnOnce func(CellRequest) Outcome
 
 	mu      sync.Mutex
 	nextPID int
@@ -125,7 +182,6 @@ type Host struct {
 	cells   map[string]*cellState // by cellKey
 	cellSeq []string
 	files   map[string]string
-	onces   []CellRequest
 }
 
 // NewHost returns a healthy host with the defaults above.
@@ -142,7 +198,6 @@ func (h *Host) Handlers() []*Handler {
 		On("kill", h.Kill).Named("host kill"),
 		On("ring", h.Ring).Named("host ring"),
 		On("fetch", h.Fetch).Named("host fetch"),
-		On("once", h.Once).Named("host once"),
 	}
 }
 
@@ -161,12 +216,13 @@ func (h *Host) Spawn(_ context.Context, c Call) (backends.Result, error) {
 	if h.nextPID == 0 {
 		h.nextPID = h.FirstPID
 	}
-	dir := path.Join(a.TempDir, "kerneldeck-"+h.Login, a.ID)
+	dir := a.Dir(h.Login)
 	if k := h.kernels[dir]; k != nil && !k.DirGone {
 		return backends.Result{Output: "KD:ERR cannot create kernel dir " + dir + " (it may already exist)\n", ReturnCode: 3}, nil
 	}
 	token, _ := a.Env("KERNELDECK_RPC_TOKEN")
-	k := &Kernel{ID: a.ID, PID: h.nextPID, Dir: dir, TempDir: a.TempDir, Token: token, Tools: string(a.Tools), Alive: true}
+	k := &Kernel{ID: a.ID, PID: h.nextPID, Dir: dir, TempDir: a.TempDir, Transient: a.Transient, Token: token,
+		Tools: string(a.Tools), Alive: true, waiting: map[int64]*cellState{}}
 	h.nextPID++
 	h.kernels[dir] = k
 	h.order = append(h.order, k)
@@ -185,6 +241,11 @@ func (h *Host) Cell(ctx context.Context, c Call) (backends.Result, error) {
 		h.mu.Unlock()
 		return Reply("KD:GONE\n")(ctx, c)
 	}
+	if a.Publish && a.Answers {
+		h.mu.Unlock()
+		// The script's publish would read all of stdin: the answers are lost.
+		return errResult(fmt.Errorf("cell script with pub=1 and ans=1"))
+	}
 	cs := h.cells[cellKey(a.Dir, a.ID)]
 	if a.Publish && cs == nil {
 		if !k.Alive {
@@ -192,14 +253,24 @@ func (h *Host) Cell(ctx context.Context, c Call) (backends.Result, error) {
 			return Reply("KD:DEAD\n")(ctx, c)
 		}
 		var req struct {
-			ID   string `json:"id"`
-			Code string `json:"code"`
+			ID      string  `json:"id"`
+			Code    string  `json:"code"`
+			Timeout float64 `json:"timeout"`
 		}
 		if err := json.Unmarshal(c.Stdin, &req); err != nil || req.ID != a.ID {
 			h.mu.Unlock()
 			return Reply("fakeenv: bad cell request on stdin\nKD:PUBFAIL\n")(ctx, c)
 		}
-		cs = h.publishLocked(k, CellRequest{ID: a.ID, Code: req.Code, Kernel: k.ID, PID: k.PID, Dir: k.Dir})
+		cs = h.publishLocked(k, CellRequest{ID: a.ID, Code: req.Code, Timeout: req.Timeout, Kernel: k.ID, PID: k.PID,
+			Dir: k.Dir, Transient: k.Transient})
+	}
+	if a.Answers {
+		answers, err := ParseAnswers(c.Stdin)
+		if err != nil {
+			h.mu.Unlock()
+			return errResult(err)
+		}
+		h.deliverLocked(k, answers)
 	}
 	if a.Interrupt {
 		k.Rings = append(k.Rings, "int "+a.ID)
@@ -229,10 +300,27 @@ func (h *Host) Cell(ctx context.Context, c Call) (backends.Result, error) {
 	return Reply("KD:PENDING\n")(ctx, c)
 }
 
+// answerLocked is the cell script's wait loop, one pass: the result, else
+// every pending request file (then KD:RPCWAIT), else KD:LOST if the runner
+// is gone.
 func (h *Host) answerLocked(k *Kernel, cs *cellState) (string, bool) {
 	if cs != nil && cs.result != nil {
 		line, _ := json.Marshal(cs.result)
 		return "KD:RESULT " + string(line) + "\n", true
+	}
+	if len(k.rpcFiles) > 0 {
+		var b strings.Builder
+		for _, f := range k.rpcFiles {
+			if len(f.data) > rpcFileMax {
+				fmt.Fprintf(&b, "KD:RPCBAD %s oversized:-more-than-%d-bytes\n", f.name, rpcFileMax)
+			} else {
+				fmt.Fprintf(&b, "KD:RPC %s %s\n", f.name, strings.NewReplacer("\n", " ", "\r", " ").Replace(f.data))
+			}
+			k.Forwarded = append(k.Forwarded, f.name+" "+f.data)
+		}
+		k.rpcFiles = nil
+		b.WriteString("KD:RPCWAIT\n")
+		return b.String(), true
 	}
 	if !k.Alive || k.DirGone {
 		return "KD:LOST\n", true
@@ -247,16 +335,78 @@ func (h *Host) publishLocked(k *Kernel, req CellRequest) *cellState {
 	}
 	k.ExecCount++
 	k.Cells = append(k.Cells, req.ID)
-	cs := &cellState{rec: CellRecord{CellRequest: req, ExecutionCount: k.ExecCount}, outcome: out}
+	cs := &cellState{k: k, rec: CellRecord{CellRequest: req, ExecutionCount: k.ExecCount}, outcome: out, waiting: map[int64]bool{}}
 	h.cells[cellKey(k.Dir, req.ID)] = cs
 	h.cellSeq = append(h.cellSeq, cellKey(k.Dir, req.ID))
+	h.advanceLocked(cs)
+	return cs
+}
+
+// advanceLocked runs cs as far as it goes without an answer: it writes the
+// request of each call it reaches (stopping at one that waits), and after
+// the last call finishes, hangs or crashes.
+func (h *Host) advanceLocked(cs *cellState) {
+	k, out := cs.k, cs.outcome
+	for cs.result == nil && k.Alive && len(cs.waiting) == 0 && cs.next < len(out.Calls) {
+		call := out.Calls[cs.next]
+		cs.next++
+		seq := call.Seq
+		if seq == 0 {
+			seq = k.rpcSeq + 1
+		}
+		k.rpcSeq = max(k.rpcSeq, seq)
+		data := call.Raw
+		if data == "" {
+			args := call.Args
+			if args == nil {
+				args = map[string]any{}
+			}
+			b, err := json.Marshal(struct {
+				Tool  string `json:"tool"`
+				Args  any    `json:"args"`
+				Token string `json:"token"`
+				Cell  string `json:"cell"`
+				Seq   int64  `json:"seq"`
+			}{call.Tool, args, cmpOr(call.Token, k.Token), cmpOr(call.Cell, cs.rec.ID), seq})
+			if err != nil {
+				panic("fakeenv: tool call args: " + err.Error())
+			}
+			data = string(b)
+		}
+		k.rpcFiles = append(k.rpcFiles, rpcFile{name: fmt.Sprintf("%d.req", seq), data: data})
+		cs.rec.Requests++
+		if !call.NoWait {
+			cs.waiting[seq] = true
+			k.waiting[seq] = cs
+		}
+	}
+	if cs.result != nil || cs.settled || len(cs.waiting) > 0 || cs.next < len(out.Calls) {
+		return
+	}
+	cs.settled = true
 	switch {
 	case out.Crash:
 		k.Alive = false
 	case !out.Hang:
 		h.finishLocked(cs, out.Status)
 	}
-	return cs
+}
+
+// deliverLocked writes answers into k's rpc dir: the runner hands each to
+// the call waiting for its seq (and drops one nobody waits for), and that
+// cell goes on.
+func (h *Host) deliverLocked(k *Kernel, answers []Answer) {
+	k.Answers = append(k.Answers, answers...)
+	for _, a := range answers {
+		cs := k.waiting[a.Seq]
+		if cs == nil || !k.Alive {
+			continue
+		}
+		delete(k.waiting, a.Seq)
+		delete(cs.waiting, a.Seq)
+		cs.rec.Answers = append(cs.rec.Answers, a)
+		h.advanceLocked(cs)
+	}
 }
 
 func (h *Host) finishLocked(cs *cellState, status string) {
@@ -273,11 +423,17 @@ func (h *Host) finishLocked(cs *cellState, status string) {
 	}
 	cs.result = f
 	cs.rec.Done, cs.rec.Status = true, f.Status
+	// A call still waiting ends with the cell: a late answer is dropped.
+	for seq := range cs.waiting {
+		delete(cs.k.waiting, seq)
+	}
+	clear(cs.waiting)
 }
 
 func (h *Host) interruptLocked(cs *cellState) {
 	cs.rec.Interrupts++
-	if cs.result == nil && cs.outcome.Hang && !cs.outcome.IgnoreInterrupt {
+	blocked := cs.outcome.Hang || len(cs.waiting) > 0
+	if cs.result == nil && cs.k.Alive && blocked && !cs.outcome.IgnoreInterrupt {
 		h.finishLocked(cs, "interrupted")
 	}
 }
@@ -345,37 +501,6 @@ func (h *Host) Fetch(_ context.Context, c Call) (backends.Result, error) {
 	return backends.Result{Output: data}, nil
 }
 
-// Once answers a per-call script with a fresh result (execution_count 1).
-func (h *Host) Once(_ context.Context, c Call) (backends.Result, error) {
-	a, err := ParseOnce(c.Command, c.Stdin)
-	if err != nil {
-		return errResult(err)
-	}
-	var req struct {
-		ID   string `json:"id"`
-		Code string `json:"code"`
-	}
-	if err := json.Unmarshal(a.Request, &req); err != nil {
-		return errResult(fmt.Errorf("bad request on stdin: %w", err))
-	}
-	r := CellRequest{ID: req.ID, Code: req.Code}
-	out := Outcome{Status: "ok", Stdout: "per-call ran\n"}
-	if h.OnOnce != nil {
-		out = h.OnOnce(r)
-	}
-	status := cmpOr(out.Status, "ok")
-	if out.Hang {
-		status = "interrupted" // the runner's alarm fires at the timeout
-	}
-	h.mu.Lock()
-	h.onces = append(h.onces, r)
-	h.mu.Unlock()
-	f := Frame{Op: "result", ID: req.ID, Status: status, Stdout: out.Stdout, Stderr: out.Stderr,
-		Traceback: out.Traceback, ExecutionCount: 1, DurationMS: 1}
-	line, _ := json.Marshal(f)
-	return backends.Result{Output: "KD:RESULT " + string(line) + "\n"}, nil
-}
-
 // Crash makes the runner with pid die (as kill -9 would) without removing
 // its dir.
 func (h *Host) Crash(pid int) {
@@ -409,6 +534,9 @@ func (h *Host) Kernels() []Kernel {
 		out[i] = *k
 		out[i].Cells = slices.Clone(k.Cells)
 		out[i].Rings = slices.Clone(k.Rings)
+		out[i].Forwarded = slices.Clone(k.Forwarded)
+		out[i].Answers = slices.Clone(k.Answers)
+		out[i].rpcFiles, out[i].waiting = nil, nil
 	}
 	return out
 }
@@ -431,12 +559,13 @@ func (h *Host) Cells() []CellRecord {
 	out := make([]CellRecord, len(h.cellSeq))
 	for i, key := range h.cellSeq {
 		out[i] = h.cells[key].rec
+		out[i].Answers = slices.Clone(out[i].Answers)
 	}
 	return out
 }
 
-// Runs returns how many times code was published to a runner (each
-// publication runs it once).
+// Runs returns how many times code was published to a runner, registry or
+// transient (each publication runs it once).
 func (h *Host) Runs(code string) int {
 	n := 0
 	for _, c := range h.Cells() {
@@ -447,9 +576,14 @@ func (h *Host) Runs(code string) int {
 	return n
 }
 
-// Onces returns the per-call requests, in order.
-func (h *Host) Onces() []CellRequest {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.onces)
+// PerCallCells returns the cells published to transient (per-call)
+// kernels, in publication order.
+func (h *Host) PerCallCells() []CellRecord {
+	var out []CellRecord
+	for _, c := range h.Cells() {
+		if c.Transient {
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -1,7 +1,9 @@
 package fakeenv
 
 import (
+	"encoding/json"
 	"fmt"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -23,12 +25,27 @@ func unq(s string) string {
 // SpawnArgs are the values of a spawn script and the files on its stdin.
 type SpawnArgs struct {
 	TempDir string
-	ID      string // the kernel id; the dir must be <TempDir>/kerneldeck-<login>/<ID>
-	Python  string // interpreter learnt from an earlier spawn, or ""
-	Sizes   [3]int // byte lengths of runner.py, kerneldeck_tools.py, kernel.env on stdin
-	Runner  []byte
-	Tools   []byte
-	EnvFile []byte
+	// ID is the kernel id. A registry kernel's dir is
+	// <TempDir>/kerneldeck-<login>/<ID>; a transient (per-call) kernel's is
+	// <TempDir>/kerneldeck-once-<ID>. Dir computes either.
+	ID string
+	// Transient marks the per-call shape: no kernel root, the dir directly
+	// in the temp dir.
+	Transient bool
+	Python    string // interpreter learnt from an earlier spawn, or ""
+	Sizes     [3]int // byte lengths of runner.py, kerneldeck_tools.py, kernel.env on stdin
+	Runner    []byte
+	Tools     []byte
+	EnvFile   []byte
+}
+
+// Dir returns the kernel dir the script creates on a host where the login
+// name (id -un) is login; a transient dir does not depend on it.
+func (a SpawnArgs) Dir(login string) string {
+	if a.Transient {
+		return path.Join(a.TempDir, "kerneldeck-once-"+a.ID)
+	}
+	return path.Join(a.TempDir, "kerneldeck-"+login, a.ID)
 }
 
 // Env returns the value of name in the env file, and whether it is set.
@@ -42,22 +59,32 @@ func (a SpawnArgs) Env(name string) (string, bool) {
 }
 
 var (
-	spawnTemp   = regexp.MustCompile(`(?m)^t=` + quoted + `$`)
-	spawnID     = regexp.MustCompile(`(?m)^kd="\$root/"` + quoted + `$`)
+	spawnTemp = regexp.MustCompile(`(?m)^t=` + quoted + `$`)
+	// A registry kernel's dir is under the per-login kernel root ...
+	spawnID = regexp.MustCompile(`(?m)^kd="\$root/"` + quoted + `$`)
+	// ... a transient one's directly in the temp dir.
+	spawnOnceID = regexp.MustCompile(`(?m)^kd="\$t/kerneldeck-once-"` + quoted + `$`)
 	spawnPython = regexp.MustCompile(`(?m)^py=` + quoted + `$`)
 	spawnSizes  = regexp.MustCompile(`head -c (\d+) >"\$kd/runner\.py" && head -c (\d+) >"\$kd/kerneldeck_tools\.py" && head -c (\d+) >"\$kd/kernel\.env"`)
 )
 
-// ParseSpawn reads a "# kerneldeck:spawn" script and splits its stdin.
+// ParseSpawn reads a "# kerneldeck:spawn" script (either dir shape) and
+// splits its stdin.
 func ParseSpawn(command string, stdin []byte) (SpawnArgs, error) {
 	var a SpawnArgs
 	if Marker(command) != "spawn" {
 		return a, fmt.Errorf("fakeenv: not a spawn script")
 	}
-	t, id, py, sz := spawnTemp.FindStringSubmatch(command), spawnID.FindStringSubmatch(command),
-		spawnPython.FindStringSubmatch(command), spawnSizes.FindStringSubmatch(command)
-	if t == nil || id == nil || py == nil || sz == nil {
-		return a, fmt.Errorf("fakeenv: cannot parse spawn script (t=%v kd=%v py=%v sizes=%v)", t != nil, id != nil, py != nil, sz != nil)
+	t, id, onceID, py, sz := spawnTemp.FindStringSubmatch(command), spawnID.FindStringSubmatch(command),
+		spawnOnceID.FindStringSubmatch(command), spawnPython.FindStringSubmatch(command), spawnSizes.FindStringSubmatch(command)
+	if (id == nil) == (onceID == nil) {
+		return a, fmt.Errorf("fakeenv: cannot parse spawn script: want exactly one kernel dir shape (root=%v once=%v)", id != nil, onceID != nil)
+	}
+	if onceID != nil {
+		id, a.Transient = onceID, true
+	}
+	if t == nil || py == nil || sz == nil {
+		return a, fmt.Errorf("fakeenv: cannot parse spawn script (t=%v py=%v sizes=%v)", t != nil, py != nil, sz != nil)
 	}
 	a.TempDir, a.ID, a.Python = unq(t[1]), unq(id[1]), unq(py[1])
 	total := 0
@@ -82,9 +109,12 @@ type CellArgs struct {
 	Window    int // seconds the host waits for the result
 	Publish   bool
 	Interrupt bool
+	// Answers: stdin holds tool-call answers, lines "SEQ JSON" (see
+	// ParseAnswers), instead of the cell request.
+	Answers bool
 }
 
-var cellVars = regexp.MustCompile(`(?m)^kd=` + quoted + `; id=` + quoted + `; pid=(\d+); w=(\d+); pub=([01]); intr=([01])$`)
+var cellVars = regexp.MustCompile(`(?m)^kd=` + quoted + `; id=` + quoted + `; pid=(\d+); w=(\d+); pub=([01]); intr=([01]); ans=([01])$`)
 
 // ParseCell reads a "# kerneldeck:cell" script.
 func ParseCell(command string) (CellArgs, error) {
@@ -96,8 +126,46 @@ func ParseCell(command string) (CellArgs, error) {
 	a.Dir, a.ID = unq(m[1]), unq(m[2])
 	a.PID, _ = strconv.Atoi(m[3])
 	a.Window, _ = strconv.Atoi(m[4])
-	a.Publish, a.Interrupt = m[5] == "1", m[6] == "1"
+	a.Publish, a.Interrupt, a.Answers = m[5] == "1", m[6] == "1", m[7] == "1"
 	return a, nil
+}
+
+// Answer is one tool-call answer line of a cell script's stdin: the runner
+// hands JSON (an object) to the call with sequence number Seq.
+type Answer struct {
+	Seq  int64
+	JSON string
+}
+
+var answerSeq = regexp.MustCompile(`^[0-9]{1,18}$`)
+
+// ParseAnswers splits the stdin of a cell script with ans=1 into its answer
+// lines. The host-side loop (while read -r line) silently skips a line with
+// a malformed seq and drops a last line without its newline; here either is
+// an error, as is a body that is not a JSON object (the runner only delivers
+// objects): the engine must never send one.
+func ParseAnswers(stdin []byte) ([]Answer, error) {
+	s := string(stdin)
+	if s == "" {
+		return nil, fmt.Errorf("fakeenv: ans=1 with no answers on stdin")
+	}
+	if !strings.HasSuffix(s, "\n") {
+		return nil, fmt.Errorf("fakeenv: the last answer line has no newline; the host would drop it")
+	}
+	var out []Answer
+	for line := range strings.SplitSeq(strings.TrimSuffix(s, "\n"), "\n") {
+		seq, body, _ := strings.Cut(line, " ")
+		if !answerSeq.MatchString(seq) {
+			return nil, fmt.Errorf("fakeenv: answer line %.80q has no valid seq; the host would skip it", line)
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(body), &obj); err != nil || obj == nil {
+			return nil, fmt.Errorf("fakeenv: answer %s is not a JSON object: %.80q", seq, body)
+		}
+		n, _ := strconv.ParseInt(seq, 10, 64)
+		out = append(out, Answer{Seq: n, JSON: body})
+	}
+	return out, nil
 }
 
 // KillArgs are the values of a kill script.
@@ -149,36 +217,4 @@ func ParseFetch(command string) (path string, max int, err error) {
 	}
 	max, _ = strconv.Atoi(m[1])
 	return unq(m[2]), max, nil
-}
-
-// OnceArgs are the values of a per-call (once) script and its stdin.
-type OnceArgs struct {
-	TempDir    string
-	RunnerSize int
-	Timeout    float64
-	Runner     []byte
-	Request    []byte // the request JSON after runner.py on stdin
-}
-
-var (
-	onceTemp    = regexp.MustCompile(`mktemp -d ` + quoted + `/kerneldeck-once\.XXXXXXXX`)
-	onceRunner  = regexp.MustCompile(`head -c (\d+) >"\$d/runner\.py"`)
-	onceTimeout = regexp.MustCompile(`--once "\$d" ([0-9.e+-]+)`)
-)
-
-// ParseOnce reads a "# kerneldeck:once" script and splits its stdin.
-func ParseOnce(command string, stdin []byte) (OnceArgs, error) {
-	var a OnceArgs
-	t, r, to := onceTemp.FindStringSubmatch(command), onceRunner.FindStringSubmatch(command), onceTimeout.FindStringSubmatch(command)
-	if Marker(command) != "once" || t == nil || r == nil || to == nil {
-		return a, fmt.Errorf("fakeenv: cannot parse once script")
-	}
-	a.TempDir = unq(t[1])
-	a.RunnerSize, _ = strconv.Atoi(r[1])
-	a.Timeout, _ = strconv.ParseFloat(to[1], 64)
-	if len(stdin) < a.RunnerSize {
-		return a, fmt.Errorf("fakeenv: once stdin has %d bytes, the script reads %d for runner.py", len(stdin), a.RunnerSize)
-	}
-	a.Runner, a.Request = stdin[:a.RunnerSize], stdin[a.RunnerSize:]
-	return a, nil
 }
