@@ -224,9 +224,12 @@ func (e *Engine) runOnce(ctx context.Context, k *Kernel, req Request, deadline t
 	}
 	defer func() {
 		e.mu.Lock()
-		tk.state, tk.goneReason = stateGone, "per-call run finished"
+		killed := tk.state == stateGone // finishCell already killed a lost run
+		tk.state, tk.goneReason = stateGone, cmp.Or(tk.goneReason, "per-call run finished")
 		e.mu.Unlock()
-		e.killOnHost(context.WithoutCancel(ctx), tk)
+		if !killed {
+			e.killOnHost(context.WithoutCancel(ctx), tk)
+		}
 	}()
 	c := newCellRun(req.Code, deadline, req.OnOutput)
 	c.rpc = e.newRPCSession(ctx, tk, c)
@@ -406,6 +409,16 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 		secs := max(1, int(math.Ceil(window.Seconds())))
 		opts := backends.ExecOptions{Timeout: time.Duration(secs)*time.Second + 10*time.Second}
 		answers = append(answers, c.rpc.takeUnsent()...)
+		if publish && len(answers) > 0 {
+			// The stream broke with answers undelivered; this call's stdin
+			// is the request, so they go on their own now.
+			for _, a := range answers {
+				if err := e.deliverAnswer(ctx, k, dir, a); err != nil {
+					e.emit(kernelEvent(EventTransportError, k, err.Error()))
+				}
+			}
+			answers = nil
+		}
 		sendAnswers := !publish && len(answers) > 0
 		switch {
 		case publish:
@@ -450,7 +463,7 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 			return outcome{kind: outDone, frame: &f, interrupted: c.interrupted}
 		}
 		switch {
-		case strings.Contains(res.Output, "KD:RPCWAIT"):
+		case hasLine(res.Output, "KD:RPCWAIT"):
 			if publish {
 				c.maybePublished = true
 			}
@@ -460,23 +473,23 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 			answers = append(answers, c.rpc.serveExec(rpcItemsFromOutput(res.Output), func(a rpcAnswer) error {
 				return e.deliverAnswer(ctx, k, dir, a)
 			})...)
-		case strings.Contains(res.Output, "KD:PENDING"):
+		case hasLine(res.Output, "KD:PENDING"):
 			if publish {
 				c.maybePublished = true
 			}
 			publish = false
-		case strings.Contains(res.Output, "KD:DEAD"):
+		case hasLine(res.Output, "KD:DEAD"):
 			// The runner is dead and the .req record is absent: never ran.
 			return outcome{kind: outDead}
-		case strings.Contains(res.Output, "KD:GONE"):
+		case hasLine(res.Output, "KD:GONE"):
 			if c.maybePublished || !publish {
 				return outcome{kind: outLost, detail: "the kernel dir is gone"}
 			}
 			return outcome{kind: outDead}
-		case strings.Contains(res.Output, "KD:LOST"):
+		case hasLine(res.Output, "KD:LOST"):
 			return outcome{kind: outLost, detail: "the runner died during the cell"}
-		case strings.Contains(res.Output, "KD:PUBFAIL"):
-			return outcome{kind: outPubFail, detail: strings.TrimSpace(strings.ReplaceAll(res.Output, "KD:PUBFAIL", ""))}
+		case hasLine(res.Output, "KD:PUBFAIL"):
+			return outcome{kind: outPubFail, detail: strings.TrimSpace(strings.ReplaceAll(redactRPC(res.Output), "KD:PUBFAIL", ""))}
 		default:
 			return outcome{kind: outLost, detail: "unexpected answer from the host: " + hostError(res)}
 		}
@@ -491,7 +504,7 @@ func (e *Engine) deliverAnswer(ctx context.Context, k *Kernel, dir string, a rpc
 	if err != nil {
 		return fmt.Errorf("deliver tool answer %d to kernel %s: %w", a.seq, dir, err)
 	}
-	if !strings.Contains(res.Output, "KD:OK") {
+	if !hasLine(res.Output, "KD:OK") {
 		return fmt.Errorf("deliver tool answer %d to kernel %s: %s", a.seq, dir, hostError(res))
 	}
 	return nil
@@ -518,6 +531,9 @@ func (e *Engine) finishCell(ctx context.Context, k *Kernel, c *cellRun, out outc
 	lostNote := func(what string) string {
 		if goneReason != "" {
 			what = "the kernel was " + goneReason
+		}
+		if k.transient {
+			return what // a per-call run has no earlier calls
 		}
 		return what + "; state from earlier calls was lost"
 	}

@@ -319,20 +319,38 @@ func findLine(output, prefix string) (string, bool) {
 	return "", false
 }
 
+// hasLine reports whether output has a line that is marker or starts with
+// marker and a space. Markers count only at the start of a line: forwarded
+// tool requests put kernel-controlled text in the output.
+func hasLine(output, marker string) bool {
+	for line := range strings.SplitSeq(output, "\n") {
+		line = strings.TrimRight(line, "\r")
+		if line == marker || strings.HasPrefix(line, marker+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+// redactRPC drops forwarded tool requests from host output, trimmed: they
+// carry the kernel's token, so messages never quote them.
+func redactRPC(output string) string {
+	var kept []string
+	for line := range strings.SplitSeq(output, "\n") {
+		if !strings.HasPrefix(line, "KD:RPC") {
+			kept = append(kept, line)
+		}
+	}
+	return strings.TrimSpace(strings.Join(kept, "\n"))
+}
+
 // hostError turns a failed script's output into a message: the KD:ERR
 // reason when there is one, else the output itself.
 func hostError(res backends.Result) string {
 	if reason, ok := findLine(res.Output, "KD:ERR "); ok {
 		return reason
 	}
-	// Forwarded tool requests carry the kernel's token: never quote them.
-	var kept []string
-	for line := range strings.SplitSeq(res.Output, "\n") {
-		if !strings.HasPrefix(line, "KD:RPC") {
-			kept = append(kept, line)
-		}
-	}
-	out := strings.TrimSpace(strings.Join(kept, "\n"))
+	out := redactRPC(res.Output)
 	if len(out) > 500 {
 		out = out[:500] + "..."
 	}

@@ -106,14 +106,17 @@ class Conn:
         self.alive = True
 
     def send(self, frame):
+        """Send one frame; False if the connection is gone."""
         data = (json.dumps(frame) + "\n").encode()
         with self.wlock:
             if not self.alive:
-                return
+                return False
             try:
                 self.sock.sendall(data)
+                return True
             except OSError:
                 self.alive = False
+                return False
 
 
 class Cell:
@@ -417,11 +420,15 @@ class Runner:
                     os.close(fd)
             except OSError as e:
                 frame["error"] = "unreadable: %s" % e.strerror
+            if not conns[0].send(frame):
+                # The engine is gone from this socket: leave the file (and
+                # the rest) for the host-side wait of the Execute path.
+                self.ring_done()
+                return
             try:
                 os.unlink(path)
             except OSError:
                 pass
-            conns[0].send(frame)
 
     def ring_done(self):
         try:
