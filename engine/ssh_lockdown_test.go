@@ -40,6 +40,18 @@ func sharedTempDir(t *testing.T) string {
 	return dir
 }
 
+// coTenants starts a real sshd with two users, kdtest1 (A) and kdtest2
+// (B), whose backends share one sticky temp dir, as with a real /tmp.
+func coTenants(t *testing.T) (a, b *sshdtest.User, shared string, envA, envB *backends.SSH) {
+	t.Helper()
+	srv := sshdtest.Start(t, sshdtest.Options{})
+	a = srv.User(t, "kdtest1", sshdtest.UserOptions{})
+	b = srv.User(t, "kdtest2", sshdtest.UserOptions{})
+	shared = sharedTempDir(t)
+	onShared := func(o *backends.Options) { o.SSHTempDir = shared }
+	return a, b, shared, sshEnv(t, srv, a, onShared), sshEnv(t, srv, b, onShared)
+}
+
 // hostRun runs command on env's host as env's user; a transport error fails
 // the test, the return code is the caller's to judge.
 func hostRun(t *testing.T, env backends.Env, command string) backends.Result {
@@ -72,13 +84,7 @@ type attempt struct {
 // OS. A's kernel is unaffected: its next cell sees its state, in the same
 // process, and nothing B tried to plant arrived.
 func TestSSHLockdownCoTenantCannotReachKernel(t *testing.T) {
-	srv := sshdtest.Start(t, sshdtest.Options{})
-	a := srv.User(t, "kdtest1", sshdtest.UserOptions{})
-	b := srv.User(t, "kdtest2", sshdtest.UserOptions{})
-	shared := sharedTempDir(t)
-	onShared := func(o *backends.Options) { o.SSHTempDir = shared }
-	envA := sshEnv(t, srv, a, onShared)
-	envB := sshEnv(t, srv, b, onShared)
+	a, b, shared, envA, envB := coTenants(t)
 
 	h := enginetest.New(t, envA, func(c *engine.Config) { c.ClipChars = 1000 })
 	secret := "A-only-" + randomTag()
@@ -170,13 +176,7 @@ func TestSSHLockdownCoTenantCannotReachKernel(t *testing.T) {
 // per-call fallback, with an error naming the path), and nothing of A's may
 // be written into B's dir.
 func TestSSHLockdownPlantedKernelRoot(t *testing.T) {
-	srv := sshdtest.Start(t, sshdtest.Options{})
-	a := srv.User(t, "kdtest1", sshdtest.UserOptions{})
-	b := srv.User(t, "kdtest2", sshdtest.UserOptions{})
-	shared := sharedTempDir(t)
-	onShared := func(o *backends.Options) { o.SSHTempDir = shared }
-	envA := sshEnv(t, srv, a, onShared)
-	envB := sshEnv(t, srv, b, onShared)
+	a, b, shared, envA, envB := coTenants(t)
 
 	planted := shared + "/kerneldeck-" + a.Name
 	if out := hostRun(t, envB, fmt.Sprintf("mkdir %[1]s && chmod 0777 %[1]s && stat -c '%%a %%U' %[1]s", planted)); strings.TrimSpace(out.Output) != "777 "+b.Name {
@@ -414,13 +414,7 @@ func TestSSHSecretsStayOutOfTraceEventsAndArgv(t *testing.T) {
 // nothing B wrote reaches the engine (no rejection, no dispatch), and A's
 // own tool calls go on working.
 func TestSSHLockdownCoTenantCannotPlantToolCalls(t *testing.T) {
-	srv := sshdtest.Start(t, sshdtest.Options{})
-	a := srv.User(t, "kdtest1", sshdtest.UserOptions{})
-	b := srv.User(t, "kdtest2", sshdtest.UserOptions{})
-	shared := sharedTempDir(t)
-	onShared := func(o *backends.Options) { o.SSHTempDir = shared }
-	envA := sshEnv(t, srv, a, onShared)
-	envB := sshEnv(t, srv, b, onShared)
+	_, _, _, envA, envB := coTenants(t)
 	h := enginetest.NewTools(t, envA, nil)
 	h.WriteWorkspace("f", "mine")
 	tools := []string{"read_file", "write_file"}
