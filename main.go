@@ -231,8 +231,17 @@ type headlessFlags struct {
 }
 
 func parseHeadlessFlags(args []string) (*headlessFlags, error) {
+	return parseFlags("kerneldeck headless", args, nil)
+}
+
+// parseFlags parses the engine flags every mode shares; extra registers a
+// mode's own flags on the same set.
+func parseFlags(name string, args []string, extra func(fs *flag.FlagSet)) (*headlessFlags, error) {
 	f := &headlessFlags{set: map[string]bool{}}
-	fs := flag.NewFlagSet("kerneldeck headless", flag.ContinueOnError)
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if extra != nil {
+		extra(fs)
+	}
 	// Errors and help are printed by the caller, in our own words.
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
@@ -491,58 +500,14 @@ func runHeadless(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageErr(err)
 	}
-	tools, ws, err := openTools(s)
+	eng, cleanup, code, err := openEngine(f, s)
 	if err != nil {
-		return usageErr(err)
-	}
-	defer ws.Close()
-	var envs []backends.Env
-	for _, uri := range s.backendURIs {
-		env, err := backends.Open(uri, f.ssh)
-		if err != nil {
+		if code == exitUsage {
 			return usageErr(err)
 		}
-		if c, ok := env.(io.Closer); ok {
-			defer c.Close()
-		}
-		envs = append(envs, env)
-	}
-	if err := engine.EnsurePrivateDir(s.stateDir); err != nil {
-		return fail(fmt.Errorf("state dir: %w", err))
-	}
-	// Storage keeps large tool results under <state dir>/tool-output.
-	toolOutput, err := hosttools.NewStorage(s.stateDir, 0, 0)
-	if err != nil {
-		return fail(fmt.Errorf("state dir: %w", err))
-	}
-	defer toolOutput.Close()
-	var tracer *backends.Tracer
-	if f.trace != "" {
-		if tracer, err = backends.OpenTracer(f.trace); err != nil {
-			return fail(err)
-		}
-		defer tracer.Close()
-		for i, env := range envs {
-			envs[i] = backends.Traced(env, tracer)
-		}
-	}
-	eng, err := engine.New(engine.Config{
-		Backends:    envs,
-		MaxKernels:  s.cfg.MaxKernels,
-		IdleExit:    s.cfg.IdleExit,
-		CellTimeout: s.cfg.CellTimeout,
-		StateDir:    s.stateDir,
-		Tracer:      tracer,
-
-		Tools:           tools,
-		ToolOutput:      toolOutput,
-		MaxToolCalls:    s.maxToolCalls,
-		Approvals:       s.approvals,
-		ApprovalTimeout: s.cfg.ApprovalTimeout,
-	})
-	if err != nil {
 		return fail(err)
 	}
+	defer cleanup()
 
 	// A reader that goes away must not kill us with SIGPIPE before the
 	// kernels are killed: the write fails instead and Serve returns.
@@ -567,4 +532,74 @@ func runHeadless(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(fmt.Errorf("shut down kernels: %w", closeErr))
 	}
 	return exitOK
+}
+
+// openEngine opens the workspace, the backends, the state dir, the tool
+// output storage and the trace, and starts the engine. cleanup releases them
+// all (after the engine is closed). On error, code says whether the user
+// must fix the command line (exitUsage) or something failed (exitFail).
+func openEngine(f *headlessFlags, s *settings) (eng *engine.Engine, cleanup func(), code int, err error) {
+	var closers []func() error
+	cleanup = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	fail := func(c int, e error) (*engine.Engine, func(), int, error) {
+		cleanup()
+		return nil, func() {}, c, e
+	}
+	tools, ws, err := openTools(s)
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	closers = append(closers, ws.Close)
+	var envs []backends.Env
+	for _, uri := range s.backendURIs {
+		env, err := backends.Open(uri, f.ssh)
+		if err != nil {
+			return fail(exitUsage, err)
+		}
+		if c, ok := env.(io.Closer); ok {
+			closers = append(closers, c.Close)
+		}
+		envs = append(envs, env)
+	}
+	if err := engine.EnsurePrivateDir(s.stateDir); err != nil {
+		return fail(exitFail, fmt.Errorf("state dir: %w", err))
+	}
+	// Storage keeps large tool results under <state dir>/tool-output.
+	toolOutput, err := hosttools.NewStorage(s.stateDir, 0, 0)
+	if err != nil {
+		return fail(exitFail, fmt.Errorf("state dir: %w", err))
+	}
+	closers = append(closers, toolOutput.Close)
+	var tracer *backends.Tracer
+	if f.trace != "" {
+		if tracer, err = backends.OpenTracer(f.trace); err != nil {
+			return fail(exitFail, err)
+		}
+		closers = append(closers, tracer.Close)
+		for i, env := range envs {
+			envs[i] = backends.Traced(env, tracer)
+		}
+	}
+	eng, err = engine.New(engine.Config{
+		Backends:    envs,
+		MaxKernels:  s.cfg.MaxKernels,
+		IdleExit:    s.cfg.IdleExit,
+		CellTimeout: s.cfg.CellTimeout,
+		StateDir:    s.stateDir,
+		Tracer:      tracer,
+
+		Tools:           tools,
+		ToolOutput:      toolOutput,
+		MaxToolCalls:    s.maxToolCalls,
+		Approvals:       s.approvals,
+		ApprovalTimeout: s.cfg.ApprovalTimeout,
+	})
+	if err != nil {
+		return fail(exitFail, err)
+	}
+	return eng, cleanup, exitOK, nil
 }
