@@ -46,18 +46,14 @@ const usageText = `kerneldeck: a terminal dashboard and embedded engine for pers
 session kernels on local and remote hosts.
 
 Usage:
+  kerneldeck [flags]            open the dashboard (needs a terminal)
   kerneldeck headless [flags]   serve the engine as JSON lines on stdin/stdout
   kerneldeck version            print the version
   kerneldeck help [command]     show this help, or the flags of a command
+                                (help dashboard, help headless)
 
-The dashboard (kerneldeck without a command) is not built yet.
-Run 'kerneldeck help headless' for the JSON-lines contract and its flags.
-`
-
-const noDashboardText = `kerneldeck: the dashboard is not built yet.
-For now, drive kernels through the JSON-lines mode:
-  echo '{"id":"1","op":"execute","code":"print(1)"}' | kerneldeck headless
-Run 'kerneldeck --help' for the commands.
+Run 'kerneldeck help dashboard' for the dashboard's flags and keys, and
+'kerneldeck help headless' for the JSON-lines contract and the engine flags.
 `
 
 const headlessHelp = `Usage: kerneldeck headless [flags]
@@ -169,11 +165,20 @@ Example:
   echo '{"id":"1","op":"execute","code":"print(1)"}' | kerneldeck headless
 `
 
+// isHelpOrVersion tells the top-level help and version flags from the
+// dashboard's flags.
+func isHelpOrVersion(arg string) bool {
+	switch arg {
+	case "--version", "-version", "--help", "-help", "-h":
+		return true
+	}
+	return false
+}
+
 // run is main without the process: it returns the exit status.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, noDashboardText)
-		return exitUsage
+	if len(args) == 0 || (strings.HasPrefix(args[0], "-") && !isHelpOrVersion(args[0])) {
+		return runDashboard(args, stdin, stdout, stderr)
 	}
 	switch args[0] {
 	case "headless":
@@ -184,6 +189,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "help", "--help", "-help", "-h":
 		if len(args) > 1 && args[1] == "headless" {
 			fmt.Fprint(stdout, headlessHelp)
+			return exitOK
+		}
+		if len(args) > 1 && args[1] == "dashboard" {
+			fmt.Fprint(stdout, dashboardHelp)
 			return exitOK
 		}
 		fmt.Fprint(stdout, usageText)

@@ -90,7 +90,10 @@ func TestCommands(t *testing.T) {
 		stdout []string // nil: stdout must stay empty
 		stderr []string // nil: stderr must stay empty
 	}{
-		{nil, 2, nil, []string{"dashboard is not built yet", "kerneldeck headless", "--help"}},
+		{nil, 2, nil, []string{"the dashboard needs a terminal", "kerneldeck repl", "kerneldeck headless"}},
+		{[]string{"--theme", "neon"}, 2, nil, []string{`unknown theme "neon"`, "dark, light or high-contrast"}},
+		{[]string{"--replay", "/nonexistent/replay.jsonl"}, 2, nil, []string{"--replay", "no such file"}},
+		{[]string{"help", "dashboard"}, 0, []string{"--keep-kernels", "--replay FILE", "--theme NAME"}, nil},
 		{[]string{"--help"}, 0, []string{"kerneldeck headless [flags]", "version", "help headless"}, nil},
 		{[]string{"-h"}, 0, []string{"kerneldeck headless [flags]"}, nil},
 		{[]string{"help"}, 0, []string{"kerneldeck headless [flags]"}, nil},

@@ -1,0 +1,243 @@
+package ui
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/bubbles/textarea"
+	"github.com/charmbracelet/bubbles/textinput"
+	tea "github.com/charmbracelet/bubbletea"
+)
+
+// runCellMsg asks the root to run code in target.
+type runCellMsg struct {
+	target Target
+	code   string
+}
+
+// EditorPane is the multi-line cell editor with its target and history.
+type EditorPane struct {
+	ctx           *Context
+	width, height int
+	focused       bool
+
+	area    textarea.Model
+	target  Target
+	history []string
+	histPos int    // len(history) when editing a new cell
+	draft   string // the new cell while browsing history
+
+	form     *targetForm
+	backends []string // for the target form's check
+}
+
+func newEditorPane(ctx *Context, target Target) *EditorPane {
+	ta := textarea.New()
+	ta.Placeholder = "Python code; ctrl+r runs it"
+	ta.ShowLineNumbers = false
+	ta.Prompt = "│ "
+	ta.CharLimit = 0
+	ta.MaxHeight = 0
+	ta.FocusedStyle.CursorLine = ctx.Theme.Editor
+	ta.FocusedStyle.Prompt = ctx.Theme.EditorPrompt
+	ta.BlurredStyle.Prompt = ctx.Theme.Faint
+	ta.FocusedStyle.Placeholder = ctx.Theme.Faint
+	ta.BlurredStyle.Placeholder = ctx.Theme.Faint
+	return &EditorPane{ctx: ctx, area: ta, target: target}
+}
+
+// SetSize sets the pane's outer size.
+func (p *EditorPane) SetSize(w, h int) {
+	p.width, p.height = w, h
+	p.area.SetWidth(max(1, w-2))
+	p.area.SetHeight(max(1, h-3))
+	if p.form != nil {
+		p.form.setWidth(w - 2)
+	}
+}
+
+func (p *EditorPane) setFocus(on bool) tea.Cmd {
+	p.focused = on
+	if on {
+		return p.area.Focus()
+	}
+	p.area.Blur()
+	return nil
+}
+
+// SetTarget points the editor at another kernel key.
+func (p *EditorPane) SetTarget(t Target) { p.target = t }
+
+// Target is where the next cell runs.
+func (p *EditorPane) Target() Target { return p.target }
+
+// Update edits, runs (ctrl+r), browses history and opens the target form.
+func (p *EditorPane) Update(msg tea.Msg) (Component, tea.Cmd) {
+	if p.form != nil {
+		done, t, cmd := p.form.update(msg)
+		if done {
+			if t != nil {
+				p.target = *t
+			}
+			p.form = nil
+			return p, p.area.Focus()
+		}
+		return p, cmd
+	}
+	km, isKey := msg.(tea.KeyMsg)
+	keys := p.ctx.Keys
+	if isKey {
+		switch {
+		case key.Matches(km, keys.Run):
+			code := p.area.Value()
+			if strings.TrimSpace(code) == "" {
+				return p, nil
+			}
+			if len(p.history) == 0 || p.history[len(p.history)-1] != code {
+				p.history = append(p.history, code)
+			}
+			p.histPos, p.draft = len(p.history), ""
+			p.area.Reset()
+			t := p.target
+			return p, func() tea.Msg { return runCellMsg{target: t, code: code} }
+		case key.Matches(km, keys.HistPrev):
+			if p.histPos > 0 {
+				if p.histPos == len(p.history) {
+					p.draft = p.area.Value()
+				}
+				p.histPos--
+				p.area.SetValue(p.history[p.histPos])
+			}
+			return p, nil
+		case key.Matches(km, keys.HistNext):
+			if p.histPos < len(p.history) {
+				p.histPos++
+				if p.histPos == len(p.history) {
+					p.area.SetValue(p.draft)
+				} else {
+					p.area.SetValue(p.history[p.histPos])
+				}
+			}
+			return p, nil
+		case key.Matches(km, keys.NewTarget):
+			p.form = newTargetForm(p.ctx, p.target, p.width-2)
+			p.form.backends = p.backends
+			p.area.Blur()
+			return p, p.form.focusField()
+		}
+	}
+	var cmd tea.Cmd
+	p.area, cmd = p.area.Update(msg)
+	return p, cmd
+}
+
+// View renders the target line and the text area, or the target form.
+func (p *EditorPane) View() string {
+	t := p.ctx.Theme
+	lines := []string{t.Muted.Render("target ") + t.Bold.Render(p.target.String())}
+	if p.form != nil {
+		lines = append(lines, p.form.view()...)
+	} else {
+		lines = append(lines, strings.Split(p.area.View(), "\n")...)
+	}
+	return p.ctx.box("Cell", lines, p.width, p.height, p.focused)
+}
+
+// targetForm picks a new target: owner, task, backend, tools.
+type targetForm struct {
+	ctx      *Context
+	inputs   [4]textinput.Model
+	cur      int
+	backends []string
+	err      string
+}
+
+var formLabels = [4]string{"owner  ", "task   ", "backend", "tools  "}
+
+func newTargetForm(ctx *Context, cur Target, width int) *targetForm {
+	f := &targetForm{ctx: ctx}
+	vals := [4]string{cur.Owner, cur.Task, cur.Backend, joinComma(cur.Tools)}
+	for i := range f.inputs {
+		in := textinput.New()
+		in.Prompt = formLabels[i] + " "
+		in.SetValue(vals[i])
+		f.inputs[i] = in
+	}
+	f.inputs[3].Placeholder = "comma-separated, e.g. read_file,terminal"
+	f.setWidth(width)
+	return f
+}
+
+func (f *targetForm) setWidth(w int) {
+	for i := range f.inputs {
+		f.inputs[i].Width = max(1, w-len(formLabels[i])-2)
+	}
+}
+
+func (f *targetForm) focusField() tea.Cmd {
+	for i := range f.inputs {
+		f.inputs[i].Blur()
+	}
+	return f.inputs[f.cur].Focus()
+}
+
+// update returns done with the new target (nil when cancelled).
+func (f *targetForm) update(msg tea.Msg) (bool, *Target, tea.Cmd) {
+	if km, ok := msg.(tea.KeyMsg); ok {
+		keys := f.ctx.Keys
+		switch {
+		case key.Matches(km, keys.Cancel):
+			return true, nil, nil
+		case key.Matches(km, keys.Focus), km.String() == "down":
+			f.cur = (f.cur + 1) % len(f.inputs)
+			return false, nil, f.focusField()
+		case key.Matches(km, keys.FocusBack), km.String() == "up":
+			f.cur = (f.cur + len(f.inputs) - 1) % len(f.inputs)
+			return false, nil, f.focusField()
+		case key.Matches(km, keys.Submit):
+			t, err := f.target()
+			if err != nil {
+				f.err = err.Error()
+				return false, nil, nil
+			}
+			return true, &t, nil
+		}
+	}
+	var cmd tea.Cmd
+	f.inputs[f.cur], cmd = f.inputs[f.cur].Update(msg)
+	return false, nil, cmd
+}
+
+func (f *targetForm) target() (Target, error) {
+	v := func(i int) string { return strings.TrimSpace(f.inputs[i].Value()) }
+	t := Target{Owner: v(0), Task: v(1), Backend: v(2)}
+	if t.Owner == "" || t.Task == "" {
+		return t, fmt.Errorf("owner and task must not be empty")
+	}
+	if len(f.backends) > 0 && !slices.Contains(f.backends, t.Backend) {
+		return t, fmt.Errorf("backend %q is not configured; use one of %s", t.Backend, strings.Join(f.backends, ", "))
+	}
+	for tool := range strings.SplitSeq(v(3), ",") {
+		if tool = strings.TrimSpace(tool); tool != "" {
+			t.Tools = append(t.Tools, tool)
+		}
+	}
+	slices.Sort(t.Tools)
+	t.Tools = slices.Compact(t.Tools)
+	return t, nil
+}
+
+func (f *targetForm) view() []string {
+	var lines []string
+	for i := range f.inputs {
+		lines = append(lines, f.inputs[i].View())
+	}
+	if f.err != "" {
+		lines = append(lines, f.ctx.Theme.Error.Render(f.err))
+	} else {
+		lines = append(lines, f.ctx.Theme.Muted.Render("enter: use this target · esc: cancel · tab: next field"))
+	}
+	return lines
+}

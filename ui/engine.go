@@ -1,0 +1,68 @@
+// Package ui is kerneldeck's dashboard: a Bubble Tea program that shows the
+// engine's kernels per owner, runs cells in them, streams their output and
+// the engine's events, and answers tool-call approvals.
+//
+// The engine runs outside the Bubble Tea loop. Its events and the output of
+// running cells reach the UI through commands that wait on a channel and are
+// re-armed after each message, so Update never blocks.
+package ui
+
+import (
+	"context"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+)
+
+// Engine is what the dashboard needs of an engine; *engine.Engine has it,
+// and tests use a fake with fixed kernels.
+type Engine interface {
+	Kernels() []engine.KernelInfo
+	Limits() (maxKernels int, idleExit time.Duration)
+	SetLimits(maxKernels *int, idleExit *time.Duration) error
+	Backends() []string
+	Execute(ctx context.Context, req engine.Request) (*engine.Result, error)
+	Interrupt(ctx context.Context, id string) error
+	Kill(ctx context.Context, id string) error
+	ShutdownOwner(ctx context.Context, owner string) int
+	Approve(id string, d engine.Decision) error
+}
+
+// Target is where the editor's cells run: a kernel key.
+type Target struct {
+	Owner, Task, Backend, Child string
+	Tools                       []string
+}
+
+// String renders the target like an engine key: owner/task[/child]@backend[tools].
+func (t Target) String() string {
+	s := t.Owner + "/" + t.Task
+	if t.Child != "" {
+		s += "/" + t.Child
+	}
+	s += "@" + t.Backend
+	if len(t.Tools) > 0 {
+		s += "[" + joinComma(t.Tools) + "]"
+	}
+	return s
+}
+
+func (t Target) matches(k engine.KernelInfo) bool {
+	return k.Owner == t.Owner && k.Task == t.Task && k.Backend == t.Backend && k.Child == t.Child &&
+		joinComma(k.Tools) == joinComma(t.Tools)
+}
+
+func targetOf(k engine.KernelInfo) Target {
+	return Target{Owner: k.Owner, Task: k.Task, Backend: k.Backend, Child: k.Child, Tools: append([]string(nil), k.Tools...)}
+}
+
+func joinComma(s []string) string {
+	out := ""
+	for i, v := range s {
+		if i > 0 {
+			out += ","
+		}
+		out += v
+	}
+	return out
+}

@@ -1,0 +1,54 @@
+package ui
+
+import "github.com/charmbracelet/bubbles/key"
+
+// KeyMap is every key the dashboard answers to, with its help text.
+type KeyMap struct {
+	Run, HistPrev, HistNext, NewTarget         key.Binding
+	Focus, FocusBack, Help, Quit, Interrupt    key.Binding
+	Up, Down, PageUp, PageDown, Toggle, Select key.Binding
+	Reset, InterruptSel, Kill, ShutdownOwner   key.Binding
+	CapUp, CapDown, IdleUp, IdleDown           key.Binding
+	Filter, ApproveOnce, ApproveAlways, Deny   key.Binding
+	Yes, No, Cancel, Submit                    key.Binding
+}
+
+// DefaultKeyMap is the standard key map.
+func DefaultKeyMap() KeyMap {
+	b := func(help, desc string, keys ...string) key.Binding {
+		return key.NewBinding(key.WithKeys(keys...), key.WithHelp(help, desc))
+	}
+	return KeyMap{
+		Run:           b("ctrl+r", "run cell", "ctrl+r"),
+		HistPrev:      b("ctrl+p", "prev cell", "ctrl+p"),
+		HistNext:      b("ctrl+n", "next cell", "ctrl+n"),
+		NewTarget:     b("ctrl+t", "new target", "ctrl+t"),
+		Focus:         b("tab", "next pane", "tab"),
+		FocusBack:     b("shift+tab", "prev pane", "shift+tab"),
+		Help:          b("?", "help", "?"),
+		Quit:          b("q", "quit", "q"),
+		Interrupt:     b("ctrl+c", "interrupt/quit", "ctrl+c"),
+		Up:            b("↑/k", "up", "up", "k"),
+		Down:          b("↓/j", "down", "down", "j"),
+		PageUp:        b("pgup", "page up", "pgup"),
+		PageDown:      b("pgdn", "page down", "pgdown"),
+		Toggle:        b("space", "fold owner", " ", "space"),
+		Select:        b("enter", "edit here", "enter"),
+		Reset:         b("r", "reset", "r"),
+		InterruptSel:  b("i", "interrupt", "i"),
+		Kill:          b("x", "kill", "x"),
+		ShutdownOwner: b("X", "shutdown owner", "X"),
+		CapUp:         b("+", "cap +1", "+", "="),
+		CapDown:       b("-", "cap -1", "-"),
+		IdleUp:        b("]", "idle_exit +", "]"),
+		IdleDown:      b("[", "idle_exit -", "["),
+		Filter:        b("/", "filter", "/"),
+		ApproveOnce:   b("o", "approve once", "o", "y"),
+		ApproveAlways: b("a", "always", "a"),
+		Deny:          b("d", "deny", "d", "n"),
+		Yes:           b("y", "yes", "y"),
+		No:            b("n", "no", "n", "esc"),
+		Cancel:        b("esc", "cancel", "esc"),
+		Submit:        b("enter", "ok", "enter"),
+	}
+}

@@ -1,0 +1,103 @@
+package ui
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/x/ansi"
+)
+
+// fit pads or cuts s (which may hold ANSI styles) to exactly w cells.
+func fit(s string, w int) string {
+	if w <= 0 {
+		return ""
+	}
+	sw := ansi.StringWidth(s)
+	if sw > w {
+		s = ansi.Truncate(s, w, "…")
+		sw = ansi.StringWidth(s)
+	}
+	return s + strings.Repeat(" ", max(0, w-sw))
+}
+
+// box draws lines inside a border of exactly w×h cells, with the title set
+// into the top edge. Lines beyond the box are cut, missing ones are blank.
+func (c *Context) box(title string, lines []string, w, h int, focused bool) string {
+	if w < 2 || h < 2 {
+		return strings.Repeat("\n", max(0, h-1))
+	}
+	b, st, tst := c.borders.normal, c.borders.normalStyle, c.borders.titleStyle
+	if focused {
+		b, st, tst = c.borders.focused, c.borders.focusedStyle, c.borders.titleFocusStyle
+	}
+	inner := w - 2
+	var sb strings.Builder
+	top := b.Top
+	if title != "" && inner > 4 {
+		t := fit(" "+title+" ", min(inner-2, ansi.StringWidth(title)+2))
+		rest := inner - 1 - ansi.StringWidth(t)
+		sb.WriteString(st.Render(b.TopLeft+top) + tst.Render(t) + st.Render(strings.Repeat(top, max(0, rest))+b.TopRight))
+	} else {
+		sb.WriteString(st.Render(b.TopLeft + strings.Repeat(top, inner) + b.TopRight))
+	}
+	left, right := st.Render(b.Left), st.Render(b.Right)
+	for i := 0; i < h-2; i++ {
+		line := ""
+		if i < len(lines) {
+			line = lines[i]
+		}
+		sb.WriteString("\n" + left + fit(line, inner) + right)
+	}
+	sb.WriteString("\n" + st.Render(b.BottomLeft+strings.Repeat(b.Bottom, inner)+b.BottomRight))
+	return sb.String()
+}
+
+// joinColumns puts two blocks of equal height side by side.
+func joinColumns(a, b string) string {
+	la, lb := strings.Split(a, "\n"), strings.Split(b, "\n")
+	n := max(len(la), len(lb))
+	out := make([]string, n)
+	for i := range n {
+		var x, y string
+		if i < len(la) {
+			x = la[i]
+		}
+		if i < len(lb) {
+			y = lb[i]
+		}
+		out[i] = x + y
+	}
+	return strings.Join(out, "\n")
+}
+
+// short renders a duration the way the dashboard's timers show it: 42s,
+// 3m05s, 2h10m.
+func short(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	d = d.Truncate(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	default:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+}
+
+// wrapLines splits text into display lines of at most w cells.
+func wrapLines(text string, w int) []string {
+	if w <= 0 {
+		return nil
+	}
+	var out []string
+	for line := range strings.SplitSeq(strings.TrimRight(text, "\n"), "\n") {
+		line = strings.ReplaceAll(line, "\t", "    ")
+		wrapped := ansi.Hardwrap(line, w, true)
+		out = append(out, strings.Split(wrapped, "\n")...)
+	}
+	return out
+}
