@@ -212,7 +212,7 @@ const (
 )
 
 func (p *KernelsPane) header() string {
-	return fmt.Sprintf("  %-*s%-*s%-*s%-*s%-*s%-*s%-*s%-*s%s", colTask, "TASK", colState, "STATE", colTime, "TIME", colReap, "REAP IN",
+	return fmt.Sprintf("   %-*s%-*s%-*s%-*s%-*s%-*s%-*s%-*s%s", colTask, "TASK", colState, "STATE", colTime, "TIME", colReap, "REAP IN",
 		colExec, "#", colNext, "LRU", colPID, "PID", colBackend, "BACKEND", "TOOLS")
 }
 
@@ -234,11 +234,16 @@ func (p *KernelsPane) View() string {
 	p.offset = min(p.offset, max(0, len(p.rows)-visible))
 	now := p.ctx.Now()
 	for i := p.offset; i < len(p.rows) && i < p.offset+visible; i++ {
-		line := p.renderRow(&p.rows[i], now)
-		if i == p.cursor && p.focused {
-			line = p.ctx.Theme.Selected.Render(fit(line, p.width-2))
-		} else if i == p.cursor {
-			line = p.ctx.Theme.Bold.Render(fit(line, p.width-2))
+		// A text cursor as well as the style: it shows without colour or
+		// reverse video (NO_COLOR, the ASCII profile).
+		line := " " + p.renderRow(&p.rows[i], now)
+		if i == p.cursor {
+			line = ">" + line[1:]
+			if p.focused {
+				line = p.ctx.Theme.Selected.Render(fit(line, p.width-2))
+			} else {
+				line = p.ctx.Theme.Bold.Render(fit(line, p.width-2))
+			}
 		}
 		lines = append(lines, line)
 	}
