@@ -59,6 +59,9 @@ type (
 	refreshNowMsg struct{}
 )
 
+// maxStreamKept bounds the streamed output kept per stream of a running cell.
+const maxStreamKept = 256 << 10
+
 // Model is the dashboard's root: it owns the layout, the focus and the
 // engine bridge, and routes messages to the panes.
 type Model struct {
@@ -286,10 +289,17 @@ func backendOfKey(key string) string {
 func (m *Model) onBackground(msg tea.Msg) {
 	switch msg := msg.(type) {
 	case cellOutputMsg:
+		buf := &msg.run.stdout
 		if msg.stream == "stderr" {
-			msg.run.stderr.WriteString(msg.text)
-		} else {
-			msg.run.stdout.WriteString(msg.text)
+			buf = &msg.run.stderr
+		}
+		buf.WriteString(msg.text)
+		if buf.Len() > maxStreamKept {
+			// Keep the tail: the pane shows the newest output, and the full
+			// text is in the result's spill file.
+			tail := buf.String()[buf.Len()-maxStreamKept/2:]
+			buf.Reset()
+			buf.WriteString("… (earlier output not kept here)\n" + tail)
 		}
 		m.output.changed(msg.run)
 	case cellResultMsg:
