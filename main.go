@@ -48,9 +48,10 @@ session kernels on local and remote hosts.
 Usage:
   kerneldeck [flags]            open the dashboard (needs a terminal)
   kerneldeck headless [flags]   serve the engine as JSON lines on stdin/stdout
+  kerneldeck repl [flags]       a persistent Python REPL on one kernel, for pipes and terminals
   kerneldeck version            print the version
   kerneldeck help [command]     show this help, or the flags of a command
-                                (help dashboard, help headless)
+                                (help dashboard, help headless, help repl)
 
 Run 'kerneldeck help dashboard' for the dashboard's flags and keys, and
 'kerneldeck help headless' for the JSON-lines contract and the engine flags.
@@ -183,12 +184,18 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "headless":
 		return runHeadless(args[1:], stdin, stdout, stderr)
+	case "repl":
+		return runREPL(args[1:], stdin, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, versionString())
 		return exitOK
 	case "help", "--help", "-help", "-h":
 		if len(args) > 1 && args[1] == "headless" {
 			fmt.Fprint(stdout, headlessHelp)
+			return exitOK
+		}
+		if len(args) > 1 && args[1] == "repl" {
+			fmt.Fprint(stdout, replHelp)
 			return exitOK
 		}
 		if len(args) > 1 && args[1] == "dashboard" {
@@ -198,7 +205,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usageText)
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "kerneldeck: unknown command %q; the commands are headless, version and help.\nRun 'kerneldeck --help' for usage.\n", args[0])
+		fmt.Fprintf(stderr, "kerneldeck: unknown command %q; the commands are headless, repl, version and help (no command opens the dashboard).\nRun 'kerneldeck --help' for usage.\n", args[0])
 		return exitUsage
 	}
 }
@@ -328,7 +335,7 @@ func parseFlags(name string, args []string, extra func(fs *flag.FlagSet)) (*head
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q: headless reads its requests from stdin", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q: %s takes only flags (run %s --help)", fs.Arg(0), name, name)
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	if f.set["http-allow"] {

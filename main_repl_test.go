@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runnerAlive reports whether pid runs; a zombie left for a non-reaping
+// init counts as dead.
+func runnerAlive(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+func waitRunnerDead(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for runnerAlive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("runner pid %d still alive", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// firstPID is the number on the first line of a REPL's stdout.
+func firstPID(t *testing.T, stdout string) int {
+	t.Helper()
+	first, _, _ := strings.Cut(stdout, "\n")
+	pid, err := strconv.Atoi(first)
+	if err != nil || pid <= 0 {
+		t.Fatalf("no runner pid on the first line of stdout %q", stdout)
+	}
+	return pid
+}
+
+func TestREPLPipe(t *testing.T) {
+	kernels := isolate(t)
+	in := "import os; print(os.getpid())\nx = 41\ndef f(v):\n    return v + 1\n\nf(x)\n1/0\nprint('still here')\n"
+	code, stdout, stderr := runCLI(t, in, "repl", "--owner", "tester", "--task", "t1")
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	pid := firstPID(t, stdout)
+	if want := strconv.Itoa(pid) + "\n42\nstill here\n"; stdout != want {
+		t.Errorf("stdout %q, want %q", stdout, want)
+	}
+	// Through a pipe: no prompts, no banner; just the traceback.
+	if !strings.HasPrefix(stderr, "Traceback") || !strings.HasSuffix(stderr, "ZeroDivisionError: division by zero\n") {
+		t.Errorf("stderr:\n%s", stderr)
+	}
+	// At the end of input the kernel is killed.
+	waitRunnerDead(t, pid)
+	wantNoProcessesUnder(t, kernels)
+}
+
+func TestREPLKeepKernels(t *testing.T) {
+	isolate(t)
+	code, stdout, stderr := runCLI(t, "import os; print(os.getpid())\n", "repl", "--keep-kernels", "--idle-exit", "1m")
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	pid := firstPID(t, stdout)
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	if !runnerAlive(pid) {
+		t.Fatalf("runner %d was killed despite --keep-kernels", pid)
+	}
+	if !strings.Contains(stderr, "(pid "+strconv.Itoa(pid)+") keeps running on local") || !strings.Contains(stderr, "after 1m0s idle") {
+		t.Errorf("stderr does not say which kernel was kept:\n%s", stderr)
+	}
+}
+
+func TestREPLCommandLine(t *testing.T) {
+	isolate(t)
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stdout []string
+		stderr []string
+	}{
+		{[]string{"--help"}, 0, []string{"kerneldeck repl [flags]", "kerneldeck headless [flags]"}, nil},
+		{[]string{"repl", "--help"}, 0, []string{
+			"Usage: kerneldeck repl [flags]", ">>>", "...", "blank line", "ctrl+c", "ctrl+d", "--keep-kernels",
+			"--backend URI", "--owner O", "--task T", "--idle-exit DURATION", "--cell-timeout DURATION",
+			"--config FILE", "--state-dir DIR", "--ssh-config FILE", "--identity FILE", "--known-hosts FILE",
+			"--accept-new-host-key", "| kerneldeck repl",
+		}, nil},
+		{[]string{"help", "repl"}, 0, []string{"Usage: kerneldeck repl [flags]"}, nil},
+		{[]string{"repl", "--backend", "local", "--backend", "ssh://h"}, 2, nil, []string{"--backend is given 2 times", "give it once", "kerneldeck repl --help"}},
+		{[]string{"repl", "--owner", ""}, 2, nil, []string{"owner must not be empty"}},
+		{[]string{"repl", "--task", " "}, 2, nil, []string{"task must not be empty"}},
+		{[]string{"repl", "--idle-exit", "5ms"}, 2, nil, []string{"at least 1s"}},
+		{[]string{"repl", "--bogus"}, 2, nil, []string{"bogus", "kerneldeck repl --help"}},
+		{[]string{"repl", "--backend", "nowhere://x"}, 2, nil, []string{"nowhere://x"}},
+		{[]string{"repl", "--config", "/nonexistent/kd.toml"}, 2, nil, []string{"does not exist"}},
+	} {
+		code, stdout, stderr := runCLI(t, "", tc.args...)
+		if code != tc.code {
+			t.Errorf("kerneldeck %q: exit %d, want %d (stderr %q)", tc.args, code, tc.code, stderr)
+		}
+		for _, w := range tc.stdout {
+			if !strings.Contains(stdout, w) {
+				t.Errorf("kerneldeck %q: stdout does not contain %q:\n%s", tc.args, w, stdout)
+			}
+		}
+		for _, w := range tc.stderr {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("kerneldeck %q: stderr does not contain %q:\n%s", tc.args, w, stderr)
+			}
+		}
+	}
+}
+
+// TestBinaryREPLInterrupt drives the real binary: SIGINT (what ctrl+c sends)
+// interrupts the running block, the session goes on with its state, and the
+// end of input exits 0 with no kernel left.
+func TestBinaryREPLInterrupt(t *testing.T) {
+	bin := buildBinary(t)
+	kernels := isolate(t)
+	cmd := exec.Command(bin, "repl")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	out := bufio.NewReader(outPipe)
+	io.WriteString(in, "x = 6\nimport os, time; print(os.getpid(), flush=True); time.sleep(60)\n")
+	line, err := out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("read the runner pid: %v (stderr %s)", err, stderr.String())
+	}
+	pid := firstPID(t, line)
+	start := time.Now()
+	deadline := start.Add(20 * time.Second)
+	// The pid is printed just before the sleep; ctrl+c until it lands there.
+	for !strings.Contains(stderr.String(), "KeyboardInterrupt") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no KeyboardInterrupt after SIGINT; stderr %q", stderr.String())
+		}
+		cmd.Process.Signal(syscall.SIGINT)
+		time.Sleep(200 * time.Millisecond)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("interrupt took %v", d)
+	}
+	io.WriteString(in, "print(x * 7)\n")
+	if line, err = out.ReadString('\n'); err != nil || line != "42\n" {
+		t.Fatalf("after the interrupt: %q, %v (stderr %s)", line, err, stderr.String())
+	}
+	in.Close()
+	done := make(chan error, 1)
+	go func() {
+		io.Copy(io.Discard, out)
+		done <- cmd.Wait()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("exit at end of input: %v (stderr %s)", err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("kerneldeck repl did not exit within 20s of the end of input")
+	}
+	waitRunnerDead(t, pid)
+	wantNoProcessesUnder(t, kernels)
+}
+
+// syncedBuffer is a bytes.Buffer safe to read while exec writes it.
+type syncedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncedBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncedBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

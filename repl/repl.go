@@ -1,0 +1,471 @@
+// Package repl is a line-oriented persistent Python REPL on one engine
+// kernel: every complete block of input runs as one cell in the kernel of
+// (owner, task, backend), so state persists from block to block. It serves
+// pipes and minimal terminals alike.
+package repl
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+)
+
+// Prompts, as in Python.
+const (
+	PromptNew  = ">>> "
+	PromptMore = "... "
+)
+
+// killAfter is the number of ctrl+c during one cell after which its kernel
+// is killed: the earlier ones each interrupt it.
+const killAfter = 3
+
+// interruptRetry is how often a ctrl+c that found no running cell yet (the
+// kernel was still starting) is tried again.
+const interruptRetry = 50 * time.Millisecond
+
+// Options configure Run.
+type Options struct {
+	// Owner, Task and Backend pick the kernel. Task defaults to "default",
+	// Owner (like the engine) to the task, Backend to the engine's first.
+	Owner, Task, Backend string
+	// Interrupts delivers ctrl+c: it interrupts the running cell, or at the
+	// prompt discards the block being typed.
+	Interrupts <-chan struct{}
+	// Prompt prints the ">>> " and "... " prompts on out. Callers set it
+	// when the input is a terminal (kerneldeck repl does), like Python.
+	Prompt bool
+}
+
+// Run reads blocks from in and runs each in the kernel until in ends, then
+// returns nil; the caller closes the engine (which kills the kernel unless
+// it keeps kernels). Cell output goes to out (stdout) and errOut (stderr,
+// tracebacks, notes). It returns early with an error when ctx ends, when out
+// or errOut cannot be written, or when in fails.
+//
+// A goroutine reads in; it ends when in reaches its end or fails, which may
+// be after Run returns if Run returns early.
+func Run(ctx context.Context, eng *engine.Engine, in io.Reader, out, errOut io.Writer, opts Options) error {
+	opts.Task = cmp.Or(opts.Task, "default")
+	opts.Owner = cmp.Or(opts.Owner, opts.Task)
+	opts.Backend = cmp.Or(opts.Backend, eng.DefaultBackend())
+	if !slices.Contains(eng.Backends(), opts.Backend) {
+		return fmt.Errorf("repl: unknown backend %q; the engine has %s", opts.Backend, strings.Join(eng.Backends(), ", "))
+	}
+	// One lock for both: they are often the same terminal, and the streamer
+	// writes while the session may report an interrupt.
+	var mu sync.Mutex
+	r := &session{eng: eng, opts: opts, out: &stickyWriter{mu: &mu, w: out}, errOut: &stickyWriter{mu: &mu, w: errOut}}
+	lines, stop := readLines(in)
+	defer stop()
+	return r.loop(ctx, lines)
+}
+
+type session struct {
+	eng    *engine.Engine
+	opts   Options
+	out    *stickyWriter
+	errOut *stickyWriter
+	block  block
+}
+
+// input is one line read, or the error that ended the input.
+type input struct {
+	line string
+	err  error
+}
+
+// readLines reads in line by line on its own goroutine, one line ahead at
+// most. stop lets a blocked send give up once the caller has returned.
+func readLines(in io.Reader) (<-chan input, func()) {
+	ch := make(chan input)
+	done := make(chan struct{})
+	go func() {
+		br := bufio.NewReaderSize(in, 64<<10)
+		for {
+			line, err := br.ReadString('\n')
+			if line != "" {
+				select {
+				case ch <- input{line: line}:
+				case <-done:
+					return
+				}
+			}
+			if err != nil {
+				select {
+				case ch <- input{err: err}:
+				case <-done:
+				}
+				return
+			}
+		}
+	}()
+	return ch, sync.OnceFunc(func() { close(done) })
+}
+
+func (r *session) prompt(p string) {
+	if r.opts.Prompt {
+		io.WriteString(r.out, p)
+	}
+}
+
+func (r *session) loop(ctx context.Context, lines <-chan input) error {
+	r.prompt(PromptNew)
+	for {
+		if err := r.writeErr(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("repl: %w", ctx.Err())
+		case <-r.opts.Interrupts:
+			// Like Python: the block being typed is dropped.
+			r.block = block{}
+			if r.opts.Prompt {
+				io.WriteString(r.errOut, "\n")
+			}
+			io.WriteString(r.errOut, "KeyboardInterrupt\n")
+			r.prompt(PromptNew)
+		case in := <-lines:
+			if in.err != nil {
+				return r.finish(ctx, in.err)
+			}
+			line := strings.TrimSuffix(strings.TrimSuffix(in.line, "\n"), "\r")
+			if err := r.take(ctx, line); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// finish handles the end of input: a block still open runs (as when a file
+// is piped into python3), then Run returns.
+func (r *session) finish(ctx context.Context, inErr error) error {
+	if !r.block.empty() {
+		code := r.block.code()
+		r.block = block{}
+		if err := r.runCell(ctx, code); err != nil {
+			return err
+		}
+	}
+	if r.opts.Prompt {
+		io.WriteString(r.out, "\n") // the shell's prompt starts on its own line
+	}
+	if !errors.Is(inErr, io.EOF) {
+		return errors.Join(fmt.Errorf("repl: read input: %w", inErr), r.writeErr())
+	}
+	return r.writeErr()
+}
+
+// take feeds one input line to the block and runs the block when complete.
+func (r *session) take(ctx context.Context, line string) error {
+	switch r.block.add(line) {
+	case vSkip:
+		r.prompt(PromptNew)
+	case vMore:
+		r.prompt(PromptMore)
+	case vRun:
+		code := r.block.code()
+		r.block = block{}
+		if err := r.runCell(ctx, code); err != nil {
+			return err
+		}
+		r.prompt(PromptNew)
+	case vRunBefore:
+		code := r.block.code()
+		r.block = block{}
+		if err := r.runCell(ctx, code); err != nil {
+			return err
+		}
+		return r.take(ctx, line) // a fresh block: it cannot split again
+	}
+	return nil
+}
+
+// writeErr is the first error writing out or errOut, wrapped.
+func (r *session) writeErr() error {
+	if err := r.out.failed(); err != nil {
+		return fmt.Errorf("repl: write output: %w", err)
+	}
+	if err := r.errOut.failed(); err != nil {
+		return fmt.Errorf("repl: write error output: %w", err)
+	}
+	return nil
+}
+
+// runCell runs code as one cell, streaming its output, and answers ctrl+c by
+// interrupting it. It returns an error only when the REPL must stop.
+func (r *session) runCell(ctx context.Context, code string) error {
+	st := newStreamer(r.out, r.errOut)
+	type outcome struct {
+		res *engine.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := r.eng.Execute(ctx, engine.Request{
+			Owner: r.opts.Owner, Task: r.opts.Task, Backend: r.opts.Backend,
+			Code: code, OnOutput: st.add,
+		})
+		done <- outcome{res, err}
+	}()
+	presses := 0
+	var retry <-chan time.Time
+	var o outcome
+wait:
+	for {
+		select {
+		case o = <-done:
+			break wait
+		case <-r.opts.Interrupts:
+			presses++
+			if presses >= killAfter {
+				retry = nil
+				r.kill(ctx, presses)
+				continue
+			}
+			if r.interrupt(ctx) {
+				retry = nil
+			} else {
+				retry = time.After(interruptRetry)
+			}
+		case <-retry:
+			// A ctrl+c came while the kernel was starting: deliver it as
+			// soon as the cell runs.
+			if r.interrupt(ctx) {
+				retry = nil
+			} else {
+				retry = time.After(interruptRetry)
+			}
+		}
+	}
+	streamed := st.close()
+	if o.err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("repl: %w", ctx.Err())
+		}
+		fmt.Fprintf(r.errOut, "kerneldeck: %v\n", o.err)
+		return r.writeErr()
+	}
+	r.report(o.res, streamed)
+	return r.writeErr()
+}
+
+// kernel finds the REPL's kernel in the engine; running asks for one with a
+// running cell (in this process only the REPL runs cells on it).
+func (r *session) kernel(running bool) (engine.KernelInfo, bool) {
+	for _, k := range r.eng.Kernels() {
+		if k.Owner == r.opts.Owner && k.Task == r.opts.Task && k.Backend == r.opts.Backend &&
+			k.Child == "" && len(k.Tools) == 0 && (!running || k.State == "running") {
+			return k, true
+		}
+	}
+	return engine.KernelInfo{}, false
+}
+
+// interrupt interrupts the running cell; false means there is none yet.
+func (r *session) interrupt(ctx context.Context) bool {
+	k, ok := r.kernel(true)
+	if !ok {
+		return false
+	}
+	if err := r.eng.Interrupt(ctx, k.ID); err != nil {
+		// The cell may just have ended; if not, say why ctrl+c did nothing.
+		if _, still := r.kernel(true); still {
+			fmt.Fprintf(r.errOut, "kerneldeck: interrupt kernel %s: %v\n", k.ID, err)
+		}
+	}
+	return true
+}
+
+// kill kills the kernel of a cell that went on despite presses ctrl+c.
+func (r *session) kill(ctx context.Context, presses int) {
+	k, ok := r.kernel(false)
+	if !ok {
+		return // already killed by an earlier press
+	}
+	fmt.Fprintf(r.errOut, "\nkerneldeck: the cell went on after ctrl+c %d times; killing kernel %s (pid %d), whose state is lost\n", presses, k.ID, k.PID)
+	if err := r.eng.Kill(ctx, k.ID); err != nil {
+		fmt.Fprintf(r.errOut, "kerneldeck: kill kernel %s: %v\n", k.ID, err)
+	}
+}
+
+// report prints what of the result was not streamed, then the traceback and
+// notes about the kernel.
+func (r *session) report(res *engine.Result, streamed [2]streamed) {
+	io.WriteString(r.out, unseen(res.Stdout, streamed[0]))
+	io.WriteString(r.errOut, unseen(res.Stderr, streamed[1]))
+	clipNote := func(name string, clipped bool, spill string) {
+		switch {
+		case !clipped:
+		case spill != "":
+			fmt.Fprintf(r.errOut, "kerneldeck: %s was clipped; the full text is in %s\n", name, spill)
+		default:
+			fmt.Fprintf(r.errOut, "kerneldeck: %s was clipped; the full text could not be copied to this machine\n", name)
+		}
+	}
+	clipNote("stdout", res.StdoutClipped, res.SpillPath)
+	clipNote("stderr", res.StderrClipped, res.StderrSpillPath)
+	if res.Traceback != "" {
+		io.WriteString(r.errOut, res.Traceback)
+		if !strings.HasSuffix(res.Traceback, "\n") {
+			io.WriteString(r.errOut, "\n")
+		}
+	}
+	if k := res.Kernel; k != nil {
+		switch {
+		case k.Note != "" && !strings.Contains(res.Traceback, k.Note):
+			fmt.Fprintf(r.errOut, "kerneldeck: %s\n", k.Note)
+		case k.Note == "" && k.StateLost:
+			fmt.Fprintf(r.errOut, "kerneldeck: kernel %s lost the state of earlier cells\n", k.ID)
+		case k.Note == "" && k.StateReset:
+			fmt.Fprintf(r.errOut, "kerneldeck: kernel %s was reset; the state of earlier cells is gone\n", k.ID)
+		}
+	}
+}
+
+// unseen is the part of a result stream that streaming did not print: the
+// streamed text is a prefix of the result's text (which may be clipped, and
+// then shorter than what was streamed).
+func unseen(text string, s streamed) string {
+	switch {
+	case s.n == 0:
+		return text
+	case s.n >= len(text):
+		return ""
+	case s.complete() && strings.HasPrefix(text, s.prefix.String()):
+		return text[s.n:]
+	case s.complete():
+		// The stream and the result disagree: never print twice.
+		return ""
+	default:
+		// Too much was streamed to keep it all; trust the prefix.
+		return text[s.n:]
+	}
+}
+
+// keepStreamed bounds the streamed text kept for comparison with the
+// result, which is clipped far below it.
+const keepStreamed = 1 << 20
+
+// streamed is what OnOutput delivered for one stream.
+type streamed struct {
+	n      int             // bytes
+	prefix strings.Builder // the first keepStreamed bytes
+}
+
+func (s *streamed) complete() bool { return s.n == s.prefix.Len() }
+
+// streamer writes a cell's streamed output as it arrives, from its own
+// goroutine, so OnOutput never blocks the engine on a slow terminal.
+type streamer struct {
+	out, errOut io.Writer
+
+	mu     sync.Mutex
+	queue  []chunk
+	closed bool
+	seen   [2]streamed // stdout, stderr
+
+	wake chan struct{}
+	done chan struct{}
+}
+
+type chunk struct {
+	stderr bool
+	text   string
+}
+
+func newStreamer(out, errOut io.Writer) *streamer {
+	s := &streamer{out: out, errOut: errOut, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go s.write()
+	return s
+}
+
+// add is the OnOutput callback.
+func (s *streamer) add(stream, text string) {
+	stderr := stream == "stderr"
+	s.mu.Lock()
+	seen := &s.seen[0]
+	if stderr {
+		seen = &s.seen[1]
+	}
+	if room := keepStreamed - seen.prefix.Len(); room > 0 && seen.complete() {
+		seen.prefix.WriteString(text[:min(room, len(text))])
+	}
+	seen.n += len(text)
+	s.queue = append(s.queue, chunk{stderr, text})
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *streamer) write() {
+	defer close(s.done)
+	for range s.wake {
+		s.mu.Lock()
+		q, closed := s.queue, s.closed
+		s.queue = nil
+		s.mu.Unlock()
+		for _, c := range q {
+			w := s.out
+			if c.stderr {
+				w = s.errOut
+			}
+			io.WriteString(w, c.text)
+		}
+		if closed {
+			return
+		}
+	}
+}
+
+// close writes what is queued and returns what was streamed; add must not
+// be called any more (Execute has returned).
+func (s *streamer) close() [2]streamed {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	// wake has room or a pending wake-up; either way write sees closed.
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	<-s.done
+	return s.seen
+}
+
+// stickyWriter remembers the first write error and drops later writes, so
+// a broken output stops the REPL at its next step rather than mid-cell.
+type stickyWriter struct {
+	mu  *sync.Mutex
+	w   io.Writer
+	err error
+}
+
+func (w *stickyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return 0, w.err
+	}
+	n, err := w.w.Write(p)
+	w.err = err
+	return n, err
+}
+
+func (w *stickyWriter) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}

@@ -1,0 +1,453 @@
+package repl
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/enginetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// newEngine starts a real engine on the local backend, closed (every runner
+// killed) when the test ends. With stream set, kernels live under a short
+// path so the engine reaches them over their Unix socket and output streams
+// while cells run; otherwise the path is too long for a socket and every
+// cell goes over plain commands, with output only in the result.
+func newEngine(t *testing.T, stream bool) *engine.Engine {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if stream {
+		dir = enginetest.ShortTempDir(t)
+	}
+	eng, err := engine.New(engine.Config{
+		Backends: []backends.Env{backends.NewLocal(dir)},
+		StateDir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := eng.Close(ctx, false); err != nil {
+			t.Errorf("engine close: %v", err)
+		}
+	})
+	return eng
+}
+
+// syncBuffer is a bytes.Buffer safe to read while Run writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) waitFor(t *testing.T, want string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !strings.Contains(s.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q within %v; got:\n%s", want, within, s.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// forBothPaths runs f on the streaming fast path and on plain commands.
+func forBothPaths(t *testing.T, f func(t *testing.T, eng *engine.Engine)) {
+	for _, stream := range []bool{true, false} {
+		name := "plain"
+		if stream {
+			name = "stream"
+		}
+		t.Run(name, func(t *testing.T) { f(t, newEngine(t, stream)) })
+	}
+}
+
+const pipeSession = `x = 41
+x + 1
+def double(v):
+    return v * 2
+
+double(x)
+for i in range(3):
+    print(i)
+
+import sys; print("to stderr", file=sys.stderr)
+1/0
+print("after", x)
+`
+
+func TestPipeSession(t *testing.T) {
+	forBothPaths(t, func(t *testing.T, eng *engine.Engine) {
+		var out, errOut bytes.Buffer
+		err := Run(context.Background(), eng, strings.NewReader(pipeSession), &out, &errOut, Options{Owner: "me"})
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if got, want := out.String(), "42\n82\n0\n1\n2\nafter 41\n"; got != want {
+			t.Errorf("stdout %q, want %q", got, want)
+		}
+		e := errOut.String()
+		if !strings.HasPrefix(e, "to stderr\nTraceback (most recent call last):\n") || !strings.HasSuffix(e, "ZeroDivisionError: division by zero\n") {
+			t.Errorf("stderr:\n%s", e)
+		}
+		if strings.Count(e, "to stderr") != 1 || strings.Count(e, "ZeroDivisionError") != 1 {
+			t.Errorf("stderr repeats itself:\n%s", e)
+		}
+		// Every block ran as one cell in one kernel.
+		ks := eng.Kernels()
+		if len(ks) != 1 || ks[0].Owner != "me" || ks[0].Task != "default" || ks[0].ExecutionCount != 8 {
+			t.Errorf("kernels %+v, want one of owner me, task default with 8 cells", ks)
+		}
+	})
+}
+
+// TestOutputOrder writes stdout and stderr into one buffer, as a terminal
+// shows them: each block's output, then its traceback, before the next block.
+func TestOutputOrder(t *testing.T) {
+	forBothPaths(t, func(t *testing.T, eng *engine.Engine) {
+		var both syncBuffer
+		in := "print('one')\nraise ValueError('two')\nprint('three')\nimport sys; sys.stderr.write('four\\n')\nprint('five')\n"
+		if err := Run(context.Background(), eng, strings.NewReader(in), &both, &both, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		got := both.String()
+		last := -1
+		for _, w := range []string{"one\n", "Traceback", "ValueError: two\n", "three\n", "four\n", "five\n"} {
+			i := strings.Index(got, w)
+			if i <= last || strings.Count(got, w) != 1 {
+				t.Fatalf("%q out of order or repeated in:\n%s", w, got)
+			}
+			last = i
+		}
+	})
+}
+
+// TestStreamedOutputOnce checks that output printed early (streamed) and
+// late (left for the result) each appear exactly once, and that clipped
+// output says where its full text is.
+func TestStreamedOutputOnce(t *testing.T) {
+	forBothPaths(t, func(t *testing.T, eng *engine.Engine) {
+		var out, errOut syncBuffer
+		in := "import sys, time\n" +
+			"print('early', flush=True); print('e-early', file=sys.stderr, flush=True); time.sleep(0.6); print('late'); print('e-late', file=sys.stderr)\n" +
+			"print('x' * 60000)\n"
+		if err := Run(context.Background(), eng, strings.NewReader(in), &out, &errOut, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		o, e := out.String(), errOut.String()
+		if !strings.HasPrefix(o, "early\nlate\n") {
+			t.Errorf("stdout starts %.40q", o)
+		}
+		if !strings.HasPrefix(e, "e-early\ne-late\n") {
+			t.Errorf("stderr starts %.40q", e)
+		}
+		// The result keeps 50,000 characters; streaming may have shown all.
+		if n := strings.Count(o, "x"); n < 50000 || n > 60000 {
+			t.Errorf("%d x's printed, want 50000..60000", n)
+		}
+		if !strings.Contains(e, "kerneldeck: stdout was clipped; the full text is in ") {
+			t.Errorf("no clip note in stderr:\n%.500s", e)
+		}
+	})
+}
+
+func TestPrompts(t *testing.T) {
+	eng := newEngine(t, true)
+	var out, errOut bytes.Buffer
+	in := "x = 1\n\n# a comment\nif x:\n    print('y')\n\n(x +\n 1)\n"
+	if err := Run(context.Background(), eng, strings.NewReader(in), &out, &errOut, Options{Prompt: true}); err != nil {
+		t.Fatal(err)
+	}
+	want := ">>> " + // first
+		">>> " + // x = 1
+		">>> " + // blank
+		">>> " + // comment
+		"... " + // if x:
+		"... " + // print
+		"y\n>>> " + // blank: runs
+		"... " + // (x +
+		"2\n>>> " + // 1): runs
+		"\n" // EOF
+	if got := out.String(); got != want {
+		t.Errorf("stdout %q, want %q", got, want)
+	}
+	if errOut.Len() != 0 {
+		t.Errorf("stderr %q", errOut.String())
+	}
+}
+
+// TestScriptRunsAsWritten: a piped script needs no blank line after a
+// body, and a block still open at the end of input runs.
+func TestScriptRunsAsWritten(t *testing.T) {
+	eng := newEngine(t, true)
+	var out, errOut bytes.Buffer
+	in := "def f(v):\n    return v + 1\nprint(f(1))\nfor i in range(2):\n    print(i)"
+	if err := Run(context.Background(), eng, strings.NewReader(in), &out, &errOut, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "2\n0\n1\n"; got != want || errOut.Len() != 0 {
+		t.Errorf("stdout %q (want %q), stderr %q", got, want, errOut.String())
+	}
+}
+
+// pipeREPL runs Run on a pipe; the test writes lines as a user types them.
+type pipeREPL struct {
+	t           *testing.T
+	in          *io.PipeWriter
+	out, errOut syncBuffer
+	intr        chan struct{}
+	done        chan error
+}
+
+func startREPL(t *testing.T, eng *engine.Engine, prompt bool) *pipeREPL {
+	pr, pw := io.Pipe()
+	p := &pipeREPL{t: t, in: pw, intr: make(chan struct{}, 1), done: make(chan error, 1)}
+	go func() {
+		p.done <- Run(context.Background(), eng, pr, &p.out, &p.errOut, Options{Owner: "me", Interrupts: p.intr, Prompt: prompt})
+	}()
+	t.Cleanup(func() {
+		pw.Close()
+		<-p.done
+	})
+	return p
+}
+
+func (p *pipeREPL) type_(s string) {
+	p.t.Helper()
+	if _, err := io.WriteString(p.in, s); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *pipeREPL) end() error {
+	p.in.Close()
+	select {
+	case err := <-p.done:
+		p.done <- err // for the cleanup
+		return err
+	case <-time.After(30 * time.Second):
+		p.t.Fatal("Run did not return after the end of input")
+		return nil
+	}
+}
+
+func waitRunning(t *testing.T, eng *engine.Engine) engine.KernelInfo {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		for _, k := range eng.Kernels() {
+			if k.State == "running" {
+				return k
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no cell started running: %+v", eng.Kernels())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never appeared", path)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestInterruptRunningCell(t *testing.T) {
+	forBothPaths(t, func(t *testing.T, eng *engine.Engine) {
+		p := startREPL(t, eng, false)
+		p.type_("x = 7; print('set')\n")
+		p.out.waitFor(t, "set\n", 20*time.Second)
+		// The cell marks when its code runs, so the interrupt lands in the
+		// sleep rather than before the code starts.
+		mark := filepath.Join(t.TempDir(), "sleeping")
+		p.type_(fmt.Sprintf("import time; open(%q, 'w').close(); time.sleep(30); print('slept')\n", mark))
+		waitFile(t, mark)
+		start := time.Now()
+		p.intr <- struct{}{}
+		p.errOut.waitFor(t, "KeyboardInterrupt", 10*time.Second)
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("interrupt took %v", d)
+		}
+		p.type_("print(x * 6)\n")
+		if err := p.end(); err != nil {
+			t.Fatal(err)
+		}
+		if got := p.out.String(); got != "set\n42\n" {
+			t.Errorf("stdout %q, want the state kept (set, 42) and no 'slept'", got)
+		}
+		if e := p.errOut.String(); !strings.Contains(e, "time.sleep(30)") || strings.Count(e, "KeyboardInterrupt") != 1 {
+			t.Errorf("stderr:\n%s", e)
+		}
+	})
+}
+
+// TestInterruptWhileStarting: a ctrl+c that comes while the kernel is still
+// being spawned reaches the cell as soon as it runs.
+func TestInterruptWhileStarting(t *testing.T) {
+	eng := newEngine(t, true)
+	p := startREPL(t, eng, false)
+	p.type_("import time; time.sleep(30)\n")
+	deadline := time.Now().Add(20 * time.Second)
+	for len(eng.Kernels()) == 0 { // the block was taken: its kernel exists
+		if time.Now().After(deadline) {
+			t.Fatal("no kernel appeared")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	p.intr <- struct{}{}
+	p.errOut.waitFor(t, "KeyboardInterrupt", 10*time.Second)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("interrupt took %v", d)
+	}
+	if err := p.end(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInterruptAtPromptDropsBlock(t *testing.T) {
+	eng := newEngine(t, true)
+	p := startREPL(t, eng, true)
+	p.type_("if True:\n")
+	p.out.waitFor(t, ">>> ... ", 10*time.Second)
+	p.intr <- struct{}{}
+	p.errOut.waitFor(t, "KeyboardInterrupt\n", 10*time.Second)
+	// Were the if block still open, this line would join it and not run.
+	p.type_("print('fresh')\n")
+	p.out.waitFor(t, "fresh\n", 20*time.Second)
+	if err := p.end(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := p.out.String(), ">>> ... >>> fresh\n>>> \n"; got != want {
+		t.Errorf("stdout %q, want %q", got, want)
+	}
+	if got := p.errOut.String(); got != "\nKeyboardInterrupt\n" {
+		t.Errorf("stderr %q", got)
+	}
+}
+
+// TestInterruptIgnoredKillsKernel: a cell that swallows KeyboardInterrupt
+// is killed at the third ctrl+c, and the next block runs in a fresh kernel.
+func TestInterruptIgnoredKillsKernel(t *testing.T) {
+	eng := newEngine(t, true)
+	p := startREPL(t, eng, false)
+	mark := filepath.Join(t.TempDir(), "looping")
+	p.type_(fmt.Sprintf(`x = 1
+import time
+def spin():
+    open(%q, 'w').close()
+    while True:
+        try:
+            time.sleep(0.05)
+        except KeyboardInterrupt:
+            print('ignored', flush=True)
+
+spin()
+`, mark))
+	waitFile(t, mark)
+	k := waitRunning(t, eng)
+	for i := 1; i <= 2; i++ {
+		p.intr <- struct{}{}
+		p.out.waitFor(t, strings.Repeat("ignored\n", i), 10*time.Second)
+	}
+	p.intr <- struct{}{}
+	p.errOut.waitFor(t, "killing kernel "+k.ID, 10*time.Second)
+	p.errOut.waitFor(t, "state from earlier calls was lost", 20*time.Second)
+	p.type_("print('fresh', 'x' in globals())\n")
+	if err := p.end(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(p.out.String(), "fresh False\n") {
+		t.Errorf("stdout %q", p.out.String())
+	}
+	if ks := eng.Kernels(); len(ks) != 1 || ks[0].ID == k.ID {
+		t.Errorf("kernels %+v: want one new kernel", ks)
+	}
+}
+
+func TestUnknownBackend(t *testing.T) {
+	eng := newEngine(t, true)
+	err := Run(context.Background(), eng, strings.NewReader("1\n"), io.Discard, io.Discard, Options{Backend: "ssh://nowhere"})
+	if err == nil || !strings.Contains(err.Error(), `unknown backend "ssh://nowhere"`) {
+		t.Fatalf("err %v", err)
+	}
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
+
+func TestOutputFailureStops(t *testing.T) {
+	eng := newEngine(t, true)
+	in := "print(1)\nprint(2)\n"
+	err := Run(context.Background(), eng, strings.NewReader(in), failWriter{}, io.Discard, Options{})
+	if err == nil || !strings.Contains(err.Error(), "write output: broken pipe") {
+		t.Fatalf("err %v", err)
+	}
+	if ks := eng.Kernels(); len(ks) != 1 || ks[0].ExecutionCount != 1 {
+		t.Errorf("kernels %+v: want the REPL stopped after the first cell", ks)
+	}
+}
+
+func TestContextEndsRun(t *testing.T) {
+	eng := newEngine(t, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	pr, pw := io.Pipe()
+	defer pw.Close() // ends the reading goroutine
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, eng, pr, &out, &errOut, Options{}) }()
+	io.WriteString(pw, "import time; time.sleep(30)\n")
+	waitRunning(t, eng)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return when its context ended")
+	}
+}
