@@ -125,29 +125,55 @@ func (p *EventsPane) rowsShown() int {
 	return max(0, n)
 }
 
-// View renders the newest events that fit (only those).
+// View renders the newest events that fit, and only those: it walks back
+// from the newest shown event, wrapping each detail onto at most three lines
+// so the reason for an eviction is never cut.
 func (p *EventsPane) View() string {
 	t := p.ctx.Theme
 	inner := p.rowsShown()
 	if p.follow {
 		p.offset = max(0, len(p.shown)-inner)
 	}
-	var lines []string
+	var head []string
 	if p.editing || p.filterBy != "" {
-		lines = append(lines, p.filter.View())
+		head = append(head, p.filter.View())
 	}
-	for i := p.offset; i < len(p.shown) && i < p.offset+inner; i++ {
+	w := p.width - 2
+	const lead = 9 + 19 + 13 // time, type, owner columns
+	var body []string
+	end := min(len(p.shown), p.offset+inner)
+	for i := end - 1; i >= 0 && len(body) < inner; i-- {
 		ev := p.events[p.shown[i]]
-		who := ev.Owner
+		detail := ev.Detail
 		if ev.Kernel != "" {
-			who += " " + ev.Kernel
+			detail = ev.Kernel + ": " + detail
 		}
-		lines = append(lines, t.Muted.Render(ev.Time.Format("15:04:05"))+" "+t.EventStyle(string(ev.Type)).Render(fit(string(ev.Type), 18))+" "+
-			fit(who, 22)+" "+ev.Detail)
+		first := t.Muted.Render(ev.Time.Format("15:04:05")) + " " + t.EventStyle(string(ev.Type)).Render(fit(string(ev.Type), 18)) + " " + fit(ev.Owner, 12) + " "
+		var chunk []string
+		if w-lead >= 20 {
+			wrapped := wordWrapLines(detail, w-lead)
+			if len(wrapped) > 3 {
+				wrapped = wrapped[:3]
+			}
+			for j, l := range wrapped {
+				if j == 0 {
+					chunk = append(chunk, first+l)
+				} else {
+					chunk = append(chunk, strings.Repeat(" ", lead)+l)
+				}
+			}
+		}
+		if len(chunk) == 0 {
+			chunk = []string{first + detail}
+		}
+		if len(body)+len(chunk) > inner && len(body) > 0 {
+			chunk = chunk[:inner-len(body)]
+		}
+		body = append(chunk, body...)
 	}
 	title := "Events"
 	if p.filterBy != "" {
 		title += " · " + p.filterBy
 	}
-	return p.ctx.box(title, lines, p.width, p.height, p.focused)
+	return p.ctx.box(title, append(head, body...), p.width, p.height, p.focused)
 }

@@ -78,56 +78,63 @@ func (p *KernelsPane) setSnapshot(ks []engine.KernelInfo, idleExit time.Duration
 	for id, g := range p.gone {
 		if now.Sub(g.at) > showGoneFor {
 			delete(p.gone, id)
+		} else if r := reasons[id]; r != "" {
+			// The event with the reason may come after the snapshot that
+			// first missed the kernel.
+			g.reason = r
 		}
 	}
 	p.kernels, p.idleExit = ks, idleExit
 	p.rebuild()
 }
 
-// rebuild regroups the rows (kernels are sorted by owner by the engine).
+// rebuild regroups the rows. The engine lists kernels sorted by owner, so
+// each owner's kernels are one run of the slice: no copies, no maps.
 func (p *KernelsPane) rebuild() {
 	selectedID := ""
 	if r := p.selectedRow(); r != nil && r.kernel != nil {
 		selectedID = r.kernel.ID
 	}
-	type group struct {
-		kernels []engine.KernelInfo
-		gone    []*goneKernel
+	goneBy := map[string][]*goneKernel{}
+	for _, g := range p.gone {
+		goneBy[g.info.Owner] = append(goneBy[g.info.Owner], g)
 	}
-	groups := map[string]*group{}
-	var owners []string
-	add := func(owner string) *group {
-		g := groups[owner]
-		if g == nil {
-			g = &group{}
-			groups[owner] = g
-			owners = append(owners, owner)
-		}
-		return g
+	var goneOwners []string
+	for o, gs := range goneBy {
+		goneOwners = append(goneOwners, o)
+		slices.SortFunc(gs, func(a, b *goneKernel) int { return b.at.Compare(a.at) })
 	}
-	for _, k := range p.kernels {
-		g := add(k.Owner)
-		g.kernels = append(g.kernels, k)
-	}
-	for _, gk := range p.gone {
-		g := add(gk.info.Owner)
-		g.gone = append(g.gone, gk)
-	}
-	slices.Sort(owners)
+	slices.Sort(goneOwners)
 	rows := p.rows[:0]
-	for i, o := range owners {
-		g := groups[o]
-		rows = append(rows, kernelRow{owner: o, count: len(g.kernels), folded: p.folded[o], ownerIx: i})
-		if p.folded[o] {
-			continue
+	ks := p.kernels
+	i, gi, ownerIx := 0, 0, 0
+	for i < len(ks) || gi < len(goneOwners) {
+		var owner string
+		switch {
+		case i < len(ks) && (gi >= len(goneOwners) || ks[i].Owner <= goneOwners[gi]):
+			owner = ks[i].Owner
+		default:
+			owner = goneOwners[gi]
 		}
-		for j := range g.kernels {
-			rows = append(rows, kernelRow{owner: o, kernel: &g.kernels[j], ownerIx: i})
+		j := i
+		for j < len(ks) && ks[j].Owner == owner {
+			j++
 		}
-		slices.SortFunc(g.gone, func(a, b *goneKernel) int { return b.at.Compare(a.at) })
-		for _, gk := range g.gone {
-			rows = append(rows, kernelRow{owner: o, gone: gk, ownerIx: i})
+		if gi < len(goneOwners) && goneOwners[gi] == owner {
+			gi++
 		}
+		folded := p.folded[owner]
+		rows = append(rows, kernelRow{owner: owner, count: j - i, folded: folded, ownerIx: ownerIx})
+		if !folded {
+			for x := i; x < j; x++ {
+				rows = append(rows, kernelRow{owner: owner, kernel: &ks[x], ownerIx: ownerIx})
+			}
+			for _, g := range goneBy[owner] {
+				rows = append(rows, kernelRow{owner: owner, gone: g, ownerIx: ownerIx})
+			}
+		}
+		i = j
+		ownerIx++
 	}
 	p.rows = rows
 	if selectedID != "" {

@@ -24,8 +24,11 @@ func fit(s string, w int) string {
 // box draws lines inside a border of exactly w×h cells, with the title set
 // into the top edge. Lines beyond the box are cut, missing ones are blank.
 func (c *Context) box(title string, lines []string, w, h int, focused bool) string {
+	if h <= 0 {
+		return ""
+	}
 	if w < 2 || h < 2 {
-		return strings.Repeat("\n", max(0, h-1))
+		return strings.Repeat("\n", h-1)
 	}
 	b, st, tst := c.borders.normal, c.borders.normalStyle, c.borders.titleStyle
 	if focused {
@@ -100,4 +103,13 @@ func wrapLines(text string, w int) []string {
 		out = append(out, strings.Split(wrapped, "\n")...)
 	}
 	return out
+}
+
+// wordWrapLines splits prose (event details, prompts) into lines of at most
+// w cells, breaking between words where it can.
+func wordWrapLines(text string, w int) []string {
+	if w <= 0 {
+		return nil
+	}
+	return strings.Split(ansi.Wrap(strings.TrimRight(text, "\n"), w, ""), "\n")
 }

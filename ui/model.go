@@ -206,12 +206,18 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case tickMsg:
 		m.refresh()
+		if m.tick <= 0 {
+			return m, nil
+		}
 		return m, m.tickCmd()
 	case refreshNowMsg:
 		m.refresh()
 		return m, nil
 	case eventBatchMsg:
 		m.onEvents(msg)
+		if m.events == nil {
+			return m, nil
+		}
 		return m, waitEvents(m.events)
 	case eventsDoneMsg:
 		return m, nil
@@ -354,7 +360,7 @@ func (m *Model) anyRunning() bool {
 }
 
 func (m *Model) quit() (tea.Model, tea.Cmd) {
-	m.quitting = true
+	m.quitting, m.confirm = true, false
 	return m, tea.Quit
 }
 
@@ -475,17 +481,21 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 // stepIdle moves idle_exit by a step that suits its size: 10s under two
 // minutes, 1m under an hour, 10m above; never below 10s.
 func stepIdle(d time.Duration, up bool) time.Duration {
-	step := 10 * time.Second
-	switch {
-	case d >= time.Hour || (d == time.Hour && !up):
-		step = 10 * time.Minute
-	case d >= 2*time.Minute:
-		step = time.Minute
+	// The step is that of the range being entered, so ] then [ (or [ then ])
+	// always comes back to where it started.
+	stepAt := func(d time.Duration) time.Duration {
+		switch {
+		case d >= time.Hour:
+			return 10 * time.Minute
+		case d >= 2*time.Minute:
+			return time.Minute
+		}
+		return 10 * time.Second
 	}
 	if up {
-		return d + step
+		return d + stepAt(d)
 	}
-	return max(10*time.Second, d-step)
+	return max(10*time.Second, d-stepAt(d-1))
 }
 
 func (m *Model) retarget(t Target) {
@@ -565,14 +575,22 @@ func (m *Model) View() string {
 		return ""
 	}
 	w := m.ctx.Width
-	_, mh, _, _ := m.rows()
-	parts := []string{fit(m.headerView(), w), m.kernels.View()}
-	if len(m.approvals) > 0 {
-		parts = append(parts, m.approvalView(w, mh))
-	} else {
-		parts = append(parts, joinColumns(m.editor.View(), m.output.View()))
+	kh, mh, eh, _ := m.rows()
+	parts := []string{fit(m.headerView(), w)}
+	if kh > 0 {
+		parts = append(parts, m.kernels.View())
 	}
-	parts = append(parts, m.evPane.View(), m.helpView())
+	if mh > 0 {
+		if len(m.approvals) > 0 {
+			parts = append(parts, m.approvalView(w, mh))
+		} else {
+			parts = append(parts, joinColumns(m.editor.View(), m.output.View()))
+		}
+	}
+	if eh > 0 {
+		parts = append(parts, m.evPane.View())
+	}
+	parts = append(parts, m.helpView())
 	out := strings.Split(strings.Join(parts, "\n"), "\n")
 	if len(out) > m.ctx.Height {
 		out = out[:m.ctx.Height]
@@ -583,21 +601,12 @@ func (m *Model) View() string {
 	return strings.Join(out, "\n")
 }
 
+// headerView puts what matters most first, so a narrow window cuts the
+// backends list rather than the cap.
 func (m *Model) headerView() string {
 	t := m.ctx.Theme
 	var b strings.Builder
 	b.WriteString(t.Title.Render("kerneldeck"))
-	for _, uri := range m.backends {
-		state, ok := m.backendOK[uri]
-		mark := t.Muted.Render("○")
-		switch {
-		case ok && state == "ok":
-			mark = t.OK.Render("●")
-		case ok:
-			mark = t.Error.Render("✗")
-		}
-		b.WriteString("  " + mark + " " + uri)
-	}
 	n := len(m.kernels.kernels)
 	capText := fmt.Sprintf("kernels %d/%d", n, m.maxKernels)
 	capStyle := t.CapOK
@@ -616,22 +625,30 @@ func (m *Model) headerView() string {
 	}
 	b.WriteString("  " + capStyle.Render(capText))
 	b.WriteString(t.Muted.Render(fmt.Sprintf("  idle_exit %s  running %d  queued %d", short(m.idleExit), running, queued)))
+	for _, uri := range m.backends {
+		state, ok := m.backendOK[uri]
+		mark := t.Muted.Render("○")
+		switch {
+		case ok && state == "ok":
+			mark = t.OK.Render("●")
+		case ok:
+			mark = t.Error.Render("✗")
+		}
+		b.WriteString("  " + mark + " " + uri)
+	}
 	return b.String()
 }
 
 func (m *Model) approvalView(w, h int) string {
 	t := m.ctx.Theme
 	a := m.approvals[0]
+	inner := w - 2
 	lines := []string{
 		t.PromptTitle.Render(fmt.Sprintf("Approval needed (%d pending)", len(m.approvals))),
-		fmt.Sprintf("owner %s (kernel %s) wants to call %s with:", t.Bold.Render(a.Owner), a.Kernel, t.Bold.Render(a.Tool)),
+		t.HelpKey.Render("o") + " approve once  " + t.HelpKey.Render("a") + " always for this owner  " + t.HelpKey.Render("d") + " deny",
 	}
-	lines = append(lines, wrapLines(string(a.Args), w-4)...)
-	for len(lines) < h-3 {
-		lines = append(lines, "")
-	}
-	lines = lines[:max(0, h-3)]
-	lines = append(lines, t.HelpKey.Render("o")+" approve once  "+t.HelpKey.Render("a")+" always for "+a.Owner+"  "+t.HelpKey.Render("d")+" deny")
+	lines = append(lines, wordWrapLines(fmt.Sprintf("owner %s (kernel %s) wants to call %s with:", a.Owner, a.Kernel, a.Tool), inner)...)
+	lines = append(lines, wrapLines(string(a.Args), inner)...)
 	return m.ctx.box("Approve tool call", lines, w, h, true)
 }
 

@@ -1,0 +1,492 @@
+package ui
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/uitest"
+)
+
+// sized returns a fixture at 100x30.
+func sized(t *testing.T, o fixtureOpts) *fixture {
+	t.Helper()
+	f := newFixture(t, o)
+	f.update(tea.WindowSizeMsg{Width: 100, Height: 30})
+	return f
+}
+
+func isQuit(cmd tea.Cmd) bool {
+	if cmd == nil {
+		return false
+	}
+	_, ok := cmd().(tea.QuitMsg)
+	return ok
+}
+
+func TestStartsInEditorOnUserTarget(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	if f.m.focus != focusEditor {
+		t.Errorf("focus = %d, want the editor", f.m.focus)
+	}
+	want := Target{Owner: "me", Task: "default", Backend: "local"}
+	if got := f.m.editor.Target(); got.String() != want.String() {
+		t.Errorf("target = %s, want %s", got, want)
+	}
+}
+
+func TestTabCyclesFocus(t *testing.T) {
+	f := sized(t, fixtureOpts{})
+	for _, want := range []int{focusKernels, focusOutput, focusEvents, focusEditor} {
+		f.keys(keyTab)
+		if f.m.focus != want {
+			t.Fatalf("focus = %d, want %d", f.m.focus, want)
+		}
+	}
+	f.keys(tea.KeyMsg{Type: tea.KeyShiftTab})
+	if f.m.focus != focusEvents {
+		t.Errorf("shift+tab: focus = %d, want the events", f.m.focus)
+	}
+}
+
+// TestCapKeys: with the kernels pane focused "+" and "-" set the cap one
+// up or down (never below 1); in the editor they are text.
+func TestCapKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cap     int
+		keys    []string
+		want    []int // the cap of each SetLimits call
+		header  string
+		editing bool
+	}{
+		{name: "plus", cap: 4, keys: []string{"+"}, want: []int{5}, header: "kernels 3/5"},
+		{name: "equals is plus", cap: 4, keys: []string{"="}, want: []int{5}, header: "kernels 3/5"},
+		{name: "minus", cap: 4, keys: []string{"-"}, want: []int{3}, header: "kernels 3/3 FULL"},
+		{name: "minus to over cap", cap: 3, keys: []string{"-"}, want: []int{2}, header: "kernels 3/2"},
+		{name: "up down down", cap: 4, keys: []string{"+", "-", "-"}, want: []int{5, 4, 3}, header: "kernels 3/3"},
+		{name: "not below one", cap: 1, keys: []string{"-"}, want: nil, header: "the cap is at least 1"},
+		{name: "typed in the editor", cap: 4, keys: []string{"+", "-"}, want: nil, header: "kernels 3/4", editing: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := sized(t, fixtureOpts{kernels: twoOwnerKernels(), cap: tc.cap})
+			if !tc.editing {
+				f.keys(keyTab)
+			}
+			for _, k := range tc.keys {
+				f.keys(runes(k))
+			}
+			var got []int
+			for _, c := range f.eng.SetLimitsCalls() {
+				if c.MaxKernels == nil || c.IdleExit != nil {
+					t.Fatalf("SetLimits(%v, %v), want only the cap", c.MaxKernels, c.IdleExit)
+				}
+				got = append(got, *c.MaxKernels)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("SetLimits caps = %v, want %v", got, tc.want)
+			}
+			mustContain(t, f.m.View(), tc.header)
+			if tc.editing {
+				if v := f.m.editor.area.Value(); v != "+-" {
+					t.Errorf("editor holds %q, want the typed keys", v)
+				}
+			}
+		})
+	}
+}
+
+// TestIdleExitKeys: "]" and "[" step idle_exit by a step that suits its
+// size, never below 10s.
+func TestIdleExitKeys(t *testing.T) {
+	for _, tc := range []struct {
+		from time.Duration
+		key  string
+		want time.Duration
+	}{
+		{30 * time.Minute, "]", 31 * time.Minute},
+		{30 * time.Minute, "[", 29 * time.Minute},
+		{90 * time.Second, "]", 100 * time.Second},
+		{90 * time.Second, "[", 80 * time.Second},
+		{2 * time.Hour, "]", 2*time.Hour + 10*time.Minute},
+		{2 * time.Hour, "[", 2*time.Hour - 10*time.Minute},
+		{10 * time.Second, "[", 10 * time.Second},
+	} {
+		t.Run(tc.from.String()+tc.key, func(t *testing.T) {
+			f := sized(t, fixtureOpts{kernels: twoOwnerKernels(), idleExit: tc.from})
+			f.keys(keyTab, runes(tc.key))
+			calls := f.eng.SetLimitsCalls()
+			if len(calls) != 1 || calls[0].IdleExit == nil || calls[0].MaxKernels != nil {
+				t.Fatalf("SetLimits calls = %+v, want one with only idle_exit", calls)
+			}
+			if got := *calls[0].IdleExit; got != tc.want {
+				t.Errorf("idle_exit %s %s = %s, want %s", tc.from, tc.key, got, tc.want)
+			}
+			// The header and the reap countdowns follow the new value.
+			v := f.m.View()
+			mustContain(t, v, "idle_exit "+short(tc.want))
+			if reap := tc.want - 5*time.Minute; reap > 0 {
+				mustContain(t, v, short(reap))
+			}
+		})
+	}
+}
+
+// TestKillSelected: "x" kills the kernel under the cursor, which then shows
+// as dead.
+func TestKillSelected(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	f.keys(keyTab)
+	// The cursor starts on alice's group row: "x" there does nothing.
+	if cmd := f.update(runes("x")); cmd != nil {
+		f.run(t, cmd)
+	}
+	if k := f.eng.Killed(); len(k) != 0 {
+		t.Fatalf("x on an owner row killed %v", k)
+	}
+	f.keys(runes("j"), runes("j")) // alice/etl
+	if k, _ := f.m.kernels.Selected(); k.ID != "k-a2" {
+		t.Fatalf("selected %q, want k-a2", k.ID)
+	}
+	f.run(t, f.update(runes("x")))
+	if got := f.eng.Killed(); !slices.Equal(got, []string{"k-a2"}) {
+		t.Errorf("Kill calls = %v, want [k-a2]", got)
+	}
+	v := f.m.View()
+	mustContain(t, v, "killed k-a2", "kernels 2/8")
+	if l := linesWith(v, " etl "); len(l) != 1 || !strings.Contains(l[0], "dead") {
+		t.Errorf("etl row = %q, want it dead", l)
+	}
+}
+
+// TestOtherKernelActions: "i" interrupts the selected kernel, "X" shuts
+// down the owner, "r" resets (an Execute with Reset).
+func TestOtherKernelActions(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	f.keys(keyTab, runes("j")) // alice/default
+	f.run(t, f.update(runes("i")))
+	if got := f.eng.Interrupted(); !slices.Equal(got, []string{"k-a1"}) {
+		t.Errorf("Interrupt calls = %v", got)
+	}
+	f.run(t, f.update(runes("r")))
+	if ex := f.eng.Executed(); len(ex) != 1 || !ex[0].Reset || ex[0].Owner != "alice" || ex[0].Task != "default" {
+		t.Errorf("reset: Execute calls = %+v", ex)
+	}
+	f.run(t, f.update(runes("X")))
+	if got := f.eng.ShutdownOwners(); !slices.Equal(got, []string{"alice"}) {
+		t.Errorf("ShutdownOwner calls = %v", got)
+	}
+	mustContain(t, f.m.View(), "kernels 1/8")
+}
+
+// TestQuitKeys: ctrl+c quits at once when nothing runs, asks first when a
+// cell runs elsewhere (y quits, n stays), and interrupts when the cell
+// runs in the editor's target; "q" quits outside the editor only.
+func TestQuitKeys(t *testing.T) {
+	mine := engine.KernelInfo{ID: "k-me", Owner: "me", Task: "default", Backend: "local", PID: 1,
+		State: "running", RunningSince: t0.Add(-time.Second)}
+	idle := twoOwnerKernels()[1:]
+	for _, tc := range []struct {
+		name      string
+		kernels   []engine.KernelInfo
+		keys      []tea.KeyMsg
+		quits     bool
+		confirm   bool
+		interrupt string
+		editor    string
+	}{
+		{name: "ctrl+c idle", kernels: idle, keys: []tea.KeyMsg{keyCtrlC}, quits: true},
+		{name: "ctrl+c no kernels", keys: []tea.KeyMsg{keyCtrlC}, quits: true},
+		{name: "ctrl+c running asks", kernels: twoOwnerKernels(), keys: []tea.KeyMsg{keyCtrlC}, confirm: true},
+		{name: "ctrl+c running y", kernels: twoOwnerKernels(), keys: []tea.KeyMsg{keyCtrlC, runes("y")}, quits: true},
+		{name: "ctrl+c running n", kernels: twoOwnerKernels(), keys: []tea.KeyMsg{keyCtrlC, runes("n")}},
+		{name: "ctrl+c running ctrl+c", kernels: twoOwnerKernels(), keys: []tea.KeyMsg{keyCtrlC, keyCtrlC}},
+		{name: "ctrl+c running other key", kernels: twoOwnerKernels(), keys: []tea.KeyMsg{keyCtrlC, runes("x")}, confirm: true},
+		{name: "ctrl+c interrupts own cell", kernels: []engine.KernelInfo{mine}, keys: []tea.KeyMsg{keyCtrlC}, interrupt: "k-me"},
+		{name: "q in editor types", kernels: idle, keys: []tea.KeyMsg{runes("q")}, editor: "q"},
+		{name: "q in kernels quits", kernels: idle, keys: []tea.KeyMsg{keyTab, runes("q")}, quits: true},
+		{name: "q in kernels running asks", kernels: twoOwnerKernels(), keys: []tea.KeyMsg{keyTab, runes("q")}, confirm: true},
+		{name: "q in events quits", kernels: idle, keys: []tea.KeyMsg{keyTab, keyTab, keyTab, runes("q")}, quits: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := sized(t, fixtureOpts{kernels: tc.kernels})
+			var cmd tea.Cmd
+			for _, k := range tc.keys {
+				cmd = f.update(k)
+			}
+			if tc.interrupt != "" {
+				f.run(t, cmd)
+				if got := f.eng.Interrupted(); !slices.Equal(got, []string{tc.interrupt}) {
+					t.Errorf("Interrupt calls = %v, want [%s]", got, tc.interrupt)
+				}
+				cmd = nil
+			}
+			if got := isQuit(cmd); got != tc.quits {
+				t.Errorf("quits = %v, want %v", got, tc.quits)
+			}
+			if !tc.quits && f.m.confirm != tc.confirm {
+				t.Errorf("confirm = %v, want %v", f.m.confirm, tc.confirm)
+			}
+			v := f.m.View()
+			switch {
+			case tc.quits:
+				if v != "" {
+					t.Errorf("view after quit = %q, want empty", v)
+				}
+			case tc.confirm:
+				mustContain(t, v, "Cells are running. Quit and kill every kernel? y/n")
+			default:
+				mustNotContain(t, v, "Quit and kill")
+			}
+			if got := f.m.editor.area.Value(); got != tc.editor {
+				t.Errorf("editor = %q, want %q", got, tc.editor)
+			}
+		})
+	}
+}
+
+// TestRunCellAndHistory: ctrl+r runs the editor's code in the default
+// target (owner=User, task=default, first backend), clears the editor and
+// shows the result; ctrl+p recalls the cell, ctrl+n comes back.
+func TestRunCellAndHistory(t *testing.T) {
+	f := sized(t, fixtureOpts{})
+	f.eng.SetExecResult(&engine.Result{Status: "success", Stdout: "hello 42\n", Duration: 1500 * time.Millisecond,
+		Kernel: &engine.KernelResult{ID: "k-me", ExecutionCount: 1}}, nil, "hello 42\n")
+	code := "x = 42\nprint('hello', x)"
+	for i, line := range strings.Split(code, "\n") {
+		if i > 0 {
+			f.keys(keyEnter)
+		}
+		f.keys(runes(line))
+	}
+	if got := f.m.editor.area.Value(); got != code {
+		t.Fatalf("editor = %q", got)
+	}
+	f.run(t, f.update(keyCtrlR)) // runCellMsg: the cell starts
+	if got := f.m.editor.area.Value(); got != "" {
+		t.Errorf("editor after run = %q, want empty", got)
+	}
+	if !uitest.WaitFor(5*time.Second, func() bool { return len(f.eng.Executed()) == 1 }) {
+		t.Fatal("Execute not called")
+	}
+	req := f.eng.Executed()[0]
+	if req.Owner != "me" || req.Task != "default" || req.Backend != "local" || req.Child != "" || len(req.Tools) != 0 || req.Code != code || req.Reset {
+		t.Errorf("Execute(%+v), want me/default@local with the code", req)
+	}
+	f.drainInbox(t)
+	for !strings.Contains(f.m.View(), "[1] success") {
+		f.drainInbox(t) // the streamed output and the result may come apart
+	}
+	mustContain(t, f.m.View(), "[1] success 1.5s · #1", "hello 42", "Output · me/default")
+
+	// An empty editor does not run.
+	if cmd := f.update(keyCtrlR); cmd != nil {
+		t.Errorf("ctrl+r on an empty editor returned a command")
+	}
+
+	f.keys(runes("draft"))
+	f.keys(keyCtrlP)
+	if got := f.m.editor.area.Value(); got != code {
+		t.Errorf("ctrl+p recalls %q, want %q", got, code)
+	}
+	f.keys(keyCtrlN)
+	if got := f.m.editor.area.Value(); got != "draft" {
+		t.Errorf("ctrl+n restores %q, want the draft", got)
+	}
+	if n := len(f.eng.Executed()); n != 1 {
+		t.Errorf("Execute called %d times", n)
+	}
+}
+
+// TestRunCellInSelectedKernel: enter on a kernel row targets it; ctrl+r then
+// runs there.
+func TestRunCellInSelectedKernel(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	f.keys(keyTab)
+	for range 4 {
+		f.keys(runes("j")) // bob/default
+	}
+	f.keys(keyEnter)
+	if f.m.focus != focusEditor {
+		t.Fatalf("enter: focus = %d, want the editor", f.m.focus)
+	}
+	mustContain(t, f.m.View(), "target bob/default@ssh://gpu1[", "Output · bob/default")
+	f.keys(runes("1+1"))
+	f.run(t, f.update(keyCtrlR))
+	f.drainInbox(t)
+	req := f.eng.Executed()[0]
+	if req.Owner != "bob" || req.Backend != "ssh://gpu1" || !slices.Equal(req.Tools, []string{"read_file", "terminal"}) {
+		t.Errorf("Execute(%+v), want bob's kernel", req)
+	}
+}
+
+// TestEventsFilter: "/" in the events pane filters by owner (and type).
+func TestEventsFilter(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	evs := []engine.Event{
+		{Type: engine.EventSpawned, Time: t0, Owner: "alice", Kernel: "k-a1", Detail: "alice-spawned"},
+		{Type: engine.EventEvictedCap, Time: t0, Owner: "bob", Kernel: "k-b9", Detail: "bob-evicted"},
+		{Type: engine.EventReapedIdle, Time: t0, Owner: "alice", Kernel: "k-a9", Detail: "alice-reaped"},
+		{Type: engine.EventEvictedCap, Time: t0, Owner: "carol", Kernel: "k-c9", Detail: "carol-evicted"},
+	}
+	f.update(eventBatchMsg(evs))
+	all := []string{"alice-spawned", "bob-evicted", "alice-reaped", "carol-evicted"}
+	mustContain(t, f.m.View(), all...)
+
+	f.keys(keyTab, keyTab, keyTab)
+	if f.m.focus != focusEvents {
+		t.Fatal("events pane not focused")
+	}
+	f.keys(runes("/"))
+	for _, r := range "alice" {
+		f.keys(runes(string(r)))
+	}
+	// While typing, keys go to the filter, not to the actions.
+	if f.m.quitting {
+		t.Fatal("typing in the filter quit")
+	}
+	v := f.m.View()
+	mustContain(t, v, "alice-spawned", "alice-reaped")
+	mustNotContain(t, v, "bob-evicted", "carol-evicted")
+	f.keys(keyEnter)
+	v = f.m.View()
+	mustContain(t, v, "Events · alice", "alice-spawned", "alice-reaped")
+	mustNotContain(t, v, "bob-evicted")
+
+	// Words are ANDed over owner and type.
+	f.keys(runes("/"), keyEsc) // esc clears
+	mustContain(t, f.m.View(), all...)
+	f.keys(runes("/"))
+	for _, r := range "evicted" {
+		f.keys(runes(string(r)))
+	}
+	f.keys(keyEnter)
+	v = f.m.View()
+	mustContain(t, v, "bob-evicted", "carol-evicted")
+	mustNotContain(t, v, "alice-spawned", "alice-reaped")
+
+	// New events pass through the filter too.
+	f.update(eventBatchMsg{{Type: engine.EventSpawned, Time: t0, Owner: "dave", Detail: "dave-spawned"},
+		{Type: engine.EventEvictedCap, Time: t0, Owner: "dave", Detail: "dave-evicted"}})
+	v = f.m.View()
+	mustContain(t, v, "dave-evicted")
+	mustNotContain(t, v, "dave-spawned")
+}
+
+// TestApprovalPromptIsModal: while a prompt is up, other keys do nothing;
+// prompts are answered oldest first.
+func TestApprovalPromptIsModal(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	f.update(eventBatchMsg{approvalEvent("req-1", "alice", "k-a1"), approvalEvent("req-2", "bob", "k-b1")})
+	mustContain(t, f.m.View(), "Approval needed (2 pending)", "owner alice")
+	for _, k := range []tea.KeyMsg{keyTab, runes("q"), runes("x"), runes("+")} {
+		if cmd := f.update(k); cmd != nil {
+			t.Errorf("%s during a prompt returned a command", k)
+		}
+	}
+	if f.m.focus != focusEditor || len(f.eng.SetLimitsCalls()) != 0 {
+		t.Error("keys leaked through the prompt")
+	}
+	f.run(t, f.update(runes("o")))
+	mustContain(t, f.m.View(), "Approval needed (1 pending)", "owner bob")
+	f.run(t, f.update(runes("n"))) // n denies too
+	want := []uitest.Approval{{Request: "req-1", Decision: engine.ApproveOnce}, {Request: "req-2", Decision: engine.ApproveDeny}}
+	if got := f.eng.Approved(); !slices.Equal(got, want) {
+		t.Errorf("Approve calls = %+v, want %+v", got, want)
+	}
+	mustNotContain(t, f.m.View(), "Approval needed")
+}
+
+// TestHelpToggle: "?" outside the editor shows the full help; in the
+// editor it is text.
+func TestHelpToggle(t *testing.T) {
+	f := sized(t, fixtureOpts{})
+	f.keys(runes("?"))
+	if f.m.showHelp || f.m.editor.area.Value() != "?" {
+		t.Fatal("? in the editor must be typed")
+	}
+	f.keys(keyTab, runes("?"))
+	if !f.m.showHelp {
+		t.Fatal("? in the kernels pane did not open the help")
+	}
+	v := f.m.View()
+	mustContain(t, v, "ctrl+n", "shutdown owner", "idle_exit -")
+	f.keys(runes("?"))
+	if f.m.showHelp {
+		t.Error("? again did not close the help")
+	}
+}
+
+// TestTimersFollowTheClock: the timers are computed from the stored
+// timestamps and the injected clock at each View.
+func TestTimersFollowTheClock(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	row := func(text string) string {
+		l := linesWith(f.m.View(), text)
+		if len(l) != 1 {
+			t.Fatalf("rows with %q: %q", text, l)
+		}
+		return l[0]
+	}
+	if r := row(" etl "); !strings.Contains(r, "5m00s") || !strings.Contains(r, "25m00s") {
+		t.Errorf("etl at t0: %q", r)
+	}
+	f.clock.Advance(25*time.Minute + 30*time.Second)
+	if r := row(" etl "); !strings.Contains(r, "30m30s") || !strings.Contains(r, " 0s ") {
+		t.Errorf("etl past idle_exit: %q (the countdown stops at 0s)", r)
+	}
+	if r := row(" 4101 "); !strings.Contains(r, "26m12s") {
+		t.Errorf("alice/default running for 42s+25m30s: %q", r)
+	}
+}
+
+// TestEventsChannelClosed: a closed event stream ends the listener without
+// re-arming it.
+func TestEventsChannelClosed(t *testing.T) {
+	ch := make(chan engine.Event, 2)
+	ch <- engine.Event{Type: engine.EventSpawned, Time: t0, Owner: "zed", Detail: "first"}
+	close(ch)
+	f := newFixture(t, fixtureOpts{events: ch})
+	f.update(tea.WindowSizeMsg{Width: 100, Height: 30})
+	msg := waitEvents(ch)()
+	batch, ok := msg.(eventBatchMsg)
+	if !ok || len(batch) != 1 {
+		t.Fatalf("first wait = %#v", msg)
+	}
+	if _, ok := waitEvents(ch)().(eventsDoneMsg); !ok {
+		t.Fatal("closed channel did not give eventsDoneMsg")
+	}
+	if cmd := f.update(eventsDoneMsg{}); cmd != nil {
+		t.Error("eventsDoneMsg re-armed a waiter")
+	}
+}
+
+// TestDeadRowReason: a kernel that left the registry shows as dead with the
+// reason the engine gave, whichever of the snapshot and the event comes
+// first.
+func TestDeadRowReason(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		refreshFirst bool
+	}{
+		{"event first", false},
+		{"refresh first", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := sized(t, fixtureOpts{kernels: fullCapKernels(), cap: 4})
+			f.eng.SetKernels(afterEviction())
+			if tc.refreshFirst {
+				f.update(refreshNowMsg{}) // a tick between the eviction and its event
+			}
+			f.update(eventBatchMsg(evictionEvents()))
+			rows := linesWith(f.m.View(), " dead ")
+			if len(rows) != 1 || !strings.Contains(rows[0], "evicted_cap: LRU position 1 of 4, cap 4, idle 5m00s") {
+				t.Errorf("dead rows = %q, want bob's with the eviction reason", rows)
+			}
+		})
+	}
+}
