@@ -524,6 +524,7 @@ func runHeadless(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	defer cleanup()
+	adoptKept(context.Background(), eng, s.stateDir, stderr, "kerneldeck headless")
 
 	// A reader that goes away must not kill us with SIGPIPE before the
 	// kernels are killed: the write fails instead and Serve returns.

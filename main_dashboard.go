@@ -106,6 +106,7 @@ func runDashboard(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		return code
 	}
 	defer cleanup()
+	adoptKept(context.Background(), eng, s.stateDir, stderr, "kerneldeck")
 
 	sub := eng.Subscribe(4096)
 	user := os.Getenv("USER")
@@ -129,6 +130,11 @@ func runDashboard(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	closeCtx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	n := len(eng.Kernels())
+	if d.keep {
+		if err := saveKept(eng, s.stateDir); err != nil {
+			fmt.Fprintf(stderr, "kerneldeck: %v; the kernels are not recorded for the next start\n", err)
+		}
+	}
 	closeErr := eng.Close(closeCtx, d.keep)
 	sub.Close()
 	switch {
@@ -139,9 +145,9 @@ func runDashboard(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "kerneldeck: shut down kernels: %v\n", closeErr)
 		return exitFail
 	case d.keep:
-		fmt.Fprintf(stderr, "kerneldeck: left %d kernel%s running (--keep-kernels)\n", n, map[bool]string{true: "", false: "s"}[n == 1])
+		fmt.Fprintf(stderr, "kerneldeck: left %d kernel%s running (--keep-kernels); the next kerneldeck with this state dir adopts them\n", n, plural(n))
 	default:
-		fmt.Fprintf(stderr, "kerneldeck: killed %d kernel%s\n", n, map[bool]string{true: "", false: "s"}[n == 1])
+		fmt.Fprintf(stderr, "kerneldeck: killed %d kernel%s\n", n, plural(n))
 	}
 	return exitOK
 }

@@ -185,6 +185,7 @@ func runREPL(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	defer cleanup()
+	adoptKept(context.Background(), eng, s.stateDir, stderr, "kerneldeck repl")
 
 	// ctrl+c goes to the REPL, never to the default handler: it interrupts
 	// a cell or clears the block being typed.
@@ -227,6 +228,9 @@ func runREPL(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var kept []engine.KernelInfo
 	if r.keep {
 		kept = eng.Kernels()
+		if err := saveKept(eng, s.stateDir); err != nil {
+			fmt.Fprintf(stderr, "kerneldeck repl: %v; the kernels are not recorded for the next start\n", err)
+		}
 	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()

@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,6 +83,35 @@ func TestREPLKeepKernels(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "(pid "+strconv.Itoa(pid)+") keeps running on local") || !strings.Contains(stderr, "after 1m0s idle") {
 		t.Errorf("stderr does not say which kernel was kept:\n%s", stderr)
+	}
+}
+
+// A restart after --keep-kernels finds the kept kernel again, with its
+// state, in the same process: adopted, not leaked and not duplicated. The
+// run that adopts it without --keep-kernels kills it at exit.
+func TestREPLKeptKernelIsAdoptedOnRestart(t *testing.T) {
+	kernels := isolate(t)
+	code, stdout, stderr := runCLI(t, "import os; x = 41; print(os.getpid())\n", "repl", "--keep-kernels")
+	if code != exitOK {
+		t.Fatalf("first run: exit %d, stderr:\n%s", code, stderr)
+	}
+	pid := firstPID(t, stdout)
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	code, stdout, stderr = runCLI(t, "import os; print(x + 1, os.getpid())\n", "repl")
+	if code != exitOK {
+		t.Fatalf("second run: exit %d, stderr:\n%s", code, stderr)
+	}
+	if want := fmt.Sprintf("42 %d\n", pid); stdout != want {
+		t.Fatalf("second run printed %q, want %q (the kept kernel with its state); stderr:\n%s", stdout, want, stderr)
+	}
+	if !strings.Contains(stderr, "adopted 1 kernel left running by an earlier kerneldeck") {
+		t.Errorf("stderr does not say the kernel was adopted:\n%s", stderr)
+	}
+	waitRunnerDead(t, pid)
+	wantNoProcessesUnder(t, kernels)
+	// Nothing is left to adopt a third time.
+	if _, err := os.Stat(keptFile(filepath.Join(os.Getenv("XDG_STATE_HOME"), "kerneldeck"))); err == nil {
+		t.Error("the kept-kernels file outlived the adoption")
 	}
 }
 

@@ -325,7 +325,7 @@ func (e *Engine) enforceCap() {
 			}
 			slices.Sort(busy)
 			e.emit(Event{Type: EventEvictSkippedBusy, Detail: fmt.Sprintf(
-				"%d kernels over cap %d; busy kernels are never evicted: %v", left, e.max, busy)})
+				"%d kernel(s) over cap %d; busy kernels are never evicted: %v", left, e.max, busy)})
 		}
 	}
 	if len(e.kernels) <= e.max {

@@ -31,6 +31,8 @@ const (
 	EventTransportError   EventType = "transport_error"
 	EventReconnected      EventType = "reconnected"
 	EventLimits           EventType = "limits"
+	// EventAdopted: a kernel left running by an earlier engine was taken over.
+	EventAdopted EventType = "adopted"
 	// EventApprovalRequest asks the operator to answer a tool call
 	// (Engine.Approve); EventApprovalDecided tells how it was answered.
 	EventApprovalRequest EventType = "approval_request"

@@ -189,6 +189,30 @@ if [ -p %[1]s/wake ] && exec 3<>%[1]s/wake; then printf '%%s\n' %[2]s >&3 && ech
 `, shq(dir), shq(line))
 }
 
+// adoptScript checks that a kernel left running by an earlier engine is
+// still there and still ours: the dir is an owner-only directory and pid is
+// alive and runs this dir's runner.py. It prints KD:ADOPT, or KD:GONE with
+// the reason.
+func adoptScript(dir string, pid int) string {
+	return fmt.Sprintf(`# kerneldeck:adopt
+export LC_ALL=C
+kd=%[1]s; pid=%[2]d
+%[3]s
+gone() { echo "KD:GONE $*"; exit 0; }
+[ -d "$kd" ] && [ ! -L "$kd" ] && [ -O "$kd" ] || gone "no kernel dir $kd"
+for d in "$kd" "$kd/cells" "$kd/rpc"; do
+  [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] || gone "$d is not an owner-only dir"
+  m=$(stat -c %%a -- "$d") && [ "$m" = 700 ] || gone "$d has mode $m, not 700"
+done
+alive "$pid" || gone "runner $pid has exited"
+if [ -r "/proc/$pid/cmdline" ]; then
+  mapfile -d '' argv <"/proc/$pid/cmdline"
+  [ "${argv[1]-}" = "$kd/runner.py" ] || gone "pid $pid is not this kernel's runner"
+fi
+echo KD:ADOPT
+`, shq(dir), pid, aliveFn)
+}
+
 // fetchScript prints at most max bytes of a spill file on the host.
 func fetchScript(path string, max int) string {
 	return fmt.Sprintf("# kerneldeck:fetch\nhead -c %d -- %s\n", max, shq(path))

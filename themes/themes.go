@@ -414,6 +414,7 @@ func build(name string, p palette, b builder) *Theme {
 		"limits":             info,
 		"approval_request":   attention,
 		"approval_decided":   info,
+		"adopted":            info,
 		"missed":             t.Warn,
 	}
 

@@ -393,7 +393,7 @@ func TestAllEngineEventsStyled(t *testing.T) {
 		"cell_started", "cell_finished", "cell_timeout", "interrupted", "killed",
 		"reaped_idle", "evicted_cap", "evict_skipped_busy", "owner_shutdown",
 		"rpc_call", "rpc_rejected", "fallback_per_call", "transport_error",
-		"reconnected", "limits", "approval_request", "approval_decided", "missed"}
+		"reconnected", "limits", "approval_request", "approval_decided", "adopted", "missed"}
 	th := mustNew(t, "dark", Options{NoColor: true, Renderer: trueColor(true)})
 	var keys []string
 	for k := range th.EventTypes {

@@ -71,6 +71,9 @@ func TestCapKeys(t *testing.T) {
 		{name: "up down down", cap: 4, keys: []string{"+", "-", "-"}, want: []int{5, 4, 3}, header: "kernels 3/3"},
 		{name: "not below one", cap: 1, keys: []string{"-"}, want: nil, header: "the cap is at least 1"},
 		{name: "typed in the editor", cap: 4, keys: []string{"+", "-"}, want: nil, header: "kernels 3/4", editing: true},
+		// Keys read together arrive as one message (auto-repeat, tmux send-keys).
+		{name: "three at once", cap: 4, keys: []string{"+++"}, want: []int{5, 6, 7}, header: "kernels 3/7"},
+		{name: "three typed at once in the editor", cap: 4, keys: []string{"+-"}, want: nil, header: "kernels 3/4", editing: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := sized(t, fixtureOpts{kernels: twoOwnerKernels(), cap: tc.cap})
@@ -472,9 +475,12 @@ func TestDeadRowReason(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		refreshFirst bool
+		killedEvent  bool
 	}{
-		{"event first", false},
-		{"refresh first", true},
+		{"event first", false, false},
+		{"refresh first", true, false},
+		// The engine reports a kill after every eviction: the reason stays the eviction.
+		{"killed after evicted", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := sized(t, fixtureOpts{kernels: fullCapKernels(), cap: 4})
@@ -483,6 +489,9 @@ func TestDeadRowReason(t *testing.T) {
 				f.update(refreshNowMsg{}) // a tick between the eviction and its event
 			}
 			f.update(eventBatchMsg(evictionEvents()))
+			if tc.killedEvent {
+				f.update(eventBatchMsg{{Type: engine.EventKilled, Time: t0, Owner: "bob", Kernel: "k-b1", Detail: "evicted by the cap (pid 5120, rc 0)"}})
+			}
 			rows := linesWith(f.m.View(), " dead ")
 			if len(rows) != 1 || !strings.Contains(rows[0], "evicted_cap: LRU position 1 of 4, cap 4, idle 5m00s") {
 				t.Errorf("dead rows = %q, want bob's with the eviction reason", rows)

@@ -262,7 +262,12 @@ func (m *Model) onEvents(evs []engine.Event) {
 					break
 				}
 			}
-		case engine.EventKilled, engine.EventEvictedCap, engine.EventReapedIdle, engine.EventStateLost,
+		case engine.EventKilled:
+			// A kill follows every eviction and reap: keep their reason.
+			if _, known := m.reasons[ev.Kernel]; ev.Kernel != "" && !known {
+				m.reasons[ev.Kernel] = string(ev.Type) + ": " + ev.Detail
+			}
+		case engine.EventEvictedCap, engine.EventReapedIdle, engine.EventStateLost,
 			engine.EventOwnerShutdown, engine.EventSpawnFailed:
 			if ev.Kernel != "" {
 				m.reasons[ev.Kernel] = string(ev.Type) + ": " + ev.Detail
@@ -416,6 +421,19 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 	}
 	// The editor and the filter line take every other key they understand.
 	typing := m.focus == focusEditor || (m.focus == focusEvents && m.evPane.Editing())
+	if !typing && km.Type == tea.KeyRunes && len(km.Runes) > 1 && !km.Paste {
+		// Keys read together (auto-repeat, a busy terminal) arrive as one
+		// message: outside a text field each one is a command of its own.
+		var cmds []tea.Cmd
+		for _, r := range km.Runes {
+			_, cmd := m.onKey(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}, Alt: km.Alt})
+			cmds = append(cmds, cmd)
+			if m.quitting {
+				break
+			}
+		}
+		return m, tea.Batch(cmds...)
+	}
 	switch {
 	case key.Matches(km, keys.Focus) && !(m.focus == focusEditor && m.editor.form != nil):
 		if !m.evPane.Editing() {

@@ -560,6 +560,56 @@ func Lifecycle(t *testing.T, newEnv func(t *testing.T) backends.Env) {
 		}
 	})
 
+	t.Run("KeptKernelsAreAdoptedByTheNextEngine", func(t *testing.T) {
+		env := newEnv(t)
+		first := New(t, env, nil)
+		a := first.Run("a", "x = 41", 0)
+		b := first.Run("b", "y = 1", 0)
+		kept := first.Eng.Kept()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := first.Eng.Close(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "kept.json")
+		if err := engine.SaveKept(path, kept); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("kept file: %v %v", st, err)
+		}
+		loaded, err := engine.LoadKept(path)
+		if err != nil || len(loaded) != 2 {
+			t.Fatalf("LoadKept: %d kernels, %v", len(loaded), err)
+		}
+		if _, err := os.Stat(path); err == nil {
+			t.Fatal("LoadKept left the file: a third engine would adopt the same kernels again")
+		}
+		// b's runner dies in the meantime: it is skipped, never respawned.
+		first.Host(fmt.Sprintf("kill -9 %d", b.Kernel.PID))
+		first.WaitFor("b's runner to die", 10*time.Second, func() bool { return !first.Alive(b.Kernel.PID) })
+
+		second := New(t, env, nil)
+		n, skipped := second.Eng.Adopt(context.Background(), loaded)
+		if n != 1 || len(skipped) != 1 || !strings.Contains(skipped[0], b.Kernel.ID) || !strings.Contains(skipped[0], "exited") {
+			t.Fatalf("adopted %d, skipped %q", n, skipped)
+		}
+		next := second.Run("a", "x + 1", 0)
+		if next.Stdout != "42\n" || !next.Kernel.Reused || next.Kernel.PID != a.Kernel.PID || next.Kernel.ExecutionCount != 2 || next.Kernel.StateLost {
+			t.Fatalf("the adopted kernel lost its state or was replaced: %q %+v", next.Stdout, next.Kernel)
+		}
+		if ev := second.EventsOf(engine.EventAdopted); len(ev) != 1 || ev[0].Kernel != a.Kernel.ID {
+			t.Fatalf("adopted events: %+v", ev)
+		}
+		if len(second.EventsOf(engine.EventSpawned)) != 0 {
+			t.Fatal("adopting spawned a kernel")
+		}
+		// Adopting the same records again is refused: no duplicates.
+		if n, skipped := second.Eng.Adopt(context.Background(), loaded[:1]); n != 0 || len(skipped) != 1 {
+			t.Fatalf("second adoption: %d, %q", n, skipped)
+		}
+	})
+
 	t.Run("RunnerExitsByItselfWhenForgotten", func(t *testing.T) {
 		h := New(t, newEnv(t), func(c *engine.Config) { c.IdleExit = time.Second })
 		res := h.Run("a", "1", 0)

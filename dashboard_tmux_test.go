@@ -1,0 +1,320 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/kerneldeck/kerneldeck/internal/tmuxtest"
+)
+
+// tmuxWait bounds every wait for the screen or the process: generous, since
+// CI machines are small and the race detector is slow.
+const tmuxWait = 30 * time.Second
+
+// dashboardUser is $USER in the dashboard's environment: the default owner.
+const dashboardUser = "kdtmux"
+
+// TestDashboardTmux runs the real binary in a 100x30 tmux terminal, types
+// cells, reads the screen with capture-pane, quits, and checks what is left
+// running. CI sets KERNELDECK_REQUIRE_TMUX=1 so that a missing tmux fails.
+func TestDashboardTmux(t *testing.T) {
+	tmuxtest.Require(t)
+	bin := buildBinary(t)
+
+	t.Run("RunCellRaiseCapQuit", func(t *testing.T) {
+		s, kernels := startDashboard(t, bin)
+		s.Type(`import os; print("hello", 6*7, os.getpid())`)
+		s.Keys("C-r")
+		screen := s.WaitScreen(`output "hello 42 <pid>"`, tmuxWait, helloOutput.MatchString)
+		pid, _ := strconv.Atoi(helloOutput.FindStringSubmatch(screen)[1])
+
+		screen = s.WaitScreen("the kernel row idle after one cell", tmuxWait, func(screen string) bool {
+			row := kernelRowOfOwner(screen, dashboardUser)
+			return row["STATE"] == "idle" && row["#"] == "1"
+		})
+		if row := kernelRowOfOwner(screen, dashboardUser); row["PID"] != strconv.Itoa(pid) || row["BACKEND"] != "local" {
+			t.Errorf("kernel row of %s/default %q, want PID %d on local\n%s", dashboardUser, row, pid, screen)
+		}
+		if h := headerLine(screen); !strings.Contains(h, "kernels 1/4") || !strings.Contains(h, "running 0") {
+			t.Errorf("header %q, want kernels 1/4 and running 0", h)
+		}
+
+		focusKernels(s)
+		s.Keys("+")
+		s.WaitScreen("the cap raised to 5 in the header", tmuxWait, func(screen string) bool {
+			return strings.Contains(headerLine(screen), "kernels 1/5")
+		})
+
+		s.Keys("C-c") // no cell runs: quits without asking
+		wantExitKilled(t, s, "killed 1 kernel")
+		waitProcessDead(t, pid)
+		wantNoProcessesUnder(t, kernels)
+	})
+
+	t.Run("InterruptThenConfirmQuit", func(t *testing.T) {
+		s, kernels := startDashboard(t, bin)
+		pid := runLongCell(s)
+		s.Keys("C-c") // a cell runs: interrupts it
+		s.WaitScreen("the cell interrupted", 15*time.Second, func(screen string) bool {
+			return strings.Contains(screen, "KeyboardInterrupt") && strings.Contains(headerLine(screen), "running 0") &&
+				kernelRowByTask(screen, "default")["STATE"] == "idle"
+		})
+		if code, exited := s.ExitStatus(); exited {
+			t.Fatalf("ctrl+c during a cell quit the dashboard (status %d) instead of interrupting the cell", code)
+		}
+
+		if again := runLongCell(s); again != pid {
+			t.Fatalf("the second cell ran in pid %d, not in the first cell's kernel %d", again, pid)
+		}
+		focusKernels(s)
+		s.Keys("q")
+		s.WaitScreen("the quit confirmation", tmuxWait, func(screen string) bool {
+			return strings.Contains(screen, "Quit and kill every kernel? y/n")
+		})
+		s.Keys("y")
+		wantExitKilled(t, s, "killed 1 kernel")
+		waitProcessDead(t, pid)
+		wantNoProcessesUnder(t, kernels)
+	})
+
+	t.Run("KeepKernels", func(t *testing.T) {
+		s, _ := startDashboard(t, bin, "--keep-kernels")
+		s.Type(`import os; print("hello", 6*7, os.getpid())`)
+		s.Keys("C-r")
+		screen := s.WaitScreen(`output "hello 42 <pid>"`, tmuxWait, helloOutput.MatchString)
+		pid, _ := strconv.Atoi(helloOutput.FindStringSubmatch(screen)[1])
+		t.Cleanup(func() { // kill -9 the kept kernel before its dir is removed
+			syscall.Kill(pid, syscall.SIGKILL)
+			waitProcessDead(t, pid)
+		})
+
+		s.Keys("C-c")
+		wantExitKilled(t, s, "left 1 kernel running (--keep-kernels)")
+		if !tmuxtest.Alive(pid) {
+			t.Errorf("kernel pid %d is gone after quitting with --keep-kernels", pid)
+		}
+	})
+
+	t.Run("ReplayEviction", func(t *testing.T) {
+		example, err := filepath.Abs(filepath.Join("examples", "eviction.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 50 rows show every owner of the example in the kernels pane.
+		s, kernels := startDashboardSized(t, bin, 100, 50, "--replay", example, "--max-kernels", "3")
+		s.WaitScreen("three kernels evicted while alice's cell runs", tmuxWait, func(screen string) bool {
+			dead := 0
+			for _, owner := range []string{"bob", "carol", "dave", "erin", "frank"} {
+				if kernelRowOfOwner(screen, owner)["STATE"] == "dead" {
+					dead++
+				}
+			}
+			return dead == 3 && strings.Contains(headerLine(screen), "kernels 3/3") &&
+				strings.HasPrefix(kernelRowOfOwner(screen, "alice")["STATE"], "run")
+		})
+		focusKernels(s)
+		// alice's cell runs for 20 s: unless this machine is very slow,
+		// quitting asks first.
+		s.Keys("q")
+		screen := s.WaitScreen("the quit confirmation or the exit", tmuxWait, func(screen string) bool {
+			_, exited := s.ExitStatus()
+			return exited || strings.Contains(screen, "Quit and kill every kernel? y/n")
+		})
+		if _, exited := s.ExitStatus(); !exited && strings.Contains(screen, "Quit and kill every kernel? y/n") {
+			s.Keys("y")
+		}
+		wantExitKilled(t, s, "killed 3 kernels")
+		wantNoProcessesUnder(t, kernels)
+	})
+}
+
+// helloOutput is the output line of the cell the tests type.
+var helloOutput = regexp.MustCompile(`hello 42 (\d+)`)
+
+// startDashboard starts the binary in a 100x30 tmux terminal with its own
+// HOME, config, state and kernel dirs, and waits for the first screen. It
+// returns the dir the kernels live under.
+func startDashboard(t *testing.T, bin string, args ...string) (s *tmuxtest.Session, kernels string) {
+	t.Helper()
+	return startDashboardSized(t, bin, 100, 30, args...)
+}
+
+// startDashboardSized is startDashboard in a width x height terminal.
+func startDashboardSized(t *testing.T, bin string, width, height int, args ...string) (s *tmuxtest.Session, kernels string) {
+	t.Helper()
+	kernels = t.TempDir()
+	short, err := os.MkdirTemp("", "kdtmux-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(short) })
+	home := t.TempDir()
+	env := envWithOverrides(os.Environ(), map[string]string{
+		"HOME":            home,
+		"USER":            dashboardUser,
+		"XDG_CONFIG_HOME": filepath.Join(home, ".config"),
+		"XDG_STATE_HOME":  filepath.Join(home, ".local", "state"),
+		"TMPDIR":          kernels,
+		"SHELL":           "/bin/sh",
+	}, "COLUMNS", "LINES", "NO_COLOR", "TMUX", "TMUX_PANE")
+	// --max-kernels 4 fixes the cap the header shows; a later flag wins.
+	argv := append([]string{bin, "--max-kernels", "4", "--state-dir", filepath.Join(short, "state")}, args...)
+	s = tmuxtest.Start(t, tmuxtest.Options{Args: argv, Env: env, Width: width, Height: height})
+	s.WaitScreen("the dashboard", tmuxWait, func(screen string) bool {
+		return strings.HasPrefix(headerLine(screen), "kerneldeck") && strings.Contains(screen, "ctrl+r")
+	})
+	return s, kernels
+}
+
+// envWithOverrides returns base with set applied and the drop variables removed.
+func envWithOverrides(base []string, set map[string]string, drop ...string) []string {
+	var env []string
+	for _, kv := range base {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, ok := set[name]; ok || slices.Contains(drop, name) {
+			continue
+		}
+		env = append(env, kv)
+	}
+	for name, v := range set {
+		env = append(env, name+"="+v)
+	}
+	return env
+}
+
+// runLongCell types and runs a 30 s cell in the default target, waits until
+// the kernel row says it runs, and returns the kernel's pid.
+func runLongCell(s *tmuxtest.Session) int {
+	s.Type(`import time; time.sleep(30)`)
+	s.Keys("C-r")
+	screen := s.WaitScreen("the long cell running", tmuxWait, func(screen string) bool {
+		return strings.Contains(headerLine(screen), "running 1") && kernelRowByTask(screen, "default")["STATE"] == "running"
+	})
+	pid, _ := strconv.Atoi(kernelRowByTask(screen, "default")["PID"])
+	return pid
+}
+
+// focusKernels presses tab once, from the editor, and waits until the
+// kernels pane has focus, which its keys in the help line tell.
+func focusKernels(s *tmuxtest.Session) {
+	s.Keys("Tab")
+	s.WaitScreen("the kernels pane focused (its keys in the help line)", tmuxWait, func(screen string) bool {
+		return strings.Contains(helpLine(screen), "x kill")
+	})
+}
+
+// wantExitKilled waits for the binary to exit and checks status 0 and the
+// kernel count on stderr.
+func wantExitKilled(t *testing.T, s *tmuxtest.Session, stderr string) {
+	t.Helper()
+	if code := s.WaitExit(tmuxWait); code != 0 {
+		t.Fatalf("exit status %d, want 0; stderr:\n%s\nlast screen:\n%s", code, s.Stderr(), s.LastScreen())
+	}
+	if !strings.Contains(s.Stderr(), stderr) {
+		t.Errorf("stderr %q, want %q", s.Stderr(), stderr)
+	}
+}
+
+// waitProcessDead waits a few seconds for pid to be gone (or a zombie).
+func waitProcessDead(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for tmuxtest.Alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("kernel pid %d still alive after 10s", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// headerLine is the screen's first line: the dashboard's header.
+func headerLine(screen string) string {
+	first, _, _ := strings.Cut(screen, "\n")
+	return first
+}
+
+// helpLine is the screen's last non-empty line: the help line.
+func helpLine(screen string) string {
+	lines := strings.Split(strings.TrimRight(screen, "\n "), "\n")
+	return lines[len(lines)-1]
+}
+
+// kernelColumns are the titles of the kernels pane's header line.
+var kernelColumns = []string{"TASK", "STATE", "TIME", "REAP IN", "#", "LRU", "PID", "BACKEND", "TOOLS"}
+
+// kernelRowByTask returns the cells of the first kernel row whose TASK is
+// task, keyed by column title, cut at the columns of the pane's header line;
+// nil if there is none.
+func kernelRowByTask(screen, task string) map[string]string {
+	return findKernelRow(screen, "", task)
+}
+
+// kernelRowOfOwner is kernelRowByTask for the "default" task of owner.
+func kernelRowOfOwner(screen, owner string) map[string]string {
+	return findKernelRow(screen, owner, "default")
+}
+
+// findKernelRow finds the row of task, under the owner line of owner when
+// owner is set.
+func findKernelRow(screen, owner, task string) map[string]string {
+	lines := strings.Split(screen, "\n")
+	var starts []int
+	inOwner := owner == ""
+	ownerLine := regexp.MustCompile(`^\W*` + regexp.QuoteMeta(owner) + `\s+\d+ kernels?\b`)
+	for _, l := range lines {
+		if starts == nil {
+			starts = columnStarts(l)
+			continue
+		}
+		cells := cutColumns(l, starts)
+		if owner != "" && cells["TASK"] != task {
+			inOwner = ownerLine.MatchString(strings.TrimLeft(l, "│┃ >"))
+			continue
+		}
+		if inOwner && cells["TASK"] == task {
+			return cells
+		}
+	}
+	return nil
+}
+
+// columnStarts returns the rune offsets of kernelColumns in line, or nil
+// unless line is the header with every title in order.
+func columnStarts(line string) []int {
+	var starts []int
+	from := 0
+	for _, title := range kernelColumns {
+		i := strings.Index(line[from:], title)
+		if i < 0 {
+			return nil
+		}
+		starts = append(starts, utf8.RuneCountInString(line[:from+i]))
+		from += i + len(title)
+	}
+	return starts
+}
+
+// cutColumns cuts line at starts into trimmed cells keyed by column title.
+func cutColumns(line string, starts []int) map[string]string {
+	runes := []rune(line)
+	cells := make(map[string]string, len(starts))
+	for i, title := range kernelColumns {
+		from, to := starts[i], len(runes)
+		if i+1 < len(starts) {
+			to = starts[i+1]
+		}
+		if from >= len(runes) {
+			break
+		}
+		cells[title] = strings.Trim(string(runes[from:min(to, len(runes))]), " │┃")
+	}
+	return cells
+}
