@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
+)
+
+// TestQuickBench runs the bench's quick mode end to end, so a change that
+// breaks a measurement fails CI. The local rows always run; the Jupyter rows
+// run when /usr/bin/python3 imports jupyter_client and ipykernel (the test
+// never installs packages), and the ssh rows when the test runs as root
+// with /usr/sbin/sshd (with KERNELDECK_REQUIRE_SSHD=1 a missing sshd fails
+// it, as in the other ssh tests).
+func TestQuickBench(t *testing.T) {
+	cfg := quickConfig()
+	cfg.NoInstall = true
+	cfg.Date = "test"
+	if !hasJupyter(cfg.Python) {
+		t.Logf("jupyter rows skipped: %s cannot import jupyter_client and ipykernel (apt-get install %s)", cfg.Python, strings.Join(jupyterPackages, " "))
+		cfg.SkipJupyter = true
+	}
+	_, statErr := os.Stat(sshdtest.SSHDPath)
+	switch {
+	case os.Geteuid() != 0:
+		t.Logf("ssh rows skipped: creating the test users needs root")
+		cfg.SkipSSH = true
+	case statErr != nil && os.Getenv(sshdtest.RequireEnv) == "1":
+		t.Fatalf("%s missing and %s=1: apt-get install openssh-server", sshdtest.SSHDPath, sshdtest.RequireEnv)
+	case statErr != nil:
+		t.Logf("ssh rows skipped: %s missing (apt-get install openssh-server)", sshdtest.SSHDPath)
+		cfg.SkipSSH = true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out, log bytes.Buffer
+	start := time.Now()
+	err := run(ctx, cfg, &out, &log)
+	t.Logf("quick bench took %v", time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Fatalf("bench: %v\nlog:\n%s\ntable:\n%s", err, log.String(), out.String())
+	}
+	table := out.String()
+	want := []string{
+		"| kerneldeck, local backend | ",
+		"| floor: one `bash -c true` | ",
+		"| 1 backend round trip per warm cell (most in any round) | local 1.00",
+		"| one dashboard `View()`, 160×50 | ",
+	}
+	if !cfg.SkipJupyter {
+		want = append(want, "| local warm cell ≤ 0.5× the Jupyter kernel's (p50 ÷ p50) | 0.")
+	}
+	if !cfg.SkipSSH {
+		want = append(want, "| kerneldeck, ssh, light shell | ", "0 failed cells in 2 rounds")
+	}
+	for _, w := range want {
+		if !strings.Contains(table, w) {
+			t.Errorf("table lacks %q", w)
+		}
+	}
+	for _, line := range strings.Split(table, "\n") {
+		if strings.HasPrefix(line, "| kerneldeck, local backend |") && strings.Contains(line, "—") {
+			t.Errorf("local row has a missing figure: %s", line)
+		}
+	}
+	if t.Failed() {
+		t.Logf("table:\n%s", table)
+	}
+}

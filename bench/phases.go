@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+)
+
+// toolCellCode makes 100 calls of the trivial tool and prints each call's
+// latency as the kernel saw it (request file, ring, host dispatch, answer).
+const toolCellCode = `import kerneldeck_tools as kt, time
+lat = []
+for _ in range(100):
+    t = time.perf_counter()
+    kt.noop()
+    lat.append(time.perf_counter() - t)
+print(" ".join("%.7f" % x for x in lat))`
+
+// toolsPhase measures a cell making 100 tool calls, on the local backend and
+// over ssh (light user).
+func toolsPhase(ctx context.Context, cfg config, env *setupEnv, res *results, log io.Writer) {
+	subs := []*kdSubject{env.local}
+	if env.sshLight != nil {
+		subs = append(subs, env.sshLight)
+	} else {
+		res.note("tools.ssh.light", "skipped: "+env.skipped["ssh"])
+	}
+	req := engine.Request{Owner: "tools", Tools: []string{"noop"}, Timeout: 2 * time.Minute}
+	for _, s := range subs {
+		req.Code = "1"
+		if _, err := kdRun(ctx, s.eng, req, "1\n"); err != nil {
+			res.fail("tools.%s: spawn: %v", s.key(), err)
+			return
+		}
+	}
+	req.Code = toolCellCode
+	for r := range cfg.Rounds {
+		for _, s := range subs {
+			var calls []float64
+			var wall time.Duration
+			for range cfg.ToolCells {
+				start := time.Now()
+				out, err := s.eng.Execute(ctx, req)
+				wall += time.Since(start)
+				if err != nil || out.Status != "success" || out.ToolCallsMade != 100 {
+					res.fail("tools.%s: cell of 100 tool calls: %v %s", s.key(), err, describe(out))
+					return
+				}
+				for _, f := range strings.Fields(out.Stdout) {
+					v, err := strconv.ParseFloat(f, 64)
+					if err != nil {
+						res.fail("tools.%s: bad latency %q in the cell's output", s.key(), f)
+						return
+					}
+					calls = append(calls, v*1000)
+				}
+			}
+			k := "tools." + s.key()
+			res.add(k+".p50", quantile(calls, 0.5))
+			res.add(k+".p90", quantile(calls, 0.9))
+			res.add(k+".p99", quantile(calls, 0.99))
+			res.add(k+".cell", ms(wall)/float64(100*cfg.ToolCells))
+		}
+		v, _ := lastOf(res, "tools.local.p50")
+		fmt.Fprintf(log, "bench: tools round %d/%d: local call p50 %.3fms\n", r+1, cfg.Rounds, v)
+	}
+}
+
+func describe(r *engine.Result) string {
+	if r == nil {
+		return ""
+	}
+	return fmt.Sprintf("status %q tool_calls_made %d stdout %.200q stderr %.200q traceback %.300q",
+		r.Status, r.ToolCallsMade, r.Stdout, r.Stderr, r.Traceback)
+}
+
+// ownersPhase starts cfg.Owners owners at once on one ssh host (one
+// backend, so one shared connection): first all their spawns together
+// (each owner's first cell), then cfg.OwnerCells warm cells each, all at
+// once, after one unmeasured cell each. Every round starts from no kernels.
+func ownersPhase(ctx context.Context, cfg config, env *setupEnv, res *results, log io.Writer) {
+	if env.srv == nil {
+		res.note("owners", "skipped: "+env.skipped["ssh"])
+		return
+	}
+	t := newTB("owners", log)
+	defer t.close()
+	ecfg := engine.Config{MaxKernels: cfg.Owners + 4}
+	s, err := newKD(ctx, t, "owners", env.sshEnv(t, env.light), env.dir, ecfg, nil)
+	if err != nil {
+		res.fail("owners: %v", err)
+		return
+	}
+	s.eng.ShutdownAll(ctx)
+	owner := func(i int) string { return fmt.Sprintf("owner-%02d", i) }
+	for r := range cfg.Rounds {
+		burst := func(cells int) (lat []float64, wall time.Duration, fails int, firstErr string) {
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			gate := make(chan struct{})
+			for i := range cfg.Owners {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-gate
+					for range cells {
+						start := time.Now()
+						_, err := kdRun(ctx, s.eng, engine.Request{Owner: owner(i), Code: "1"}, "1\n")
+						d := time.Since(start)
+						mu.Lock()
+						lat = append(lat, ms(d))
+						if err != nil {
+							fails++
+							if firstErr == "" {
+								firstErr = fmt.Sprintf("%s: %v", owner(i), err)
+							}
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			start := time.Now()
+			close(gate)
+			wg.Wait()
+			return lat, time.Since(start), fails, firstErr
+		}
+		lat, coldWall, fails, firstErr := burst(1)
+		res.add("owners.cold.wall", ms(coldWall))
+		res.add("owners.cold.p50", quantile(lat, 0.5))
+		res.add("owners.cold.p99", quantile(lat, 0.99))
+		res.add("owners.cold.fail", float64(fails))
+		if fails > 0 {
+			res.fail("owners: %d of %d first cells failed at once; first: %s", fails, cfg.Owners, firstErr)
+		}
+		if n := len(s.eng.Kernels()); n != cfg.Owners && fails == 0 {
+			res.fail("owners: %d kernels registered after %d owners' first cells", n, cfg.Owners)
+		}
+		// One unmeasured cell each first: the measured burst is the steady
+		// state of warm kernels, not the tail of the spawns.
+		if _, _, fails, firstErr := burst(1); fails > 0 {
+			res.fail("owners: %d of %d second cells failed; first: %s", fails, cfg.Owners, firstErr)
+		}
+		lat, wall, fails, firstErr := burst(cfg.OwnerCells)
+		res.add("owners.warm.tput", float64(len(lat))/wall.Seconds())
+		res.add("owners.warm.p50", quantile(lat, 0.5))
+		res.add("owners.warm.p99", quantile(lat, 0.99))
+		res.add("owners.warm.fail", float64(fails))
+		if fails > 0 {
+			res.fail("owners: %d of %d warm cells failed; first: %s", fails, len(lat), firstErr)
+		}
+		s.eng.ShutdownAll(ctx)
+		fmt.Fprintf(log, "bench: owners round %d/%d: %d spawns in %.0fms, %d warm cells at %.0f cells/s, p99 %.1fms, %d failures\n",
+			r+1, cfg.Rounds, cfg.Owners, ms(coldWall), len(lat), float64(len(lat))/wall.Seconds(), quantile(lat, 0.99), fails)
+	}
+}

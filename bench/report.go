@@ -1,0 +1,279 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// num formats a value with about three significant digits.
+func num(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case math.IsNaN(v):
+		return "—"
+	case a == 0:
+		return "0"
+	case a < 0.01:
+		return fmt.Sprintf("%.4f", v)
+	case a < 1:
+		return fmt.Sprintf("%.3f", v)
+	case a < 10:
+		return fmt.Sprintf("%.2f", v)
+	case a < 100:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+// fig renders figure name as "median (min–max)", or a dash and why.
+func fig(res *results, name string) string {
+	s, ok := res.get(name)
+	if !ok {
+		if n := res.noteFor(name); n != "" {
+			return "— (" + n + ")"
+		}
+		return "—"
+	}
+	if s.N == 1 || s.Min == s.Max {
+		return num(s.Med)
+	}
+	return fmt.Sprintf("%s (%s–%s)", num(s.Med), num(s.Min), num(s.Max))
+}
+
+// tripsFig renders round trips per cell from the trace: total, and how many
+// were plain commands and stream exchanges. The Counting wrapper's count
+// (Execute calls + frames written) is shown too when it differs.
+func tripsFig(res *results, k, which string) string {
+	total, ok := res.get(k + ".trips." + which)
+	if !ok {
+		return "—"
+	}
+	cmds, _ := res.get(k + ".exec." + which)
+	s := fmt.Sprintf("%s (%s cmd + %s stream)", num(total.Med), num(cmds.Med), num(total.Med-cmds.Med))
+	if c, ok := res.get(k + ".counted." + which); ok && math.Abs(c.Med-total.Med) > 1e-9 {
+		s += fmt.Sprintf("; Counting: %s", num(c.Med))
+	}
+	return s
+}
+
+func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	mode := "full"
+	if cfg.Quick {
+		mode = "quick (-quick: a smoke run, not a measurement)"
+	}
+	p("### kerneldeck bench, %s", cfg.Date)
+	p("")
+	p("- Machine: %d cores (%s), %s, %s, GOMAXPROCS %d.", m.cores, m.cpuModel, m.memory, m.kernel, m.gomaxprocs)
+	p("- Load average (1, 5, 15 min): %s at the start, %s at the end (everything on the machine, this run included; ratios are taken pair by pair within each round, so that load from elsewhere hits both sides).", m.loadStart, m.loadEnd)
+	soft := []string{runtime.Version(), "Python " + env.pythonVersion + " for kerneldeck's local runners and the Jupyter kernel"}
+	if env.jupyter != nil {
+		v := env.jupyter.info.Versions
+		soft = append(soft, fmt.Sprintf("jupyter_client %s, ipykernel %s, pyzmq %s (kernel: %s)", v["jupyter_client"], v["ipykernel"], v["pyzmq"], env.jupyter.info.Executable))
+	}
+	if env.sshdVersion != "" {
+		soft = append(soft, env.sshdVersion+" on loopback")
+	}
+	p("- Software: %s.", strings.Join(soft, "; "))
+	p("- Run: %s; %d rounds; per round and subject %d warm cells in %d interleaved blocks (heavy-rc ssh floor: %d), after %d unmeasured ones, and %d cold start(s); took %v.",
+		mode, cfg.Rounds, cfg.Warm, cfg.Blocks, min(cfg.HeavyFloor, cfg.Warm), cfg.Warmup, cfg.Cold, m.elapsed.Round(time.Second))
+	p("- Every figure: median over the rounds (min–max across rounds). Times in ms.")
+	p("")
+
+	p("#### Trivial cell: warm round trip, cold start, cost")
+	p("")
+	p("| subject | warm p50 | warm p90 | warm p99 | cold start | round trips / warm cell | round trips / cold start | host CPU ms / warm cell |")
+	p("| --- | --- | --- | --- | --- | --- | --- | --- |")
+	heavy := fmt.Sprintf("%v", heavySleep)
+	rows := []struct{ key, label, skip string }{
+		{"local", "kerneldeck, local backend", ""},
+		{"jupyter", "Jupyter kernel (jupyter_client + ipykernel), local", "jupyter"},
+		{"floor.bash", "floor: one `bash -c true`", ""},
+		{"ssh.light", "kerneldeck, ssh, light shell", "ssh"},
+		{"floor.ssh.light", "floor: one x/crypto/ssh exec of `true`, light shell", "ssh"},
+		{"ssh.heavy", "kerneldeck, ssh, ~/.bashrc sleeps " + heavy, "ssh"},
+		{"floor.ssh.heavy", "floor: one x/crypto/ssh exec of `true`, ~/.bashrc sleeps " + heavy, "ssh"},
+	}
+	for _, r := range rows {
+		if why, skipped := env.skipped[r.skip]; skipped && r.skip != "" {
+			p("| %s | skipped (%s) | | | | | | |", r.label, why)
+			continue
+		}
+		cold := fig(res, r.key+".cold")
+		if strings.HasPrefix(r.key, "floor.") {
+			cold = "n/a"
+		}
+		trips := [2]string{tripsFig(res, r.key, "warm"), tripsFig(res, r.key, "cold")}
+		if !strings.HasPrefix(r.key, "local") && !strings.HasPrefix(r.key, "ssh.") {
+			trips = [2]string{"n/a", "n/a"}
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s | %s |", r.label, fig(res, r.key+".warm.p50"), fig(res, r.key+".warm.p90"),
+			fig(res, r.key+".warm.p99"), cold, trips[0], trips[1], fig(res, r.key+".cpu"))
+	}
+	p("")
+
+	p("#### Ratios, taken pair by pair within each round")
+	p("")
+	p("| ratio | median (min–max) |")
+	p("| --- | --- |")
+	for _, r := range [][2]string{
+		{"ratio.local_jupyter.warm", "kerneldeck local warm p50 ÷ Jupyter warm p50"},
+		{"ratio.local_jupyter.cold", "kerneldeck local cold start ÷ Jupyter cold start"},
+		{"ratio.local_bash.warm", "kerneldeck local warm p50 ÷ `bash -c true`"},
+		{"ratio.sshlight_jupyter.warm", "kerneldeck ssh (light) warm p50 ÷ Jupyter (local) warm p50"},
+		{"ratio.sshlight_floor.warm", "kerneldeck ssh warm p50 ÷ raw ssh exec, light shell"},
+		{"ratio.sshheavy_floor.warm", "kerneldeck ssh warm p50 ÷ raw ssh exec, heavy rc"},
+		{"ratio.sshheavy_light.warm", "kerneldeck ssh warm p50: heavy rc ÷ light shell"},
+		{"ratio.floorheavy_light.warm", "raw ssh exec: heavy rc ÷ light shell (what the rc costs a command)"},
+	} {
+		p("| %s | %s |", r[1], fig(res, r[0]))
+	}
+	p("")
+
+	p("#### A cell making 100 tool calls (trivial host tool), latency of one call as the kernel sees it")
+	p("")
+	p("| backend | call p50 | call p90 | call p99 | whole cell ÷ 100 |")
+	p("| --- | --- | --- | --- | --- |")
+	for _, b := range [][2]string{{"local", "local"}, {"ssh.light", "ssh, light shell"}} {
+		k := "tools." + b[0]
+		p("| %s | %s | %s | %s | %s |", b[1], fig(res, k+".p50"), fig(res, k+".p90"), fig(res, k+".p99"), fig(res, k+".cell"))
+	}
+	p("")
+
+	p("#### %d owners running cells at once on one ssh host (light shell, one shared connection)", cfg.Owners)
+	p("")
+	p("| burst | wall ms or cells/s | p50 | p99 | failures per round |")
+	p("| --- | --- | --- | --- | --- |")
+	p("| %d first cells at once (each spawns its kernel) | %s ms | %s | %s | %s |", cfg.Owners, fig(res, "owners.cold.wall"),
+		fig(res, "owners.cold.p50"), fig(res, "owners.cold.p99"), fig(res, "owners.cold.fail"))
+	p("| %d warm cells at once (%d per owner) | %s cells/s | %s | %s | %s |", cfg.Owners*cfg.OwnerCells, cfg.OwnerCells,
+		fig(res, "owners.warm.tput"), fig(res, "owners.warm.p50"), fig(res, "owners.warm.p99"), fig(res, "owners.warm.fail"))
+	p("")
+
+	p("#### Engine overhead with %s registered kernels (idle, on a fake host: no processes)", thousands(cfg.Kernels))
+	p("")
+	p("| figure | ms |")
+	p("| --- | --- |")
+	p("| warm local cell, engine holding no other kernel (p50) | %s |", fig(res, "scale.cell.base"))
+	p("| warm local cell, engine holding %s kernels (p50) | %s |", thousands(cfg.Kernels), fig(res, "scale.cell.loaded"))
+	p("| per-call overhead of the %s kernels (reap, cap, lookup; median of paired differences) | %s |", thousands(cfg.Kernels), fig(res, "scale.overhead"))
+	p("| one reap + cap sweep over the registry (`SetLimits` with no change) | %s |", fig(res, "scale.sweep"))
+	p("| one `Kernels()` snapshot (the dashboard takes one per second) | %s |", fig(res, "scale.kernels"))
+	p("| one dashboard `View()`, 160×50 | %s |", fig(res, "scale.view"))
+	p("| a new dashboard's first frame: `ui.New` (snapshot + grouping, as each 1 s tick refreshes) + `View()` | %s |", fig(res, "scale.uinew"))
+	p("| registering one kernel while they fill up (mean) | %s |", fig(res, "scale.register"))
+	p("")
+
+	p("#### Targets (issue 6)")
+	p("")
+	p("| target | measured | |")
+	p("| --- | --- | --- |")
+	for _, tg := range targets(cfg, env, res) {
+		p("| %s | %s | %s |", tg.what, tg.measured, tg.verdict)
+	}
+	if len(res.errors) > 0 {
+		p("")
+		p("Failures:")
+		p("")
+		for _, e := range res.errors {
+			p("- %s", strings.ReplaceAll(e, "\n", " "))
+		}
+	}
+}
+
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+type target struct{ what, measured, verdict string }
+
+// verdict judges a figure whose median must be at most limit: met, met
+// with a note when some round was over, or missed.
+func verdict(res *results, name string, limit float64) string {
+	s, ok := res.get(name)
+	if !ok {
+		return "not measured"
+	}
+	switch {
+	case s.Med > limit:
+		return "**missed**"
+	case s.Max > limit:
+		return fmt.Sprintf("met (median; %d rounds, worst %s)", s.N, num(s.Max))
+	}
+	return "met"
+}
+
+func targets(cfg config, env *setupEnv, res *results) []target {
+	var out []target
+	out = append(out,
+		target{"local warm cell ≤ 0.5× the Jupyter kernel's (p50 ÷ p50)", fig(res, "ratio.local_jupyter.warm"), verdict(res, "ratio.local_jupyter.warm", 0.5)},
+		target{"local cold start ≤ 0.1× the Jupyter kernel's", fig(res, "ratio.local_jupyter.cold"), verdict(res, "ratio.local_jupyter.cold", 0.1)},
+		target{"ssh warm cell (light shell) within 2× the raw x/crypto/ssh exec floor", fig(res, "ratio.sshlight_floor.warm"), verdict(res, "ratio.sshlight_floor.warm", 2)},
+		target{fmt.Sprintf("ssh warm cell independent of shell rc cost: heavy rc ÷ light ≤ 1.5 (the %v rc alone makes a raw exec %s× slower)",
+			heavySleep, num(mustMed(res, "ratio.floorheavy_light.warm"))), fig(res, "ratio.sshheavy_light.warm"), verdict(res, "ratio.sshheavy_light.warm", 1.5)},
+	)
+	var trips []string
+	worst := math.NaN()
+	for _, k := range []string{"local", "ssh.light", "ssh.heavy"} {
+		if s, ok := res.get(k + ".trips.warm"); ok {
+			trips = append(trips, k+" "+num(s.Max))
+			if math.IsNaN(worst) || s.Max > worst {
+				worst = s.Max
+			}
+		}
+	}
+	tv := "not measured"
+	if !math.IsNaN(worst) {
+		tv = "met"
+		if worst > 1 {
+			tv = "**missed**"
+		}
+	}
+	out = append(out, target{"1 backend round trip per warm cell (most in any round)", strings.Join(trips, ", "), tv})
+	if _, ok := res.get("owners.cold.fail"); ok {
+		fails := sum(res, "owners.cold.fail") + sum(res, "owners.warm.fail")
+		v := "met"
+		if fails > 0 {
+			v = "**missed**"
+		}
+		out = append(out, target{fmt.Sprintf("%d concurrent owners on one host with no failure", cfg.Owners),
+			fmt.Sprintf("%s failed cells in %d rounds", num(fails), cfg.Rounds), v})
+	} else {
+		why := res.noteFor("owners.cold.fail")
+		if why == "" {
+			why = "failed"
+		}
+		out = append(out, target{fmt.Sprintf("%d concurrent owners on one host with no failure", cfg.Owners), "—", "not measured (" + why + ")"})
+	}
+	return out
+}
+
+func mustMed(res *results, name string) float64 {
+	s, ok := res.get(name)
+	if !ok {
+		return math.NaN()
+	}
+	return s.Med
+}
+
+func sum(res *results, name string) float64 {
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	t := 0.0
+	for _, v := range res.vals[name] {
+		t += v
+	}
+	return t
+}
