@@ -81,6 +81,10 @@ type Engine struct {
 	idleExit time.Duration
 	closed   bool
 	overCap  bool              // an evict_skipped_busy was reported for the current overflow
+	// idleSince is at or before the lastUsed of every kernel that may go
+	// idle, so reapIdle need not scan the registry before idleSince +
+	// idle_exit: a release only moves lastUsed later. Zero forces a scan.
+	idleSince time.Time
 	pythons  map[string]string // backend URI -> interpreter path its runners reported
 	// approvals are the tool calls waiting for the operator, by request id;
 	// grants are (owner, tool) pairs the operator approved "always".
@@ -283,15 +287,23 @@ func (e *Engine) removeLocked(k *Kernel, reason string) {
 func (e *Engine) reapIdle() []*Kernel {
 	e.mu.Lock()
 	now := e.cfg.Now()
+	if !e.idleSince.IsZero() && now.Sub(e.idleSince) <= e.idleExit {
+		e.mu.Unlock()
+		return nil // nothing can have been idle that long yet
+	}
 	var victims []*Kernel
+	oldest := now
 	for _, k := range e.kernels {
 		if k.state == stateReady && !k.attachedLocked() && now.Sub(k.lastUsed) > e.idleExit {
 			idle := now.Sub(k.lastUsed).Round(time.Second)
 			e.removeLocked(k, "reaped after idle "+idle.String())
 			e.emit(kernelEvent(EventReapedIdle, k, fmt.Sprintf("idle %v > idle_exit %v", idle, e.idleExit)))
 			victims = append(victims, k)
+		} else if k.lastUsed.Before(oldest) {
+			oldest = k.lastUsed
 		}
 	}
+	e.idleSince = oldest
 	e.mu.Unlock()
 	e.killAsync(victims)
 	return victims

@@ -805,6 +805,34 @@ func TestIdleKernelReapedOnNextCall(t *testing.T) {
 	}
 }
 
+// The reap skips its scan while nothing can be idle long enough, and never
+// misses a kernel because of it: each kernel goes exactly when it passes
+// idle_exit, in turn, whatever the calls in between.
+func TestIdleReapInTurnAcrossSkippedScans(t *testing.T) {
+	r := newRig(t)
+	r.exec(engine.Request{Owner: "first", Code: "1"})
+	r.clock.Advance(10 * time.Minute)
+	r.exec(engine.Request{Owner: "second", Code: "1"})
+	for _, step := range []struct {
+		advance time.Duration
+		want    []string
+	}{
+		{15 * time.Minute, []string{"first", "probe", "second"}}, // first idle 25m
+		{6 * time.Minute, []string{"probe", "second"}},           // first 31m: reaped
+		{4 * time.Minute, []string{"probe", "second"}},           // second 25m
+		{6 * time.Minute, []string{"probe"}},                     // second 31m: reaped
+	} {
+		r.clock.Advance(step.advance)
+		r.exec(engine.Request{Owner: "probe", Code: "1"})
+		if got := r.owners(); !slices.Equal(got, step.want) {
+			t.Fatalf("owners %v, want %v", got, step.want)
+		}
+	}
+	if got := r.ev.of(engine.EventReapedIdle); len(got) != 2 || got[0].Owner != "first" || got[1].Owner != "second" {
+		t.Fatalf("reaped_idle events: %+v", got)
+	}
+}
+
 // A call whose own kernel passed idle_exit gets a fresh kernel, and the
 // result says the old state is gone instead of looking like a first call.
 func TestOwnIdleKernelReapedSaysStateLost(t *testing.T) {
