@@ -80,12 +80,12 @@ type Engine struct {
 	max      int
 	idleExit time.Duration
 	closed   bool
-	overCap  bool              // an evict_skipped_busy was reported for the current overflow
+	overCap  bool // an evict_skipped_busy was reported for the current overflow
 	// idleSince is at or before the lastUsed of every kernel that may go
 	// idle, so reapIdle need not scan the registry before idleSince +
 	// idle_exit: a release only moves lastUsed later. Zero forces a scan.
 	idleSince time.Time
-	pythons  map[string]string // backend URI -> interpreter path its runners reported
+	pythons   map[string]string // backend URI -> interpreter path its runners reported
 	// approvals are the tool calls waiting for the operator, by request id;
 	// grants are (owner, tool) pairs the operator approved "always".
 	approvals map[string]*pendingApproval
