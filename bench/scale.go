@@ -17,38 +17,10 @@ import (
 	"github.com/kerneldeck/kerneldeck/ui"
 )
 
-// fakeHost is a backend whose kernels cost no process: internal/fakeenv's
-// Host answers the engine's scripts at the protocol level. Unlike
-// fakeenv.Env it records nothing, so ten thousand spawns (each shipping the
-// runner on stdin) keep no copies.
-type fakeHost struct{ host *fakeenv.Host }
-
-func newFakeHost() *fakeHost { return &fakeHost{host: fakeenv.NewHost()} }
-
-func (f *fakeHost) URI() string     { return "fake" }
-func (f *fakeHost) TempDir() string { return "/nonexistent/kdbench-fake" }
-
-func (f *fakeHost) Execute(ctx context.Context, command string, opts backends.ExecOptions) (backends.Result, error) {
-	c := fakeenv.Call{Command: command, Stdin: opts.Stdin, Marker: fakeenv.Marker(command)}
-	switch c.Marker {
-	case "spawn":
-		return f.host.Spawn(ctx, c)
-	case "cell":
-		return f.host.Cell(ctx, c)
-	case "kill":
-		return f.host.Kill(ctx, c)
-	case "ring":
-		return f.host.Ring(ctx, c)
-	case "fetch":
-		return f.host.Fetch(ctx, c)
-	}
-	return backends.Result{Output: "kdbench fake host: no handler for marker " + c.Marker + "\n", ReturnCode: 127}, nil
-}
-
 // scaleEngine is an engine on a real local backend and the fake host, with
 // room for n registered kernels, and a warm local kernel.
 func scaleEngine(ctx context.Context, t *tb, n int) (*engine.Engine, error) {
-	eng, err := engine.New(engine.Config{Backends: []backends.Env{backends.NewLocal(shortTempDir(t)), newFakeHost()},
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{backends.NewLocal(shortTempDir(t)), fakeenv.NewQuiet(fakeenv.NewHost(), "fake", "/nonexistent/kdbench-fake")},
 		MaxKernels: n + 16, StateDir: t.TempDir()})
 	if err != nil {
 		return nil, err

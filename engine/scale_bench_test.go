@@ -21,36 +21,11 @@ import (
 //
 //	go test -run XXX -bench 'AmongKernels|KernelsSnapshot|Sweep' -count 6 ./engine/ | benchstat -
 
-// scbHost is a backend answered by fakeenv's Host that records nothing
-// (fakeenv.Env keeps every command and its stdin, and every spawn ships the
-// runner on stdin: ten thousand of them would keep hundreds of MB).
-type scbHost struct{ host *fakeenv.Host }
-
-func (f *scbHost) URI() string     { return "fake" }
-func (f *scbHost) TempDir() string { return "/nonexistent/kd-bench-fake" }
-
-func (f *scbHost) Execute(ctx context.Context, command string, opts backends.ExecOptions) (backends.Result, error) {
-	c := fakeenv.Call{Command: command, Stdin: opts.Stdin, Marker: fakeenv.Marker(command)}
-	switch c.Marker {
-	case "spawn":
-		return f.host.Spawn(ctx, c)
-	case "cell":
-		return f.host.Cell(ctx, c)
-	case "kill":
-		return f.host.Kill(ctx, c)
-	case "ring":
-		return f.host.Ring(ctx, c)
-	case "fetch":
-		return f.host.Fetch(ctx, c)
-	}
-	return backends.Result{Output: "no handler for marker " + c.Marker + "\n", ReturnCode: 127}, nil
-}
-
 // scbEngine is an engine on the fake host holding n idle kernels (owners
 // k00000...) besides room for a few more.
 func scbEngine(b *testing.B, n int) *engine.Engine {
 	b.Helper()
-	eng, err := engine.New(engine.Config{Backends: []backends.Env{&scbHost{host: fakeenv.NewHost()}},
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{fakeenv.NewQuiet(fakeenv.NewHost(), "fake", "/nonexistent/kd-bench-fake")},
 		MaxKernels: n + 16, StateDir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
