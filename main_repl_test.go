@@ -14,30 +14,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kerneldeck/kerneldeck/internal/proctest"
 )
 
-// runnerAlive reports whether pid runs; a zombie left for a non-reaping
-// init counts as dead.
-func runnerAlive(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
-}
+func runnerAlive(pid int) bool { return proctest.Alive(pid) }
 
-func waitRunnerDead(t *testing.T, pid int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for runnerAlive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("runner pid %d still alive", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+func waitRunnerDead(t *testing.T, pid int) { proctest.WaitDead(t, pid, 10*time.Second) }
 
 // firstPID is the number on the first line of a REPL's stdout.
 func firstPID(t *testing.T, stdout string) int {

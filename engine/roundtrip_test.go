@@ -2,8 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"errors"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +13,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/hosttools"
 	"github.com/kerneldeck/kerneldeck/internal/backendtest"
 	"github.com/kerneldeck/kerneldeck/internal/enginetest"
+	"github.com/kerneldeck/kerneldeck/internal/proctest"
 )
 
 // The headline figures, as exact counts over a real local backend
@@ -230,21 +229,7 @@ func rtRequireGone(t *testing.T, pid int) {
 	t.Fatalf("runner pid %d is still running after the engine closed", pid)
 }
 
-func rtProcessAlive(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return false
-	}
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return false
-	}
-	for line := range strings.SplitSeq(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(line, "State:"); ok {
-			return !strings.HasPrefix(strings.TrimSpace(rest), "Z")
-		}
-	}
-	return true
-}
+func rtProcessAlive(pid int) bool { return proctest.Alive(pid) }
 
 // A tool call costs one extra round trip, never a polling cadence: over
 // plain Execute a warm cell making N fast calls costs 1+N cell scripts (each

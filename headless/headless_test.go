@@ -23,6 +23,8 @@ import (
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/hosttools"
+
+	"github.com/kerneldeck/kerneldeck/internal/proctest"
 )
 
 func TestMain(m *testing.M) {
@@ -221,28 +223,9 @@ func kernelOf(t *testing.T, res line) line {
 	return k
 }
 
-// alive reports whether pid runs; a zombie left for a non-reaping init
-// counts as dead.
-func alive(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
-}
+func alive(pid int) bool { return proctest.Alive(pid) }
 
-func waitDead(t *testing.T, pid int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("runner pid %d still alive", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+func waitDead(t *testing.T, pid int) { proctest.WaitDead(t, pid, 10*time.Second) }
 
 func pidOf(t *testing.T, res line) int {
 	t.Helper()

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kerneldeck/kerneldeck/internal/proctest"
 )
 
 // RequireEnv makes a missing tmux a test failure instead of a skip when set
@@ -262,21 +264,5 @@ func (s *Session) waitStopped(timeout time.Duration) {
 	}
 }
 
-// Alive reports whether pid is a live process: one that exists and is not
-// a zombie (an exited process nobody has reaped yet counts as dead).
-func Alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		// Without /proc, fall back to signal 0 (zombies then count as alive).
-		if _, statErr := os.Stat("/proc/self/stat"); statErr == nil {
-			return false
-		}
-		return syscall.Kill(pid, 0) == nil
-	}
-	// "pid (comm) state ...": comm may hold spaces and parentheses.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+2 >= len(b) {
-		return false
-	}
-	return b[i+2] != 'Z' && b[i+2] != 'X'
-}
+// Alive reports whether pid is a live process (zombies count as dead).
+func Alive(pid int) bool { return proctest.Alive(pid) }

@@ -1,0 +1,36 @@
+// Package proctest answers whether a local process still runs, for tests
+// that check nothing is left behind.
+package proctest
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Alive reports whether pid runs on this machine. A zombie counts as dead:
+// a killed runner stays one until its adopter reaps it, and some container
+// inits never do.
+func Alive(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// WaitDead fails the test unless pid is gone within the given time.
+func WaitDead(t testing.TB, pid int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for Alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still alive after %v", pid, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
