@@ -122,6 +122,11 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 	kr := &KernelResult{StateLost: reaped != "", Note: reaped}
 	switch {
 	case created:
+		if k.lostNote != "" {
+			// The key's previous kernel was evicted, reaped or lost: its
+			// state is gone, whoever removed it.
+			kr.StateLost, kr.Note = true, k.lostNote
+		}
 		e.enforceCap()
 		if err := e.spawn(ctx, k); err != nil {
 			return e.failOpen(ctx, k, req, timeout, start, err)
@@ -348,7 +353,7 @@ func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.Stream
 			case f.Op == "error" && f.ID == c.id:
 				return outcome{kind: outPubFail, detail: f.Error}, true
 			case f.Op == "rpc":
-				c.rpc.serveAsync(rpcItem{name: f.Name, data: []byte(f.Data), problem: f.Error}, func(a rpcAnswer) error {
+				c.rpc.serveStream(rpcItem{name: f.Name, data: []byte(f.Data), problem: f.Error}, func(a rpcAnswer) error {
 					return conn.send(map[string]any{"op": "rpc_result", "seq": a.seq, "result": a.resp})
 				})
 			}
@@ -383,6 +388,9 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 	e.mu.Unlock()
 	publish := true
 	var answers []rpcAnswer
+	// Answers of calls still running, or lost with a broken stream, now go
+	// the Execute way as soon as they exist.
+	c.rpc.streamBroke(func(a rpcAnswer) error { return e.deliverAnswers(ctx, k, dir, []rpcAnswer{a}) })
 	backoff := 100 * time.Millisecond
 	failures, lastErr := 0, ""
 	for {
@@ -411,11 +419,9 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 		answers = append(answers, c.rpc.takeUnsent()...)
 		if publish && len(answers) > 0 {
 			// The stream broke with answers undelivered; this call's stdin
-			// is the request, so they go on their own now.
-			for _, a := range answers {
-				if err := e.deliverAnswer(ctx, k, dir, a); err != nil {
-					e.emit(kernelEvent(EventTransportError, k, err.Error()))
-				}
+			// is the request, so they go on their own now, in one round trip.
+			if err := e.deliverAnswers(ctx, k, dir, answers); err != nil {
+				e.emit(kernelEvent(EventTransportError, k, err.Error()))
 			}
 			answers = nil
 		}
@@ -471,7 +477,7 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 			// Tool calls: answer them in the next round trip, which also
 			// goes on waiting for the result.
 			answers = append(answers, c.rpc.serveExec(rpcItemsFromOutput(res.Output), func(a rpcAnswer) error {
-				return e.deliverAnswer(ctx, k, dir, a)
+				return e.deliverAnswers(ctx, k, dir, []rpcAnswer{a})
 			})...)
 		case hasLine(res.Output, "KD:PENDING"):
 			if publish {
@@ -496,16 +502,16 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 	}
 }
 
-// deliverAnswer writes one tool-call answer into the kernel's rpc/ dir in
-// its own round trip, for answers that were not ready when the cell script
-// went back to waiting.
-func (e *Engine) deliverAnswer(ctx context.Context, k *Kernel, dir string, a rpcAnswer) error {
-	res, err := k.env.Execute(ctx, answerScript(dir), backends.ExecOptions{Stdin: encodeAnswers([]rpcAnswer{a}), Timeout: 30 * time.Second})
+// deliverAnswers writes tool-call answers into the kernel's rpc/ dir in
+// their own round trip, for answers that were not ready when the cell script
+// went back to waiting, or that a broken stream may have lost.
+func (e *Engine) deliverAnswers(ctx context.Context, k *Kernel, dir string, answers []rpcAnswer) error {
+	res, err := k.env.Execute(ctx, answerScript(dir), backends.ExecOptions{Stdin: encodeAnswers(answers), Timeout: 30 * time.Second})
 	if err != nil {
-		return fmt.Errorf("deliver tool answer %d to kernel %s: %w", a.seq, dir, err)
+		return fmt.Errorf("deliver %d tool answer(s) to kernel %s: %w", len(answers), dir, err)
 	}
 	if !hasLine(res.Output, "KD:OK") {
-		return fmt.Errorf("deliver tool answer %d to kernel %s: %s", a.seq, dir, hostError(res))
+		return fmt.Errorf("deliver %d tool answer(s) to kernel %s: %s", len(answers), dir, hostError(res))
 	}
 	return nil
 }

@@ -86,6 +86,11 @@ type Engine struct {
 	// idle_exit: a release only moves lastUsed later. Zero forces a scan.
 	idleSince time.Time
 	pythons   map[string]string // backend URI -> interpreter path its runners reported
+	// lost says, per key, why the key's last kernel left the registry with
+	// its state; the call that creates the key's next kernel reports it as
+	// state_lost instead of looking like a first call. Bounded by
+	// maxLostNotes.
+	lost map[Key]string
 	// approvals are the tool calls waiting for the operator, by request id;
 	// grants are (owner, tool) pairs the operator approved "always".
 	approvals map[string]*pendingApproval
@@ -128,6 +133,7 @@ func New(cfg Config) (*Engine, error) {
 		kernels:   map[Key]*Kernel{},
 		byID:      map[string]*Kernel{},
 		pythons:   map[string]string{},
+		lost:      map[Key]string{},
 		approvals: map[string]*pendingApproval{},
 		grants:    map[string]bool{},
 		max:       cfg.MaxKernels,
@@ -270,10 +276,23 @@ func kernelEvent(t EventType, k *Kernel, detail string) Event {
 	return Event{Type: t, Kernel: k.id, Owner: k.key.Owner, Key: k.key.String(), Detail: detail}
 }
 
+// maxLostNotes bounds Engine.lost: past it, an arbitrary older note is
+// dropped (its key's next kernel then looks like a first one).
+const maxLostNotes = 4096
+
 // removeLocked takes k out of the registry; the caller kills it on its host.
 func (e *Engine) removeLocked(k *Kernel, reason string) {
 	if e.kernels[k.key] == k {
 		delete(e.kernels, k.key)
+		if k.pid > 0 { // it ran, so it had state
+			if _, ok := e.lost[k.key]; !ok && len(e.lost) >= maxLostNotes {
+				for old := range e.lost {
+					delete(e.lost, old)
+					break
+				}
+			}
+			e.lost[k.key] = fmt.Sprintf("kernel %s was %s; state from earlier calls was lost", k.id, reason)
+		}
 	}
 	if e.byID[k.id] == k {
 		delete(e.byID, k.id)

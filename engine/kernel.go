@@ -50,6 +50,9 @@ type Kernel struct {
 	// transient marks a per-call kernel: never in the registry, killed
 	// after its one cell.
 	transient bool
+	// lostNote, on a kernel just created for a key whose previous kernel
+	// left the registry, says why; only the creating call reads it.
+	lostNote string
 }
 
 func (k *Kernel) attachedLocked() bool { return k.holding || len(k.waiters) > 0 }
@@ -133,7 +136,8 @@ func (e *Engine) acquire(ctx context.Context, key Key, env backends.Env, deadlin
 		k = e.kernels[key]
 		if k == nil {
 			now := e.cfg.Now()
-			k = &Kernel{key: key, env: env, id: newKernelID(), state: stateStarting, holding: true, lastUsed: now}
+			k = &Kernel{key: key, env: env, id: newKernelID(), state: stateStarting, holding: true, lastUsed: now, lostNote: e.lost[key]}
+			delete(e.lost, key)
 			e.kernels[key] = k
 			e.byID[k.id] = k
 			e.mu.Unlock()

@@ -135,6 +135,13 @@ type rpcSession struct {
 	reserved int // counted against max_tool_calls, dispatched or about to be
 	// unsent holds answers the socket could not deliver, for the Execute path.
 	unsent []rpcAnswer
+	// streamed are the answers sent over the current stream: a stream that
+	// breaks may have lost them unread, so they are sent again (the runner
+	// ignores an answer it already has).
+	streamed []rpcAnswer
+	// late, once the Execute path runs, delivers an answer on its own
+	// instead of leaving it for the next host-side wait.
+	late func(rpcAnswer) error
 }
 
 type rpcAnswer struct {
@@ -288,16 +295,46 @@ func (s *rpcSession) dispatch(req rpcRequest) rpcResponse {
 	return rpcResponse{OK: true, Value: res.Value, Text: res.Text, Note: res.Note, Dropped: res.Dropped, Stored: res.Stored}
 }
 
-// serveAsync handles item in the background and hands the answer to send;
-// answers send could not deliver wait in unsent for the Execute path.
-func (s *rpcSession) serveAsync(item rpcItem, send func(rpcAnswer) error) {
+// serveStream handles an item that came over the stream and sends the
+// answer back on it; an answer the stream cannot take goes the Execute way.
+func (s *rpcSession) serveStream(item rpcItem, send func(rpcAnswer) error) {
 	s.serveThen(item, func(a *rpcAnswer) {
-		if a != nil && send(*a) != nil {
-			s.mu.Lock()
-			s.unsent = append(s.unsent, *a)
-			s.mu.Unlock()
+		if a == nil {
+			return
 		}
+		if send(*a) == nil {
+			s.mu.Lock()
+			s.streamed = append(s.streamed, *a)
+			s.mu.Unlock()
+			return
+		}
+		s.undelivered(*a)
 	})
+}
+
+// undelivered delivers a on its own once the Execute path runs, or keeps it
+// for the Execute path's next round trip.
+func (s *rpcSession) undelivered(a rpcAnswer) {
+	s.mu.Lock()
+	late := s.late
+	s.mu.Unlock()
+	if late != nil && s.ctx.Err() == nil && late(a) == nil {
+		return
+	}
+	s.mu.Lock()
+	s.unsent = append(s.unsent, a)
+	s.mu.Unlock()
+}
+
+// streamBroke is called when the stream ended before the cell's result:
+// answers sent on it may never have been read, so they are sent again, and
+// from now on late answers are delivered by late.
+func (s *rpcSession) streamBroke(late func(rpcAnswer) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unsent = append(s.streamed, s.unsent...)
+	s.streamed = nil
+	s.late = late
 }
 
 // serveThen handles item in the background and then calls done with its
@@ -344,9 +381,7 @@ func (s *rpcSession) serveExec(items []rpcItem, deliver func(rpcAnswer) error) [
 			}
 			mu.Unlock()
 			if a != nil && s.ctx.Err() == nil && deliver(*a) != nil {
-				s.mu.Lock()
-				s.unsent = append(s.unsent, *a)
-				s.mu.Unlock()
+				s.undelivered(*a)
 			}
 		})
 	}

@@ -66,7 +66,8 @@ modes=$(stat -c '%%a %%u %%F:%%n' -- "$root" "$kd" "$kd/cells" "$kd/rpc" 2>&1) |
 while IFS= read -r line; do
   case "$line" in "700 $EUID directory:"*) ;; *) rm -rf -- "$kd"; fail "not owner-only (want 700 $EUID directory): $line";; esac
 done <<<"$modes"
-head -c %[3]d >"$kd/runner.py" && head -c %[4]d >"$kd/kerneldeck_tools.py" && head -c %[5]d >"$kd/kernel.env" || { rm -rf -- "$kd"; fail "cannot write the runner files into $kd"; }
+# head's own message names the cause (e.g. "No space left on device").
+werr=$( { head -c %[3]d >"$kd/runner.py" && head -c %[4]d >"$kd/kerneldeck_tools.py" && head -c %[5]d >"$kd/kernel.env"; } 2>&1 ) || { rm -rf -- "$kd"; fail "cannot write the runner files into $kd: ${werr//$'\n'/; }"; }
 mkfifo "$kd/wake" "$kd/done" "$kd/ready" || { rm -rf -- "$kd"; fail "cannot create FIFOs in $kd"; }
 exec 5<>"$kd/ready"
 ( set -a; . "$kd/kernel.env"; set +a; rm -f -- "$kd/kernel.env"; exec "$py" "$kd/runner.py" </dev/null >>"$kd/runner.log" 2>&1 5>&- ) &
