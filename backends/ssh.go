@@ -421,6 +421,10 @@ func (s *SSH) hostKeyCheck(t sshTarget) (ssh.HostKeyCallback, []string, error) {
 			return fmt.Errorf("the host key of %s is unknown (%s %s); check it, then run again with --accept-new-host-key to record it in %s, or add it with ssh-keyscan -p %d %s >> %s",
 				hostname, key.Type(), fp, t.knownHosts[0], t.port, t.hostName, t.knownHosts[0])
 		}
+		if !recordableHost(t.hostName) {
+			return fmt.Errorf("the host key of %s is unknown (%s %s), and %q is not a plain host name, so it is not recorded in %s; add the key by hand if you trust it",
+				hostname, key.Type(), fp, t.hostName, t.knownHosts[0])
+		}
 		return appendKnownHost(t.knownHosts[0], hostname, key)
 	}
 	return check, algos, nil
@@ -463,17 +467,41 @@ func algorithmsFor(keyType string) []string {
 	}
 }
 
+// recordableHost reports whether accept-new may write host into
+// known_hosts, where it becomes a pattern: wildcards, a list, a negation,
+// brackets or a single colon (read back as host:port) would make the line
+// vouch for other hosts, or for none.
+func recordableHost(host string) bool {
+	return host != "" && !strings.ContainsAny(host, "*?!,|#@[] \t\r\n\x00") && strings.Count(host, ":") != 1
+}
+
 // appendKnownHost records a newly accepted host key (OpenSSH accept-new).
 func appendKnownHost(path, hostname string, key ssh.PublicKey) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("record host key in %s: %w", path, err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|openPrivateFlags, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|openPrivateFlags, 0o600)
 	if err != nil {
 		return fmt.Errorf("record host key in %s: %w", path, err)
 	}
 	defer f.Close()
-	if _, err := fmt.Fprintln(f, knownhosts.Line([]string{hostname}, key)); err != nil {
+	line := knownhosts.Line([]string{hostname}, key) + "\n"
+	// A last line without its newline would run into ours: its key would
+	// stop parsing, and that host would become unknown.
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("record host key in %s: %w", path, err)
+	}
+	if st.Size() > 0 {
+		last := make([]byte, 1)
+		if _, err := f.ReadAt(last, st.Size()-1); err != nil {
+			return fmt.Errorf("record host key in %s: %w", path, err)
+		}
+		if last[0] != '\n' {
+			line = "\n" + line
+		}
+	}
+	if _, err := io.WriteString(f, line); err != nil {
 		return fmt.Errorf("record host key in %s: %w", path, err)
 	}
 	return nil

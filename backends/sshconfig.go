@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -34,7 +35,7 @@ func (t sshTarget) addr() string { return net.JoinHostPort(t.hostName, strconv.I
 // parseSSHURI splits ssh://[user@]host[:port] (no path, query or password).
 func parseSSHURI(uri string) (userName, host string, port int, err error) {
 	u, err := url.Parse(uri)
-	if err != nil || u.Scheme != "ssh" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+	if err != nil || u.Scheme != "ssh" || u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
 		return "", "", 0, fmt.Errorf("backend %q: want ssh://[user@]host[:port], where host may be a Host alias from ~/.ssh/config", uri)
 	}
 	if _, hasPass := u.User.Password(); hasPass {
@@ -137,10 +138,25 @@ func resolveSSHTarget(cfg *ssh_config.Config, userName, host string, port int, o
 	t.aliveInterval = 5 * time.Second
 	if v := get("ServerAliveInterval"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
+		// OpenSSH's limit, and far below where seconds overflow a Duration.
+		if err != nil || n < 0 || n > math.MaxInt32 {
 			return t, fmt.Errorf("ssh config for %s: ServerAliveInterval %q is not a number of seconds", host, v)
 		}
 		t.aliveInterval = time.Duration(n) * time.Second
+	}
+	// A NUL, CR or LF in a value would reach the server, a path or a
+	// known_hosts line as something OpenSSH never reads from the same file.
+	values := [][2]string{{"User", t.user}, {"HostName", t.hostName}, {"ProxyJump", t.proxyJump}}
+	for _, f := range t.identities {
+		values = append(values, [2]string{"IdentityFile", f})
+	}
+	for _, f := range t.knownHosts {
+		values = append(values, [2]string{"UserKnownHostsFile", f})
+	}
+	for _, kv := range values {
+		if strings.ContainsAny(kv[1], "\x00\r\n") {
+			return t, fmt.Errorf("ssh config for %s: %s %q contains a NUL, CR or LF", host, kv[0], kv[1])
+		}
 	}
 	return t, nil
 }

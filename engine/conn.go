@@ -86,6 +86,11 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 	for {
 		chunk, err := br.ReadSlice('\n')
 		if err == nil {
+			// The last chunk counts too (its newline does not), or a line
+			// could end up to a read buffer over the limit.
+			if len(buf)+len(chunk)-1 > maxFrame {
+				return nil, fmt.Errorf("runner frame larger than %d bytes", maxFrame)
+			}
 			if buf == nil {
 				return bytes.Clone(chunk), nil
 			}

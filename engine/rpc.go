@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +30,10 @@ const (
 	// than this is not even read.
 	maxRPCFile = MaxToolArgs + 64<<10
 )
+
+// rpcFileName is the shape of request file names the runner and the cell
+// script forward (others arrive as "?").
+var rpcFileName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,80}$|^\?$`)
 
 // rpcItem is one request file as the host forwarded it: its name and either
 // its content or why it could not be read.
@@ -173,7 +178,11 @@ func (s *rpcSession) serve(item rpcItem) (rpcAnswer, bool) {
 		if !errors.As(err, &rej) {
 			rej = &rejection{reason: err.Error()}
 		}
-		s.e.emit(kernelEvent(EventRPCRejected, s.k, fmt.Sprintf("%s: %s; not dispatched", item.name, rej.reason)))
+		name := item.name
+		if !rpcFileName.MatchString(name) {
+			name = "?" // the host forwards safe names; anything else is not quoted
+		}
+		s.e.emit(kernelEvent(EventRPCRejected, s.k, fmt.Sprintf("%s: %s; not dispatched", name, rej.reason)))
 		if rej.seq == 0 {
 			return rpcAnswer{}, false
 		}
@@ -219,7 +228,8 @@ func (s *rpcSession) authenticate(item rpcItem) (rpcRequest, error) {
 	s.k.rpcSeen[req.Seq] = struct{}{}
 	switch {
 	case req.Cell != s.cellID:
-		return req, &rejection{seq: req.Seq, reason: fmt.Sprintf("left over from an earlier cell (%q, the running cell is %s): a call runs only under its own cell's authority", req.Cell, s.cellID)}
+		// The request's cell is not quoted: its text is the sender's.
+		return req, &rejection{seq: req.Seq, reason: fmt.Sprintf("left over from an earlier cell (the running cell is %s): a call runs only under its own cell's authority", s.cellID)}
 	case len(req.Args) > MaxToolArgs:
 		return req, &rejection{seq: req.Seq, reason: fmt.Sprintf("oversized arguments: %d bytes, the limit is %d", len(req.Args), MaxToolArgs)}
 	case !toolName.MatchString(req.Tool):
