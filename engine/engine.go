@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -91,6 +92,11 @@ type Engine struct {
 	// state_lost instead of looking like a first call. Bounded by
 	// maxLostNotes.
 	lost map[Key]string
+	// unkilled are runners whose kill did not reach their host (a transport
+	// error, e.g. no free ssh session within killTimeout), by kernel id:
+	// frozen copies with the dir and pid to kill. The sweep retries them
+	// and ShutdownAll kills them with the rest.
+	unkilled map[string]*Kernel
 	// approvals are the tool calls waiting for the operator, by request id;
 	// grants are (owner, tool) pairs the operator approved "always".
 	approvals map[string]*pendingApproval
@@ -134,6 +140,7 @@ func New(cfg Config) (*Engine, error) {
 		byID:      map[string]*Kernel{},
 		pythons:   map[string]string{},
 		lost:      map[Key]string{},
+		unkilled:  map[string]*Kernel{},
 		approvals: map[string]*pendingApproval{},
 		grants:    map[string]bool{},
 		max:       cfg.MaxKernels,
@@ -233,6 +240,8 @@ func (e *Engine) Close(ctx context.Context, keep bool) error {
 	go func() { e.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		// Kills retried by the sweep may have failed again meanwhile.
+		e.killAll(ctx, e.takeUnkilled())
 	case <-ctx.Done():
 		err = errors.Join(err, fmt.Errorf("engine close: %w", ctx.Err()))
 	}
@@ -251,6 +260,7 @@ func (e *Engine) sweep() {
 		case <-t.C:
 			e.reapIdle()
 			e.enforceCap()
+			e.killAsync(e.takeUnkilled()) // a retry that fails puts its kernel back
 		}
 	}
 }
@@ -380,6 +390,15 @@ func (e *Engine) lruLocked() []*Kernel {
 	return idle
 }
 
+// takeUnkilled returns the kernels whose kill failed and forgets them.
+func (e *Engine) takeUnkilled() []*Kernel {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := slices.Collect(maps.Values(e.unkilled))
+	clear(e.unkilled)
+	return out
+}
+
 func (e *Engine) killAsync(victims []*Kernel) {
 	for _, k := range victims {
 		e.goAsync(func(ctx context.Context) { e.killOnHost(ctx, k) })
@@ -390,7 +409,7 @@ func (e *Engine) killAsync(victims []*Kernel) {
 // because the kernel is already out of the registry.
 func (e *Engine) killOnHost(ctx context.Context, k *Kernel) {
 	e.mu.Lock()
-	dir, pid, conn := k.dir, k.pid, k.conn
+	id, dir, pid, conn := k.id, k.dir, k.pid, k.conn
 	k.conn = nil
 	e.mu.Unlock()
 	if conn != nil {
@@ -402,6 +421,11 @@ func (e *Engine) killOnHost(ctx context.Context, k *Kernel) {
 	res, err := k.env.Execute(ctx, killScript(dir, pid), backends.ExecOptions{Timeout: killTimeout})
 	if err != nil {
 		e.emit(kernelEvent(EventTransportError, k, "kill: "+err.Error()))
+		// k itself may be respawned in place (a reset): keep what to kill.
+		e.mu.Lock()
+		e.unkilled[id] = &Kernel{key: k.key, env: k.env, id: id, dir: dir, pid: pid, state: stateGone,
+			goneReason: k.goneReason, transient: k.transient}
+		e.mu.Unlock()
 		return
 	}
 	e.emit(kernelEvent(EventKilled, k, fmt.Sprintf("%s (pid %d, rc %d)", k.goneReasonSafe(), pid, res.ReturnCode)))
@@ -445,9 +469,12 @@ func (e *Engine) ShutdownAll(ctx context.Context) int {
 		e.removeLocked(k, "shutdown")
 		victims = append(victims, k)
 	}
+	n := len(victims)
+	victims = append(victims, slices.Collect(maps.Values(e.unkilled))...)
+	clear(e.unkilled)
 	e.mu.Unlock()
 	e.killAll(ctx, victims)
-	return len(victims)
+	return n
 }
 
 func (e *Engine) killAll(ctx context.Context, victims []*Kernel) {
