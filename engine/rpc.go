@@ -88,7 +88,7 @@ func parseRPCRequest(data []byte) (rpcRequest, error) {
 	if err := dec.Decode(&raw); err != nil {
 		return rpcRequest{}, fmt.Errorf("unparseable request: %w", err)
 	}
-	if dec.More() {
+	if len(bytes.TrimSpace(data[dec.InputOffset():])) > 0 {
 		return rpcRequest{}, errors.New("unparseable request: data after the JSON object")
 	}
 	var req rpcRequest
