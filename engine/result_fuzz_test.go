@@ -292,27 +292,9 @@ func (h *cellFuzzHost) DialUnix(_ context.Context, sock string) (net.Conn, error
 	return engineSide, nil
 }
 
-// fuzzFrame mirrors runnerFrame for the oracle.
-type fuzzFrame struct {
-	Op             string  `json:"op"`
-	ID             string  `json:"id"`
-	Status         string  `json:"status"`
-	Stdout         string  `json:"stdout"`
-	Stderr         string  `json:"stderr"`
-	StdoutClipped  bool    `json:"stdout_clipped"`
-	StderrClipped  bool    `json:"stderr_clipped"`
-	StdoutSpill    string  `json:"stdout_spill"`
-	StderrSpill    string  `json:"stderr_spill"`
-	Traceback      string  `json:"traceback"`
-	ExecutionCount int     `json:"execution_count"`
-	DurationMS     float64 `json:"duration_ms"`
-	Stream         string  `json:"stream"`
-	Text           string  `json:"text"`
-	Error          string  `json:"error"`
-	PID            int     `json:"pid"`
-	Name           string  `json:"name"`
-	Data           string  `json:"data"`
-}
+// fuzzFrame is the runner's frame as the oracle decodes it: the same type,
+// so a field added to runnerFrame cannot be missed here.
+type fuzzFrame = runnerFrame
 
 // cellExpect is what the caller must get for one runner answer.
 type cellExpect struct {
