@@ -166,6 +166,21 @@ Example:
   echo '{"id":"1","op":"execute","code":"print(1)"}' | kerneldeck headless
 `
 
+// reporters returns a mode's two ways to end with an error: usage (the
+// command line must be fixed; exit 2, with a pointer to --help) and fail
+// (something went wrong; exit 1).
+func reporters(stderr io.Writer, prog string) (usage, fail func(error) int) {
+	usage = func(err error) int {
+		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for the flags.\n", prog, err, prog)
+		return exitUsage
+	}
+	fail = func(err error) int {
+		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+		return exitFail
+	}
+	return usage, fail
+}
+
 // isHelpOrVersion tells the top-level help and version flags from the
 // dashboard's flags.
 func isHelpOrVersion(arg string) bool {
@@ -496,14 +511,7 @@ func openTools(s *settings) (*hosttools.Registry, *hosttools.Workspace, error) {
 }
 
 func runHeadless(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	usageErr := func(err error) int {
-		fmt.Fprintf(stderr, "kerneldeck headless: %v\nRun 'kerneldeck headless --help' for the flags.\n", err)
-		return exitUsage
-	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "kerneldeck headless: %v\n", err)
-		return exitFail
-	}
+	usageErr, fail := reporters(stderr, "kerneldeck headless")
 	f, err := parseHeadlessFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, headlessHelp)

@@ -59,10 +59,7 @@ type dashboardFlags struct {
 }
 
 func runDashboard(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	usageErr := func(err error) int {
-		fmt.Fprintf(stderr, "kerneldeck: %v\nRun 'kerneldeck --help' for the flags.\n", err)
-		return exitUsage
-	}
+	usageErr, _ := reporters(stderr, "kerneldeck")
 	var d dashboardFlags
 	f, err := parseFlags("kerneldeck", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&d.theme, "theme", "", "")

@@ -156,14 +156,7 @@ func stdinIsTerminal(stdin io.Reader) bool {
 }
 
 func runREPL(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	usageErr := func(err error) int {
-		fmt.Fprintf(stderr, "kerneldeck repl: %v\nRun 'kerneldeck repl --help' for the flags.\n", err)
-		return exitUsage
-	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "kerneldeck repl: %v\n", err)
-		return exitFail
-	}
+	usageErr, fail := reporters(stderr, "kerneldeck repl")
 	f, r, err := parseREPLFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, replHelp)
