@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/kerneldeck/kerneldeck/hosttools"
 )
 
 // Policy says what happens when a kernel calls a host tool: it runs, the
@@ -138,7 +140,7 @@ var errDenied = errors.New("denied")
 // authorize applies the owner's policy to a tool call. It returns nil when
 // the call may run and an error saying why not otherwise; an "ask" waits for
 // Approve, the approval timeout or ctx.
-func (e *Engine) authorize(ctx context.Context, k *Kernel, tool string, args json.RawMessage) error {
+func (e *Engine) authorize(ctx context.Context, k *Kernel, tool string, args hosttools.Args) error {
 	owner := k.key.Owner
 	e.mu.Lock()
 	granted := e.grants[owner+"\x00"+tool]
@@ -153,9 +155,14 @@ func (e *Engine) authorize(ctx context.Context, k *Kernel, tool string, args jso
 	case PolicyDeny:
 		return fmt.Errorf("%w: the approval policy denies %s for owner %s", errDenied, tool, owner)
 	}
-	shown := args
+	// The operator sees the arguments the tool will get, re-encoded from
+	// what was decoded (keys sorted), not the bytes the kernel sent.
+	shown, err := json.Marshal(args)
+	if err != nil {
+		return fmt.Errorf("%w: arguments cannot be shown for approval: %v", errDenied, err)
+	}
 	if len(shown) > maxEventArgs {
-		shown, _ = json.Marshal(string(args[:maxEventArgs]) + "... (clipped)")
+		shown, _ = json.Marshal(fmt.Sprintf("%s... (clipped: %d bytes in all)", shown[:maxEventArgs], len(shown)))
 	}
 	p := &pendingApproval{
 		req:     ApprovalRequest{ID: "a" + randomHex(6), Kernel: kernelID, Owner: owner, Tool: tool, Args: shown, Since: e.cfg.Now()},

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/hosttools"
+	"github.com/kerneldeck/kerneldeck/internal/jsonobj"
 )
 
 // The host side of tool calls. A kernel's call writes rpc/SEQ.req; the
@@ -47,9 +49,10 @@ type rpcItem struct {
 type rpcRequest struct {
 	Seq   int64
 	Tool  string
-	Args  json.RawMessage // always a JSON object
+	Args  json.RawMessage // as sent; a JSON object once checked
 	Token string
 	Cell  string
+	args  hosttools.Args // Args decoded, set by the check
 }
 
 // rpcResponse is the answer a kernel's call receives.
@@ -76,33 +79,38 @@ func (r *rejection) Error() string { return r.reason }
 // parseRPCRequest parses one request file. It accepts exactly the fields the
 // runner writes; seq must be a positive JSON integer, args a JSON object.
 func parseRPCRequest(data []byte) (rpcRequest, error) {
-	var raw struct {
-		Seq   json.RawMessage `json:"seq"`
-		Tool  *string         `json:"tool"`
-		Args  json.RawMessage `json:"args"`
-		Token *string         `json:"token"`
-		Cell  *string         `json:"cell"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&raw); err != nil {
+	// Strict decoding: exact keys, each once. A struct decoder would take
+	// "TOKEN" for "token", and a map keeps the last of two "token"s, so two
+	// readers of one file could see two different requests.
+	obj, err := jsonobj.Decode(data)
+	if err != nil {
 		return rpcRequest{}, fmt.Errorf("unparseable request: %w", err)
 	}
-	if len(bytes.TrimSpace(data[dec.InputOffset():])) > 0 {
-		return rpcRequest{}, errors.New("unparseable request: data after the JSON object")
-	}
 	var req rpcRequest
-	if raw.Token != nil {
-		req.Token = *raw.Token
+	for _, key := range slices.Sorted(maps.Keys(obj)) {
+		raw := obj[key]
+		var dst *string
+		switch key {
+		case "token":
+			dst = &req.Token
+		case "cell":
+			dst = &req.Cell
+		case "tool":
+			dst = &req.Tool
+		case "seq", "args":
+			continue
+		default:
+			return rpcRequest{}, fmt.Errorf("unparseable request: unknown field %.40q", key)
+		}
+		if string(raw) == "null" {
+			continue
+		}
+		if raw[0] != '"' || json.Unmarshal(raw, dst) != nil {
+			return rpcRequest{}, fmt.Errorf("unparseable request: %s must be a string", key)
+		}
 	}
-	if raw.Cell != nil {
-		req.Cell = *raw.Cell
-	}
-	if raw.Tool != nil {
-		req.Tool = *raw.Tool
-	}
-	req.Args = raw.Args
-	seq, err := parseSeq(raw.Seq)
+	req.Args = obj["args"]
+	seq, err := parseSeq(obj["seq"])
 	if err != nil {
 		return req, err
 	}
@@ -237,9 +245,14 @@ func (s *rpcSession) authenticate(item rpcItem) (rpcRequest, error) {
 	}
 	if a := bytes.TrimSpace(req.Args); len(a) == 0 || string(a) == "null" {
 		req.Args = json.RawMessage("{}")
-	} else if a[0] != '{' {
-		return req, &rejection{seq: req.Seq, reason: "args must be a JSON object"}
 	}
+	// Args are decoded here, once: the approval prompt and the tool see the
+	// same values, and a repeated key (one value shown, another run) is refused.
+	args, err := jsonobj.Decode(req.Args)
+	if err != nil {
+		return req, &rejection{seq: req.Seq, reason: "args must be a JSON object with each parameter once: " + err.Error()}
+	}
+	req.args = hosttools.Args(args)
 	return req, nil
 }
 
@@ -275,15 +288,11 @@ func (s *rpcSession) dispatch(req rpcRequest) rpcResponse {
 		s.reserved--
 		s.mu.Unlock()
 	}
-	if err := e.authorize(s.ctx, k, req.Tool, req.Args); err != nil {
+	if err := e.authorize(s.ctx, k, req.Tool, req.args); err != nil {
 		unreserve()
 		return refuse(err.Error())
 	}
-	var args hosttools.Args
-	if err := json.Unmarshal(req.Args, &args); err != nil {
-		unreserve()
-		return refuse("args must be a JSON object: " + err.Error())
-	}
+	args := req.args
 	s.mu.Lock()
 	s.made++
 	s.mu.Unlock()

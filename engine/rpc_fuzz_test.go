@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -24,6 +25,7 @@ func FuzzParseRPCRequest(f *testing.F) {
 		`{not json`, `[]`, `null`, `{"seq":1}{"seq":2}`, `{"seq":1,"extra":true}`,
 		`{"seq":1,"tool":"x","args":[1,2],"token":"t","cell":"c"}`,
 		"{\"seq\":1,\"tool\":\"\u2603\",\"token\":\"\\u0000\"}",
+		`{"seq":1,"TOKEN":"0"}`, `{"seq":1,"token":"a","token":"b"}`, `{"seq":1,"tok\u0065n":"a","token":"b"}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -59,9 +61,14 @@ func FuzzServeRPC(f *testing.F) {
 	f.Add([]byte(`{"seq":4.0,"tool":"noop","token":"` + token + `","cell":"c1"}`))
 	f.Add([]byte(`{"seq":5,"tool":"noop","args":"x","token":"` + token + `","cell":"c1"}`))
 	f.Add([]byte(`{"seq":6,"tool":"noop","args":null,"token":"","cell":"c1"}`))
+	f.Add([]byte(`{"seq":7,"tool":"noop","args":{"a":"x","b":2,"path":null},"token":"` + token + `","cell":"c1"}`))
+	f.Add([]byte(`{"seq":8,"tool":"noop","args":{"a":"x","a":"y"},"token":"` + token + `","cell":"c1"}`))
+	f.Add([]byte(`{"seq":9,"tool":"noop","args":{"A":"x"},"TOKEN":"` + token + `","cell":"c1"}`))
 	var ran atomic.Int64
+	var lastArgs atomic.Pointer[hosttools.Args]
 	reg := hosttools.NewRegistry()
-	if err := reg.Register(hosttools.Tool{Name: "noop", Description: "Count calls.", Handler: func(context.Context, hosttools.Call) (hosttools.Result, error) {
+	if err := reg.Register(hosttools.Tool{Name: "noop", Description: "Count calls.", Params: fuzzParams, Handler: func(_ context.Context, c hosttools.Call) (hosttools.Result, error) {
+		lastArgs.Store(&c.Args)
 		ran.Add(1)
 		return hosttools.Result{Text: "ok"}, nil
 	}}); err != nil {
@@ -87,21 +94,44 @@ func FuzzServeRPC(f *testing.F) {
 			}
 			return
 		}
-		var raw struct {
-			Seq   json.Number     `json:"seq"`
-			Token string          `json:"token"`
-			Cell  string          `json:"cell"`
-			Args  json.RawMessage `json:"args"`
-		}
+		// The oracle decodes with exact (case-sensitive) keys, as the
+		// runner writes them.
+		var raw map[string]json.RawMessage
 		if err := json.Unmarshal(data, &raw); err != nil {
 			t.Fatalf("dispatched an undecodable request %q: %v", data, err)
 		}
-		if raw.Token != token || raw.Cell != "c1" || strings.ContainsAny(raw.Seq.String(), ".eE-") || len(raw.Args) > MaxToolArgs {
+		str := func(k string) string { var v string; json.Unmarshal(raw[k], &v); return v }
+		if str("token") != token || str("cell") != "c1" || strings.ContainsAny(string(raw["seq"]), ".eE-") || len(raw["args"]) > MaxToolArgs {
 			t.Fatalf("dispatched a request that fails a check: %q", data)
+		}
+		// The tool got the args the file holds, each parameter once.
+		want := map[string]json.RawMessage{}
+		if a := raw["args"]; len(a) > 0 && string(a) != "null" {
+			if err := json.Unmarshal(a, &want); err != nil {
+				t.Fatalf("dispatched args that are not an object: %q", data)
+			}
+		}
+		if got := lastArgs.Load(); got == nil || !sameArgs(*got, want) {
+			t.Fatalf("%q: the tool got args %v, the file says %s", data, got, raw["args"])
 		}
 		// Never twice: the same bytes again are a replay.
 		if _, _ = s.serve(rpcItem{name: "f.req", data: data}); ran.Load() != before+1 {
 			t.Fatalf("a replayed request was dispatched again: %q", data)
 		}
 	})
+}
+
+// fuzzParams lets FuzzServeRPC's tool take a few arguments of any type.
+var fuzzParams = hosttools.Schema{{Name: "a", Type: hosttools.TypeString}, {Name: "b", Type: hosttools.TypeInt}, {Name: "path", Type: hosttools.TypeString}}
+
+func sameArgs(got hosttools.Args, want map[string]json.RawMessage) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for k, v := range want {
+		if !bytes.Equal(bytes.TrimSpace(got[k]), bytes.TrimSpace(v)) {
+			return false
+		}
+	}
+	return true
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/jsonobj"
 )
 
 // MaxLineBytes is the longest request line accepted; longer lines are
@@ -280,15 +281,24 @@ const opList = "execute, kernels, limits, interrupt, kill, shutdown_owner, shutd
 // parse validates one line. On failure it returns the request's id when it
 // has a string one, so the error can still be matched to the request.
 func (s *server) parse(line []byte) (*request, *string, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(line, &m); err != nil {
-		var syn *json.SyntaxError
-		if errors.As(err, &syn) {
-			return nil, nil, fmt.Errorf("request is not valid JSON (%v at byte %d); send one JSON object per line, e.g. {\"id\":\"1\",\"op\":\"kernels\"}", syn, syn.Offset)
+	m, err := jsonobj.Decode(line)
+	var syn *json.SyntaxError
+	var dup *jsonobj.DuplicateKeyError
+	switch {
+	case errors.As(err, &syn):
+		return nil, nil, fmt.Errorf("request is not valid JSON (%v at byte %d); send one JSON object per line, e.g. {\"id\":\"1\",\"op\":\"kernels\"}", syn, syn.Offset)
+	case errors.As(err, &dup):
+		// Which of two values was meant is unknown: refused, and the id
+		// echoed only when it is not the field given twice.
+		msg := fmt.Errorf("request gives %.80q twice; send each field once", dup.Key)
+		var obj map[string]json.RawMessage
+		if dup.Key != "id" && json.Unmarshal(line, &obj) == nil {
+			if id, ok, err := fields(obj).str("id"); ok && err == nil {
+				return nil, &id, msg
+			}
 		}
-		return nil, nil, errors.New(`request must be a JSON object, e.g. {"id":"1","op":"kernels"}`)
-	}
-	if m == nil {
+		return nil, nil, msg
+	case err != nil:
 		return nil, nil, errors.New(`request must be a JSON object, e.g. {"id":"1","op":"kernels"}`)
 	}
 	f := fields(m)

@@ -413,6 +413,8 @@ func TestBadRequestsKeepServing(t *testing.T) {
 		{`{"op":"kernels"}`, null, []string{`needs "id" as a JSON string`, "missing"}},
 		{`{"id":7,"op":"kernels"}`, null, []string{`"id" as a JSON string`, "number 7"}},
 		{`{"id":"e1"}`, "e1", []string{`no "op"`, "execute, kernels, limits"}},
+		{`{"id":"d1","op":"kill","kernel":"k1","kernel":"k2"}`, "d1", []string{`gives "kernel" twice`, "send each field once"}},
+		{`{"id":"d2","id":"d3","op":"kernels"}`, null, []string{`gives "id" twice`}},
 		{`{"id":"e2","op":"launch"}`, "e2", []string{`unknown op "launch"`, "shutdown_all", "approve"}},
 		{`{"id":"e3","op":5}`, "e3", []string{`"op" must be a string, got number 5`}},
 		{`{"id":"e4","op":"execute"}`, "e4", []string{`execute needs "code"`, `"" is allowed`}},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/fakeenv"
+	"github.com/kerneldeck/kerneldeck/internal/jsonobj"
 )
 
 // Request lines come from scripts and agents: hostile input. These targets
@@ -48,6 +50,8 @@ var parseSeeds = []string{
 	`{"id":"8d","op":"approve","request":"r1","decision":"maybe"}`,
 	`{"id":"9","op":"dance"}`,
 	`{"id":"dup","id":"dup2","op":"kernels"}`,
+	`{"id":"d","op":"kill","kernel":"k1","kernel":"k2"}`,
+	`{"id":"d2","op":"kernels","o\u0070":"kernels"}`,
 	`{"id":"\u00e9\ud800","op":"kernels"}`,
 	"{\"id\":\"\xff\",\"op\":\"kernels\"}",
 	`{"id":7,"op":"kernels"}`,
@@ -86,6 +90,17 @@ func FuzzParseRequest(f *testing.F) {
 				if json.Unmarshal(raw, &s) == nil {
 					wantID = &s
 				}
+			}
+		}
+		// A field given twice is refused; an id given twice is not echoed,
+		// since which one was meant is unknown.
+		var dup *jsonobj.DuplicateKeyError
+		if _, derr := jsonobj.Decode(line); errors.As(derr, &dup) {
+			if err == nil || !strings.Contains(err.Error(), "twice") {
+				t.Fatalf("%q: accepted with %q given twice (err %v)", line, dup.Key, err)
+			}
+			if dup.Key == "id" {
+				wantID = nil
 			}
 		}
 		switch {

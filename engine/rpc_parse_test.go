@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/hosttools"
+)
+
+func TestParseRPCRequest(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    rpcRequest
+		wantErr string
+	}{
+		{in: `{"seq":7,"tool":"read_file","args":{"path":"x"},"token":"t","cell":"c1"}`,
+			want: rpcRequest{Seq: 7, Tool: "read_file", Args: json.RawMessage(`{"path":"x"}`), Token: "t", Cell: "c1"}},
+		{in: `{"seq":1,"token":null}`, want: rpcRequest{Seq: 1}},
+		// Keys match exactly: encoding/json's struct decoder would read
+		// "TOKEN" as "token" (the fuzzer found this one).
+		{in: `{"seq":1,"TOKEN":"0"}`, wantErr: `unknown field "TOKEN"`},
+		{in: `{"seq":1,"Seq":2}`, wantErr: `unknown field "Seq"`},
+		// A key twice: one reader would take the first, another the last.
+		{in: `{"seq":1,"token":"a","token":"b"}`, wantErr: `key "token" appears twice`},
+		{in: `{"seq":1,"seq":2}`, wantErr: `key "seq" appears twice`},
+		{in: `{"seq":1,"token":5}`, wantErr: "token must be a string"},
+		{in: `{"seq":1,"cell":["c1"]}`, wantErr: "cell must be a string"},
+		{in: `{"seq":1}}`, wantErr: "unparseable request"},
+		{in: `[]`, wantErr: "not a JSON object"},
+		{in: `{"seq":1.0}`, wantErr: "not a positive integer"},
+		{in: `{"tool":"x"}`, wantErr: "seq is missing"},
+	} {
+		got, err := parseRPCRequest([]byte(tc.in))
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("parseRPCRequest(%s) = %+v, %v; want an error containing %q", tc.in, got, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got.Seq != tc.want.Seq || got.Tool != tc.want.Tool || got.Token != tc.want.Token ||
+			got.Cell != tc.want.Cell || string(got.Args) != string(tc.want.Args) {
+			t.Errorf("parseRPCRequest(%s) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// A parameter given twice in args is refused before the approval prompt or
+// the tool sees it; the prompt shows exactly the arguments the tool gets.
+func TestRPCArgsShownAreTheArgsRun(t *testing.T) {
+	const token = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	got := make(chan hosttools.Args, 4)
+	reg := hosttools.NewRegistry()
+	if err := reg.Register(hosttools.Tool{Name: "echo", Description: "Record its args.",
+		Params: hosttools.Schema{{Name: "a", Type: hosttools.TypeString}, {Name: "b", Type: hosttools.TypeArray}, {Name: "command", Type: hosttools.TypeString}},
+		Handler: func(_ context.Context, c hosttools.Call) (hosttools.Result, error) {
+			got <- c.Args
+			return hosttools.Result{Text: "ok"}, nil
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Backends: []backends.Env{backends.NewLocal(t.TempDir())}, Tools: reg,
+		Approvals: Approvals{Default: PolicyAsk}, ApprovalTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background(), true)
+	sub := e.Subscribe(64)
+	defer sub.Close()
+	key, _ := NewKey("o", e.DefaultBackend(), "t", "", []string{"echo"})
+	k := &Kernel{key: key, id: "k1", token: token}
+	s := e.newRPCSession(context.Background(), k, &cellRun{id: "c1", deadline: time.Now().Add(time.Minute)})
+	defer s.close()
+	request := func(seq int, args string) []byte {
+		return []byte(`{"seq":` + string(rune('0'+seq)) + `,"tool":"echo","token":"` + token + `","cell":"c1","args":` + args + `}`)
+	}
+
+	// The first "command" would fill the prompt; the second would run.
+	padded := `{"command":"echo hi` + strings.Repeat(" ", 5000) + `","command":"rm -rf ~"}`
+	ans, answered := s.serve(rpcItem{name: "1.req", data: request(1, padded)})
+	if !answered || ans.resp.OK || !strings.Contains(ans.resp.Error, `"command" appears twice`) {
+		t.Fatalf("repeated arg: answer %+v (answered %v), want a refusal naming the repeated key", ans, answered)
+	}
+	if len(got) != 0 || len(e.PendingApprovals()) != 0 {
+		t.Fatal("a request with a repeated arg reached the tool or the approval prompt")
+	}
+
+	done := make(chan rpcAnswer, 1)
+	go func() {
+		a, _ := s.serve(rpcItem{name: "2.req", data: request(2, `{ "b" : [1, 2], "a":"x" }`)})
+		done <- a
+	}()
+	var shown string
+	for shown == "" {
+		select {
+		case ev := <-sub.C:
+			if ev.Type == EventApprovalRequest {
+				shown = string(ev.Args)
+				if err := e.Approve(ev.Request, ApproveOnce); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no approval request")
+		}
+	}
+	if a := <-done; !a.resp.OK {
+		t.Fatalf("approved call failed: %+v", a.resp)
+	}
+	ran, _ := json.Marshal(<-got)
+	if shown != `{"a":"x","b":[1,2]}` || shown != string(ran) {
+		t.Fatalf("the prompt showed %s, the tool got %s; want both {\"a\":\"x\",\"b\":[1,2]}", shown, ran)
+	}
+}
