@@ -536,22 +536,33 @@ func TestReadLineLimit(t *testing.T) {
 
 func TestConcurrentRequests(t *testing.T) {
 	h := start(t, newEngine(t, engine.Config{}), Options{})
+	// A barrier instead of a stopwatch: each cell checks in and waits until
+	// all four have, and the test's own mark, made only after the quick
+	// "kernels" request was answered. Cells run one after another would
+	// each see fewer marks.
+	dir := t.TempDir()
 	ids := []string{"c1", "c2", "c3", "c4"}
-	begin := time.Now()
 	for _, id := range ids {
-		h.send(execReq(id, "import time\ntime.sleep(1.5)\nprint("+strconv.Quote(id)+")", "owner", id))
+		code := fmt.Sprintf(`import os, time
+d = %q
+open(os.path.join(d, %q), "w").close()
+end = time.time() + 60
+while len(os.listdir(d)) < 5 and time.time() < end:
+    time.sleep(0.01)
+print(%q, len(os.listdir(d)))`, dir, id, id)
+		h.send(execReq(id, code, "owner", id))
 	}
 	h.send(line{"id": "list", "op": "kernels"})
 	if first := h.next(); first["id"] != "list" {
 		t.Errorf("a quick request waited for slow ones: first response %v", first)
 	}
-	got := h.await(ids...)
-	if took := time.Since(begin); took > 4*time.Second {
-		t.Errorf("4 cells of 1.5s each took %v: not run concurrently", took)
+	if err := os.WriteFile(filepath.Join(dir, "test"), nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
+	got := h.await(ids...)
 	for _, id := range ids {
-		if got[id]["stdout"] != id+"\n" || got[id]["op"] != "result" {
-			t.Errorf("response for %s: %v", id, got[id])
+		if got[id]["stdout"] != id+" 5\n" || got[id]["op"] != "result" {
+			t.Errorf("response for %s: %v (want %q: all four cells running at once)", id, got[id], id+" 5\n")
 		}
 	}
 }
