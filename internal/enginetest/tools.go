@@ -94,7 +94,10 @@ import kerneldeck_tools as kt
 func expectOK(t *testing.T, res *engine.Result, wantStdout string) {
 	t.Helper()
 	if res.Status != "success" || res.Stdout != wantStdout {
-		t.Fatalf("status %q stdout %q, want success %q; stderr %q traceback %q", res.Status, res.Stdout, wantStdout, res.Stderr, res.Traceback)
+		// The kernel and fallback say whether a respawn or a per-call run
+		// (a spawn that failed under load) explains a state that went missing.
+		t.Fatalf("status %q stdout %q, want success %q; stderr %q traceback %q; fallback %q kernel %+v",
+			res.Status, res.Stdout, wantStdout, res.Stderr, res.Traceback, res.Fallback, res.Kernel)
 	}
 }
 
