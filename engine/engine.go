@@ -30,7 +30,14 @@ const (
 	defaultSweepEvery     = time.Second
 	spawnTimeout          = 30 * time.Second
 	killTimeout           = 15 * time.Second
+	killRetryMax          = 30 * time.Second
 )
+
+// runnerIdleMargin is the slack the runner adds to idle_exit before it exits
+// by itself (runner.py: min(30 s, max(1 s, idle_exit/4))).
+func runnerIdleMargin(idle time.Duration) time.Duration {
+	return min(30*time.Second, max(time.Second, idle/4))
+}
 
 // Config configures an Engine. Zero fields take the defaults above.
 type Config struct {
@@ -241,7 +248,7 @@ func (e *Engine) Close(ctx context.Context, keep bool) error {
 	select {
 	case <-done:
 		// Kills retried by the sweep may have failed again meanwhile.
-		e.killAll(ctx, e.takeUnkilled())
+		e.killAll(ctx, e.takeUnkilled(true))
 	case <-ctx.Done():
 		err = errors.Join(err, fmt.Errorf("engine close: %w", ctx.Err()))
 	}
@@ -260,7 +267,7 @@ func (e *Engine) sweep() {
 		case <-t.C:
 			e.reapIdle()
 			e.enforceCap()
-			e.killAsync(e.takeUnkilled()) // a retry that fails puts its kernel back
+			e.killAsync(e.takeUnkilled(false)) // a retry that fails puts its kernel back
 		}
 	}
 }
@@ -390,13 +397,44 @@ func (e *Engine) lruLocked() []*Kernel {
 	return idle
 }
 
-// takeUnkilled returns the kernels whose kill failed and forgets them.
-func (e *Engine) takeUnkilled() []*Kernel {
+// takeUnkilled returns the kernels whose kill failed and whose retry is
+// due (all of them when all is set), and forgets them.
+func (e *Engine) takeUnkilled(all bool) []*Kernel {
+	now := e.cfg.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := slices.Collect(maps.Values(e.unkilled))
-	clear(e.unkilled)
+	var out []*Kernel
+	for id, k := range e.unkilled {
+		if all || k.killRetry == nil || !now.Before(k.killRetry.next) {
+			out = append(out, k)
+			delete(e.unkilled, id)
+		}
+	}
 	return out
+}
+
+// killFailed keeps what to kill after a kill that did not reach k's host,
+// for a retry after a backoff, or gives up once k's runner must have exited
+// by itself (idle_exit plus its margin, after a cell's timeout at most).
+func (e *Engine) killFailed(k *Kernel, id, dir string, pid int) {
+	now := e.cfg.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := k.killRetry
+	if r == nil {
+		idle := e.idleExit
+		r = &killRetry{giveUp: now.Add(e.cfg.CellTimeout + idle + runnerIdleMargin(idle))}
+	}
+	r = &killRetry{tries: r.tries + 1, giveUp: r.giveUp}
+	if !now.Before(r.giveUp) {
+		e.emit(kernelEvent(EventTransportError, k, fmt.Sprintf(
+			"kill: gave up after %d tries: the host stayed unreachable, and the runner exits by itself once idle for its idle_exit", r.tries)))
+		return
+	}
+	r.next = now.Add(min(time.Second<<min(r.tries-1, 10), killRetryMax))
+	// k itself may be respawned in place (a reset): keep a frozen copy.
+	e.unkilled[id] = &Kernel{key: k.key, env: k.env, id: id, dir: dir, pid: pid, state: stateGone,
+		goneReason: k.goneReason, transient: k.transient, killRetry: r}
 }
 
 func (e *Engine) killAsync(victims []*Kernel) {
@@ -421,11 +459,7 @@ func (e *Engine) killOnHost(ctx context.Context, k *Kernel) {
 	res, err := k.env.Execute(ctx, killScript(dir, pid), backends.ExecOptions{Timeout: killTimeout})
 	if err != nil {
 		e.emit(kernelEvent(EventTransportError, k, "kill: "+err.Error()))
-		// k itself may be respawned in place (a reset): keep what to kill.
-		e.mu.Lock()
-		e.unkilled[id] = &Kernel{key: k.key, env: k.env, id: id, dir: dir, pid: pid, state: stateGone,
-			goneReason: k.goneReason, transient: k.transient}
-		e.mu.Unlock()
+		e.killFailed(k, id, dir, pid)
 		return
 	}
 	e.emit(kernelEvent(EventKilled, k, fmt.Sprintf("%s (pid %d, rc %d)", k.goneReasonSafe(), pid, res.ReturnCode)))

@@ -35,14 +35,30 @@ const phrase = "state from earlier calls was lost"
 // ---- harness ---------------------------------------------------------------
 
 type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
+	mu    sync.Mutex
+	now   time.Time
+	reads int
 }
 
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.reads++
 	return c.now
+}
+
+// settle waits until the engine has read the clock n more times: with
+// nothing else going on, that is its background sweep seeing the time.
+func (c *fakeClock) settle(t *testing.T, n int) {
+	t.Helper()
+	c.mu.Lock()
+	from := c.reads
+	c.mu.Unlock()
+	eventually(t, "the sweep to read the clock", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.reads >= from+n
+	})
 }
 
 func (c *fakeClock) Advance(d time.Duration) {
@@ -1858,4 +1874,81 @@ func TestTimeoutInterruptSurvivesTransportError(t *testing.T) {
 	if ks := r.eng.Kernels(); len(ks) != 1 || ks[0].ID != first.Kernel.ID {
 		t.Fatalf("registry: %+v", ks)
 	}
+}
+
+// A kill that cannot reach its host is retried with a doubling wait (1 s,
+// 2 s, 4 s, ... at most 30 s), and given up, with one event saying so, once
+// the runner has exited by itself: the cell timeout plus idle_exit plus the
+// runner's margin after the first failure. Close does not retry it then.
+func TestFailedKillBacksOffAndGivesUp(t *testing.T) {
+	r := newRig(t, func(c *engine.Config) {
+		c.SweepEvery = 5 * time.Millisecond
+		c.IdleExit = 2 * time.Minute // margin 30 s; with the 5 s cell timeout, give up at 2m35s
+	})
+	res := r.exec(engine.Request{Owner: "a", Code: "1"})
+	r.env.Prepend(fakeenv.On("kill", fakeenv.TransportError("no free ssh session")))
+	if err := r.eng.Kill(context.Background(), res.Kernel.ID); err != nil {
+		t.Fatal(err)
+	}
+	tries := func() int { return r.env.Count("kill") }
+	if tries() != 1 {
+		t.Fatalf("%d kill commands after Kill, want 1", tries())
+	}
+	// Each step: advance the clock by 1 s at a time; the next try comes
+	// exactly when its wait is over, never before.
+	waited := time.Duration(0)
+	for try, wait := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second} {
+		for step := time.Second; step <= wait; step += time.Second {
+			if step < wait {
+				r.clock.Advance(time.Second)
+				// Several sweeps run at this time; none may retry yet.
+				r.clock.settle(t, 10)
+				if got := tries(); got != try+1 {
+					t.Fatalf("%v after the failure: %d kill commands, want %d (the retry came early)", waited+step, got, try+1)
+				}
+				continue
+			}
+			r.clock.Advance(time.Second)
+			eventually(t, fmt.Sprintf("retry %d", try+1), func() bool { return tries() == try+2 })
+		}
+		waited += wait
+	}
+	// 91 s so far; the horizon is at 155 s. A try just before it (due since
+	// 121 s) fails and waits 30 s more; the one after it gives up.
+	r.clock.Advance(154*time.Second - waited)
+	eventually(t, "try 9", func() bool { return tries() == 9 })
+	r.clock.settle(t, 10)
+	if d := lastDetail(r.ev.of(engine.EventTransportError)); strings.Contains(d, "gave up") {
+		t.Fatalf("gave up before the runner's own idle exit: %q", d)
+	}
+	r.clock.Advance(30 * time.Second)
+	eventually(t, "the try that gives up", func() bool { return strings.Contains(lastDetail(r.ev.of(engine.EventTransportError)), "gave up") })
+	n := tries()
+	gaveUp := 0
+	for _, ev := range r.ev.of(engine.EventTransportError) {
+		if strings.Contains(ev.Detail, "gave up after") {
+			gaveUp++
+			if !strings.Contains(ev.Detail, fmt.Sprintf("after %d tries", n)) {
+				t.Errorf("give-up event %q, want it to count %d tries", ev.Detail, n)
+			}
+		}
+	}
+	if gaveUp != 1 {
+		t.Fatalf("%d give-up events, want 1", gaveUp)
+	}
+	r.clock.Advance(time.Hour)
+	r.clock.settle(t, 10)
+	if err := r.eng.Close(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if tries() != n {
+		t.Fatalf("%d kill commands after giving up at %d", tries(), n)
+	}
+}
+
+func lastDetail(evs []engine.Event) string {
+	if len(evs) == 0 {
+		return ""
+	}
+	return evs[len(evs)-1].Detail
 }

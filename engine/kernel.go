@@ -53,6 +53,18 @@ type Kernel struct {
 	// lostNote, on a kernel just created for a key whose previous kernel
 	// left the registry, says why; only the creating call reads it.
 	lostNote string
+	// killRetry is set on the frozen copy of a kernel whose kill did not
+	// reach its host.
+	killRetry *killRetry
+}
+
+// killRetry paces the retries of one failed kill: each waits twice as long
+// as the one before (at most killRetryMax), and they stop at giveUp, when
+// the runner has exited by itself at its idle_exit.
+type killRetry struct {
+	tries  int
+	next   time.Time
+	giveUp time.Time
 }
 
 func (k *Kernel) attachedLocked() bool { return k.holding || len(k.waiters) > 0 }
