@@ -6,6 +6,7 @@ package backends_test
 // ssh-agent, or a real TCP listener.
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -18,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -653,6 +655,44 @@ func TestSSHBadURIs(t *testing.T) {
 				t.Errorf("Open(%q): the error repeats the password (it would end up in logs): %v", tc.uri, err)
 			}
 		})
+	}
+}
+
+// An ssh config that is not a small regular file is refused with what it
+// is, instead of read forever (/dev/zero, a FIFO nobody writes to).
+func TestSSHConfigThatIsNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("# padding\n"), 500_000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{"/dev/zero", "is a device, not a regular file"},
+		{fifo, "is a named pipe, not a regular file"},
+		{dir, "is a directory, not a regular file"},
+		{big, "over the 4194304-byte limit"},
+		{filepath.Join(dir, "missing"), "no such file"},
+	} {
+		done := make(chan error, 1)
+		go func() {
+			env, err := backends.Open("ssh://kdbox", backends.Options{SSHConfig: tc.path})
+			if err == nil {
+				env.(*backends.SSH).Close()
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.path) {
+				t.Errorf("ssh config %s: %v; want an error naming it and saying %q", tc.path, err, tc.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("ssh config %s: Open did not return (reading it forever?)", tc.path)
+		}
 	}
 }
 

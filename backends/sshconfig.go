@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/url"
@@ -51,18 +52,49 @@ func parseSSHURI(uri string) (userName, host string, port int, err error) {
 	return u.User.Username(), u.Hostname(), port, nil
 }
 
+// fileKind names what a non-regular file is, for error messages.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	default:
+		return "not a regular file"
+	}
+}
+
+// maxSSHConfig bounds the size of an ssh client config file.
+const maxSSHConfig = 4 << 20
+
 // loadSSHConfig reads an OpenSSH client config; a missing default file is an
 // empty config, a missing explicit one an error.
 func loadSSHConfig(path string, explicit bool) (*ssh_config.Config, error) {
-	f, err := os.Open(path)
+	// A config is a small regular file. Checked before opening: opening a
+	// FIFO blocks until someone writes to it, and /dev/zero never ends.
+	st, err := os.Stat(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !explicit {
 			return &ssh_config.Config{}, nil
 		}
 		return nil, fmt.Errorf("read ssh config %s: %w", path, err)
 	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("ssh config %s is %s, not a regular file; point --ssh-config at a file", path, fileKind(st.Mode()))
+	}
+	if st.Size() > maxSSHConfig {
+		return nil, fmt.Errorf("ssh config %s is %d bytes, over the %d-byte limit for a client config", path, st.Size(), maxSSHConfig)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read ssh config %s: %w", path, err)
+	}
 	defer f.Close()
-	cfg, err := ssh_config.Decode(f)
+	cfg, err := ssh_config.Decode(io.LimitReader(f, maxSSHConfig))
 	if err != nil {
 		return nil, fmt.Errorf("parse ssh config %s: %w", path, err)
 	}
