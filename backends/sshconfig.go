@@ -205,5 +205,8 @@ func splitJump(j string) (userName, host string, port int, err error) {
 			return "", "", 0, fmt.Errorf("ProxyJump %q: bad port", j)
 		}
 	}
+	if host == "" {
+		return "", "", 0, fmt.Errorf("ProxyJump %q names no host; write [user@]host[:port]", j)
+	}
 	return userName, host, port, nil
 }
