@@ -134,6 +134,19 @@ type pendingApproval struct {
 // maxEventArgs bounds the arguments shown in an approval request.
 const maxEventArgs = 4096
 
+// clipArgs shortens encoded arguments over maxEventArgs to a JSON string
+// that keeps their head and their tail: a harmless start padded out to hide
+// what follows would otherwise be all the operator sees.
+func clipArgs(args []byte) json.RawMessage {
+	if len(args) <= maxEventArgs {
+		return args
+	}
+	head, tail := args[:maxEventArgs*3/4], args[len(args)-maxEventArgs/4:]
+	clipped, _ := json.Marshal(fmt.Sprintf("%s ... [clipped: %d of %d bytes not shown] ... %s",
+		head, len(args)-len(head)-len(tail), len(args), tail))
+	return clipped
+}
+
 // errDenied marks a call refused by policy or by the operator.
 var errDenied = errors.New("denied")
 
@@ -161,9 +174,7 @@ func (e *Engine) authorize(ctx context.Context, k *Kernel, tool string, args hos
 	if err != nil {
 		return fmt.Errorf("%w: arguments cannot be shown for approval: %v", errDenied, err)
 	}
-	if len(shown) > maxEventArgs {
-		shown, _ = json.Marshal(fmt.Sprintf("%s... (clipped: %d bytes in all)", shown[:maxEventArgs], len(shown)))
-	}
+	shown = clipArgs(shown)
 	p := &pendingApproval{
 		req:     ApprovalRequest{ID: "a" + randomHex(6), Kernel: kernelID, Owner: owner, Tool: tool, Args: shown, Since: e.cfg.Now()},
 		decided: make(chan Decision, 1),

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +114,24 @@ func TestRPCArgsShownAreTheArgsRun(t *testing.T) {
 	ran, _ := json.Marshal(<-got)
 	if shown != `{"a":"x","b":[1,2]}` || shown != string(ran) {
 		t.Fatalf("the prompt showed %s, the tool got %s; want both {\"a\":\"x\",\"b\":[1,2]}", shown, ran)
+	}
+}
+
+// Arguments too long for the prompt keep their head and their tail, so a
+// harmless start padded out cannot hide what the end of a command does.
+func TestClipArgsKeepsHeadAndTail(t *testing.T) {
+	short := []byte(`{"command":"ls"}`)
+	if got := clipArgs(short); string(got) != string(short) {
+		t.Fatalf("short args changed: %s", got)
+	}
+	long, _ := json.Marshal(map[string]string{"command": "echo hi" + strings.Repeat(" ", 10_000) + "; rm -rf ~"})
+	got := clipArgs(long)
+	var text string
+	if err := json.Unmarshal(got, &text); err != nil {
+		t.Fatalf("clipped args are not a JSON string: %s", got)
+	}
+	if len(got) > maxEventArgs+200 || !strings.HasPrefix(text, `{"command":"echo hi`) || !strings.HasSuffix(text, `; rm -rf ~"}`) ||
+		!strings.Contains(text, fmt.Sprintf("of %d bytes not shown", len(long))) {
+		t.Fatalf("clipped to %d bytes: %.200q ... %.200q", len(got), text, text[max(0, len(text)-200):])
 	}
 }
