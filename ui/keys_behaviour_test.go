@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -402,6 +403,26 @@ func TestApprovalPromptIsModal(t *testing.T) {
 		t.Errorf("Approve calls = %+v, want %+v", got, want)
 	}
 	mustNotContain(t, f.m.View(), "Approval needed")
+}
+
+// TestApprovalPromptShowsTheEndOfLongArgs: arguments too long for the
+// prompt keep their head and their tail, at 80x24 as at 100x30.
+func TestApprovalPromptShowsTheEndOfLongArgs(t *testing.T) {
+	for _, size := range []tea.WindowSizeMsg{{Width: 80, Height: 24}, {Width: 100, Height: 30}} {
+		f := newFixture(t, fixtureOpts{kernels: twoOwnerKernels()})
+		f.update(size)
+		ev := approvalEvent("req-long", "alice", "k-a1")
+		// Padding by spaces is counted, not drawn.
+		ev.Args, _ = json.Marshal(map[string]string{"command": "echo hi" + strings.Repeat(" ", 3000) + "; rm -rf ~"})
+		f.update(eventBatchMsg{ev})
+		mustContain(t, f.m.View(), `{"command":"echo hi⟪3000 spaces⟫; rm -rf ~"}`)
+		// Padding by anything else: the head and the tail are shown.
+		ev.Request = "req-long-2"
+		ev.Args, _ = json.Marshal(map[string]string{"command": "echo hi #" + strings.Repeat("x", 3000) + "\n rm -rf ~"})
+		f.update(eventBatchMsg{ev})
+		f.run(t, f.update(runes("d")))
+		mustContain(t, f.m.View(), `{"command":"echo hi #xxx`, "rm -rf ~", "lines not shown; deny if unsure")
+	}
 }
 
 // TestHelpToggle: "?" outside the editor shows the full help; in the

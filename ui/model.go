@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -598,6 +599,11 @@ func (m *Model) View() string {
 	if kh > 0 {
 		parts = append(parts, m.kernels.View())
 	}
+	if len(m.approvals) > 0 {
+		// The prompt is modal and takes the events pane's rows too: the
+		// more of the arguments the operator sees, the better.
+		mh, eh = mh+eh, 0
+	}
 	if mh > 0 {
 		if len(m.approvals) > 0 {
 			parts = append(parts, m.approvalView(w, mh))
@@ -657,6 +663,9 @@ func (m *Model) headerView() string {
 	return b.String()
 }
 
+// spaceRun matches the runs of spaces approvalView counts instead of drawing.
+var spaceRun = regexp.MustCompile(` {8,}`)
+
 func (m *Model) approvalView(w, h int) string {
 	t := m.ctx.Theme
 	a := m.approvals[0]
@@ -666,7 +675,21 @@ func (m *Model) approvalView(w, h int) string {
 		t.HelpKey.Render("o") + " approve once  " + t.HelpKey.Render("a") + " always for this owner  " + t.HelpKey.Render("d") + " deny",
 	}
 	lines = append(lines, wordWrapLines(fmt.Sprintf("owner %s (kernel %s) wants to call %s with:", a.Owner, a.Kernel, a.Tool), inner)...)
-	lines = append(lines, wrapLines(string(a.Args), inner)...)
+	// Long runs of spaces (the only white space compact JSON leaves raw) are
+	// counted instead of drawn, so padding cannot push the rest out of view.
+	shown := spaceRun.ReplaceAllStringFunc(string(a.Args), func(run string) string {
+		return fmt.Sprintf("⟪%d spaces⟫", len(run))
+	})
+	args := wrapLines(shown, inner)
+	if room := h - 2 - len(lines); len(args) > room && room >= 3 {
+		// Too long for the box: keep the head and the tail, since what a
+		// command does last matters as much as how it starts.
+		tail := (room - 1) / 3
+		head := room - 1 - tail
+		gap := t.Muted.Render(fmt.Sprintf("... %d lines not shown; deny if unsure ...", len(args)-head-tail))
+		args = append(append(args[:head:head], gap), args[len(args)-tail:]...)
+	}
+	lines = append(lines, args...)
 	return m.ctx.box("Approve tool call", lines, w, h, true)
 }
 
