@@ -160,10 +160,19 @@ print(out["fast"] + out["slow"], end="")`)
 		h := NewTools(t, newEnv(t), nil)
 		h.WriteWorkspace("in.txt", "ok")
 		tools := []string{"read_file", "write_file"}
-		// A leftover: cell 1 publishes a well-formed request under its own
-		// authority but never rings; it is forwarded during cell 2.
+		// A leftover: a thread of cell 1 publishes a well-formed request under
+		// cell 1's authority, without ringing, once cell 2 runs. Written
+		// during cell 1 it could be collected during cell 1 (a host-side
+		// wait looks at rpc/ each second) and would rightly run.
 		first := h.Call("a", tools, forgePy+`
-forge("500.req", {"seq": 500, "tool": "write_file", "args": {"path": "pwned-leftover", "content": "x"}, "token": TOKEN, "cell": CELL})
+import threading as _t, time as _tm
+_planted = _t.Event()
+def _plant_later(cell=CELL, token=TOKEN):
+    while _R.running in (cell, None):
+        _tm.sleep(0.005)
+    forge("500.req", {"seq": 500, "tool": "write_file", "args": {"path": "pwned-leftover", "content": "x"}, "token": token, "cell": cell})
+    _planted.set()
+_t.Thread(target=_plant_later, daemon=True).start()
 print("planted")`)
 		expectOK(t, first, "planted\n")
 		// By hand, from a shell on the host: the forger does not know the token.
@@ -171,6 +180,7 @@ print("planted")`)
 		h.Host(fmt.Sprintf(`umask 077; printf '%%s' '{"seq":900,"tool":"write_file","args":{"path":"pwned-token","content":"x"},"token":"%s","cell":"x"}' >%s/hand.req`,
 			strings.Repeat("0", 64), rpcDir))
 		res := h.Call("a", tools, forgePy+`
+assert _planted.wait(30), "the leftover was not planted"
 kt.read_file("in.txt")  # seq 1: a real call
 forge("garbage.req", "{not json")
 forge("notoken.req", {"seq": 901, "tool": "write_file", "args": {"path": "pwned-notoken", "content": "x"}, "cell": CELL})
@@ -180,6 +190,8 @@ forge("replay.req", {"seq": 1, "tool": "write_file", "args": {"path": "pwned-rep
 forge("stale.req", {"seq": 902, "tool": "write_file", "args": {"path": "pwned-stale", "content": "x"}, "token": TOKEN, "cell": "c0123456789abcdef"})
 forge("bigargs.req", {"seq": 903, "tool": "write_file", "args": {"path": "pwned-big", "content": "x" * (1 << 20)}, "token": TOKEN, "cell": CELL})
 forge("huge.req", "x" * (3 << 20))
+forge("dupargs.req", '{"seq": 904, "tool": "write_file", "args": {"path": "in.txt", "path": "pwned-dup", "content": "x"}, "token": "%s", "cell": "%s"}' % (TOKEN, CELL))
+forge("casekey.req", '{"seq": 905, "tool": "write_file", "args": {"path": "pwned-case", "content": "x"}, "TOKEN": "%s", "token": "%s", "cell": "%s"}' % ("0" * 64, TOKEN, CELL))
 print(kt.read_file("in.txt"))  # a real call again: the sweep forwards everything
 `)
 		expectOK(t, res, "ok\n")
@@ -197,6 +209,8 @@ print(kt.read_file("in.txt"))  # a real call again: the sweep forwards everythin
 			"500.req":      "left over from an earlier cell",
 			"bigargs.req":  "oversized arguments",
 			"huge.req":     "oversized",
+			"dupargs.req":  `"path" appears twice`,
+			"casekey.req":  `unknown field "TOKEN"`,
 		}
 		for name, reason := range want {
 			got := h.rejectedFor(name)
