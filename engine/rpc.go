@@ -196,7 +196,14 @@ func (s *rpcSession) serve(item rpcItem) (rpcAnswer, bool) {
 		}
 		return rpcAnswer{seq: rej.seq, resp: rpcResponse{Error: "refused by the host: " + rej.reason}}, true
 	}
-	return rpcAnswer{seq: req.Seq, resp: s.dispatch(req)}, true
+	resp := s.dispatch(req)
+	if errors.Is(s.ctx.Err(), context.DeadlineExceeded) {
+		// The cell passed its timeout while this call waited (on a tool or
+		// the operator): the engine is interrupting it. An answer now would
+		// race the interrupt and could end the cell as a plain error.
+		return rpcAnswer{}, false
+	}
+	return rpcAnswer{seq: req.Seq, resp: resp}, true
 }
 
 // authenticate applies every check that decides whether a request is a call

@@ -135,3 +135,46 @@ func TestClipArgsKeepsHeadAndTail(t *testing.T) {
 		t.Fatalf("clipped to %d bytes: %.200q ... %.200q", len(got), text, text[max(0, len(text)-200):])
 	}
 }
+
+// A call still waiting (here on the operator) when its cell passes the
+// timeout gets no answer: the engine interrupts the cell, and an answer
+// racing that interrupt could end the cell as a plain error, not a timeout.
+func TestRPCCallPastTheCellDeadlineIsNotAnswered(t *testing.T) {
+	const token = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	reg := hosttools.NewRegistry()
+	if err := reg.Register(hosttools.Tool{Name: "noop", Description: "Do nothing.", Handler: func(context.Context, hosttools.Call) (hosttools.Result, error) {
+		return hosttools.Result{Text: "ok"}, nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Backends: []backends.Env{backends.NewLocal(t.TempDir())}, Tools: reg,
+		Approvals: Approvals{Default: PolicyAsk}, ApprovalTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background(), true)
+	key, _ := NewKey("o", e.DefaultBackend(), "t", "", []string{"noop"})
+	k := &Kernel{key: key, id: "k1", token: token}
+	request := []byte(`{"seq":1,"tool":"noop","args":{},"token":"` + token + `","cell":"c1"}`)
+
+	s := e.newRPCSession(context.Background(), k, &cellRun{id: "c1", deadline: time.Now().Add(100 * time.Millisecond)})
+	ans, answered := s.serve(rpcItem{name: "1.req", data: request})
+	s.close()
+	if answered {
+		t.Fatalf("a call whose cell passed its deadline was answered: %+v", ans)
+	}
+
+	// Ended by the operator before the deadline, it is answered.
+	s = e.newRPCSession(context.Background(), k, &cellRun{id: "c1", deadline: time.Now().Add(time.Minute)})
+	defer s.close()
+	go func() {
+		for len(e.PendingApprovals()) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		e.Approve(e.PendingApprovals()[0].ID, ApproveDeny)
+	}()
+	ans, answered = s.serve(rpcItem{name: "2.req", data: []byte(strings.Replace(string(request), `"seq":1`, `"seq":2`, 1))})
+	if !answered || ans.resp.OK || !strings.Contains(ans.resp.Error, "denied") {
+		t.Fatalf("a denied call: answer %+v (answered %v), want a denial", ans, answered)
+	}
+}
