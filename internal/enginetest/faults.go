@@ -26,6 +26,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/proctest"
 )
 
 // RequireTmpfsEnv set to "1" turns a tmpfs that cannot be mounted from a
@@ -64,11 +65,21 @@ func MountTmpfs(t *testing.T, size string) string {
 		t.Skipf("%s (set %s=1 to make this a failure)", msg, RequireTmpfsEnv)
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			// Something still holds it (a runner the test failed to kill):
-			// detach it so the machine is not left with a mount.
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-			exec.Command("umount", "-l", dir).Run()
+		// A runner killed at the engine's Close may take a moment to exit
+		// on a loaded machine; one still there after 10 s is a leak.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			out, err := exec.Command("umount", dir).CombinedOutput()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				// Detach it so the machine is not left with a mount.
+				t.Errorf("umount %s: %v: %s; processes using it: %q", dir, err, out, proctest.Using(dir))
+				exec.Command("umount", "-l", dir).Run()
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 		os.Remove(dir)
 	})

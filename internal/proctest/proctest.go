@@ -34,3 +34,36 @@ func WaitDead(t testing.TB, pid int, within time.Duration) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Using lists the processes ("pid command") whose working directory or an
+// open file lies under dir, for a message about what keeps a mount busy.
+func Using(dir string) []string {
+	dir = strings.TrimSuffix(dir, "/")
+	under := func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+	procs, _ := os.ReadDir("/proc")
+	var out []string
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		base := "/proc/" + p.Name()
+		hit := false
+		if cwd, err := os.Readlink(base + "/cwd"); err == nil && under(cwd) {
+			hit = true
+		}
+		if fds, err := os.ReadDir(base + "/fd"); err == nil && !hit {
+			for _, fd := range fds {
+				if target, err := os.Readlink(base + "/fd/" + fd.Name()); err == nil && under(target) {
+					hit = true
+					break
+				}
+			}
+		}
+		if hit {
+			cmd, _ := os.ReadFile(base + "/cmdline")
+			out = append(out, strconv.Itoa(pid)+" "+strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " ")))
+		}
+	}
+	return out
+}
