@@ -107,20 +107,31 @@ func parseKHFile(text string) []khLine {
 	return out
 }
 
-// glob is OpenSSH's match_pattern: * and ? over the whole string.
+// glob is OpenSSH's match_pattern: * and ? over the whole string. It
+// backtracks only to the last star, so it takes O(len(pat)*len(s)) time
+// (a naive recursion hung the fuzzer on "********0").
 func glob(pat, s string) bool {
-	if pat == "" {
-		return s == ""
-	}
-	if pat[0] == '*' {
-		for i := 0; i <= len(s); i++ {
-			if glob(pat[1:], s[i:]) {
-				return true
-			}
+	p, i, star, mark := 0, 0, -1, 0
+	for i < len(s) {
+		switch {
+		case p < len(pat) && (pat[p] == '?' || pat[p] == s[i]):
+			p++
+			i++
+		case p < len(pat) && pat[p] == '*':
+			star, mark = p, i
+			p++
+		case star >= 0:
+			p = star + 1
+			mark++
+			i = mark
+		default:
+			return false
 		}
-		return false
 	}
-	return s != "" && (pat[0] == '?' || pat[0] == s[0]) && glob(pat[1:], s[1:])
+	for p < len(pat) && pat[p] == '*' {
+		p++
+	}
+	return p == len(pat)
 }
 
 // mightMatch over-approximates whether e's patterns can match host:port:

@@ -391,6 +391,9 @@ func (s *SSH) hostKeyCheck(t sshTarget) (ssh.HostKeyCallback, []string, error) {
 	var existing []string
 	for _, f := range t.knownHosts {
 		if _, err := os.Stat(f); err == nil {
+			if err := checkKnownHostsFile(f); err != nil {
+				return nil, nil, err
+			}
 			existing = append(existing, f)
 		}
 	}
