@@ -390,14 +390,16 @@ func Lifecycle(t *testing.T, newEnv func(t *testing.T) backends.Env) {
 		h := New(t, newEnv(t), func(c *engine.Config) { c.MaxKernels = 1 })
 		busy := h.Run("busy", "import time", 0)
 		done := make(chan *engine.Result, 1)
+		// Busy until the test interrupts it, not for a fixed time that a
+		// loaded machine could outlast; the marker says the loop (and its
+		// handler) is entered, so the interrupt cannot land before it.
+		marker := h.Env.TempDir() + "/busy-" + busy.Kernel.ID
 		go func() {
-			// Busy until the test interrupts it, not for a fixed time that a
-			// loaded machine could outlast.
 			res, _ := h.Eng.Execute(context.Background(), engine.Request{Owner: "busy",
-				Code: "try:\n    while True: time.sleep(0.01)\nexcept KeyboardInterrupt:\n    print('survived')"})
+				Code: fmt.Sprintf("try:\n    open(%q, 'w').close()\n    while True: time.sleep(0.01)\nexcept KeyboardInterrupt:\n    print('survived')", marker)})
 			done <- res
 		}()
-		h.WaitFor("busy cell to run", 10*time.Second, func() bool { k, _ := h.Kernel("busy"); return k.RunningCell != "" })
+		h.WaitFor("busy cell to run", 30*time.Second, func() bool { return strings.Contains(h.Host("ls "+marker+" 2>/dev/null; true"), marker) })
 		other := h.Run("other", "print('other')", 0)
 		expectStatus(t, other, "success")
 		// The newcomer settled first, so it is the one evicted; the busy one stays.
