@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/hosttools"
 )
 
@@ -54,7 +53,7 @@ func FuzzParseRPCRequest(f *testing.F) {
 // if the file carries the kernel's token, the running cell's id, a fresh
 // positive integer seq and an args object under the limit.
 func FuzzServeRPC(f *testing.F) {
-	const token = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	const token = rpcToken
 	f.Add([]byte(`{"seq":1,"tool":"noop","args":{},"token":"` + token + `","cell":"c1"}`))
 	f.Add([]byte(`{"seq":2,"tool":"noop","args":{},"token":"` + token[:63] + `0","cell":"c1"}`))
 	f.Add([]byte(`{"seq":3,"tool":"noop","args":{},"token":"` + token + `","cell":"c0"}`))
@@ -66,24 +65,13 @@ func FuzzServeRPC(f *testing.F) {
 	f.Add([]byte(`{"seq":9,"tool":"noop","args":{"A":"x"},"TOKEN":"` + token + `","cell":"c1"}`))
 	var ran atomic.Int64
 	var lastArgs atomic.Pointer[hosttools.Args]
-	reg := hosttools.NewRegistry()
-	if err := reg.Register(hosttools.Tool{Name: "noop", Description: "Count calls.", Params: fuzzParams, Handler: func(_ context.Context, c hosttools.Call) (hosttools.Result, error) {
+	r := newRPCRig(f, hosttools.Tool{Name: "noop", Description: "Count calls.", Params: fuzzParams, Handler: func(_ context.Context, c hosttools.Call) (hosttools.Result, error) {
 		lastArgs.Store(&c.Args)
 		ran.Add(1)
 		return hosttools.Result{Text: "ok"}, nil
-	}}); err != nil {
-		f.Fatal(err)
-	}
-	e, err := New(Config{Backends: []backends.Env{backends.NewLocal(f.TempDir())}, Tools: reg,
-		Approvals: Approvals{Default: PolicyAllow}, MaxToolCalls: 1 << 30})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { e.Close(context.Background(), true) })
-	key, _ := NewKey("o", e.DefaultBackend(), "t", "", []string{"noop"})
+	}}, PolicyAllow)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		k := &Kernel{key: key, id: "k1", token: token}
-		s := e.newRPCSession(context.Background(), k, &cellRun{id: "c1", deadline: time.Now().Add(time.Minute)})
+		s := r.session(time.Minute)
 		defer s.close()
 		before := ran.Load()
 		ans, answered := s.serve(rpcItem{name: "f.req", data: data})
@@ -114,6 +102,9 @@ func FuzzServeRPC(f *testing.F) {
 		if got := lastArgs.Load(); got == nil || !sameArgs(*got, want) {
 			t.Fatalf("%q: the tool got args %v, the file says %s", data, got, raw["args"])
 		}
+		if n := keysWritten(raw["args"]); n != len(want) {
+			t.Fatalf("%q: dispatched args that write %d keys for %d parameters (one given twice)", data, n, len(want))
+		}
 		// Never twice: the same bytes again are a replay.
 		if _, _ = s.serve(rpcItem{name: "f.req", data: data}); ran.Load() != before+1 {
 			t.Fatalf("a replayed request was dispatched again: %q", data)
@@ -134,4 +125,22 @@ func sameArgs(got hosttools.Args, want map[string]json.RawMessage) bool {
 		}
 	}
 	return true
+}
+
+// keysWritten counts the keys an args object writes, repeats included (a
+// map keeps only the last of two equal keys).
+func keysWritten(args json.RawMessage) int {
+	dec := json.NewDecoder(bytes.NewReader(args))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0
+	}
+	n := 0
+	for dec.More() {
+		var v json.RawMessage
+		if _, err := dec.Token(); err != nil || dec.Decode(&v) != nil {
+			break
+		}
+		n++
+	}
+	return n
 }

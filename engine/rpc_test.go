@@ -52,32 +52,19 @@ func TestParseRPCRequest(t *testing.T) {
 // A parameter given twice in args is refused before the approval prompt or
 // the tool sees it; the prompt shows exactly the arguments the tool gets.
 func TestRPCArgsShownAreTheArgsRun(t *testing.T) {
-	const token = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	got := make(chan hosttools.Args, 4)
-	reg := hosttools.NewRegistry()
-	if err := reg.Register(hosttools.Tool{Name: "echo", Description: "Record its args.",
+	r := newRPCRig(t, hosttools.Tool{Name: "echo", Description: "Record its args.",
 		Params: hosttools.Schema{{Name: "a", Type: hosttools.TypeString}, {Name: "b", Type: hosttools.TypeArray}, {Name: "command", Type: hosttools.TypeString}},
 		Handler: func(_ context.Context, c hosttools.Call) (hosttools.Result, error) {
 			got <- c.Args
 			return hosttools.Result{Text: "ok"}, nil
-		}}); err != nil {
-		t.Fatal(err)
-	}
-	e, err := New(Config{Backends: []backends.Env{backends.NewLocal(t.TempDir())}, Tools: reg,
-		Approvals: Approvals{Default: PolicyAsk}, ApprovalTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(context.Background(), true)
+		}}, PolicyAsk)
+	e := r.e
 	sub := e.Subscribe(64)
 	defer sub.Close()
-	key, _ := NewKey("o", e.DefaultBackend(), "t", "", []string{"echo"})
-	k := &Kernel{key: key, id: "k1", token: token}
-	s := e.newRPCSession(context.Background(), k, &cellRun{id: "c1", deadline: time.Now().Add(time.Minute)})
+	s := r.session(time.Minute)
 	defer s.close()
-	request := func(seq int, args string) []byte {
-		return []byte(`{"seq":` + string(rune('0'+seq)) + `,"tool":"echo","token":"` + token + `","cell":"c1","args":` + args + `}`)
-	}
+	request := func(seq int, args string) []byte { return rpcRequestFor(seq, "echo", args) }
 
 	// The first "command" would fill the prompt; the second would run.
 	padded := `{"command":"echo hi` + strings.Repeat(" ", 5000) + `","command":"rm -rf ~"}`
@@ -140,32 +127,20 @@ func TestClipArgsKeepsHeadAndTail(t *testing.T) {
 // timeout gets no answer: the engine interrupts the cell, and an answer
 // racing that interrupt could end the cell as a plain error, not a timeout.
 func TestRPCCallPastTheCellDeadlineIsNotAnswered(t *testing.T) {
-	const token = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	reg := hosttools.NewRegistry()
-	if err := reg.Register(hosttools.Tool{Name: "noop", Description: "Do nothing.", Handler: func(context.Context, hosttools.Call) (hosttools.Result, error) {
+	r := newRPCRig(t, hosttools.Tool{Name: "noop", Description: "Do nothing.", Handler: func(context.Context, hosttools.Call) (hosttools.Result, error) {
 		return hosttools.Result{Text: "ok"}, nil
-	}}); err != nil {
-		t.Fatal(err)
-	}
-	e, err := New(Config{Backends: []backends.Env{backends.NewLocal(t.TempDir())}, Tools: reg,
-		Approvals: Approvals{Default: PolicyAsk}, ApprovalTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(context.Background(), true)
-	key, _ := NewKey("o", e.DefaultBackend(), "t", "", []string{"noop"})
-	k := &Kernel{key: key, id: "k1", token: token}
-	request := []byte(`{"seq":1,"tool":"noop","args":{},"token":"` + token + `","cell":"c1"}`)
+	}}, PolicyAsk)
+	e := r.e
 
-	s := e.newRPCSession(context.Background(), k, &cellRun{id: "c1", deadline: time.Now().Add(100 * time.Millisecond)})
-	ans, answered := s.serve(rpcItem{name: "1.req", data: request})
+	s := r.session(100 * time.Millisecond)
+	ans, answered := s.serve(rpcItem{name: "1.req", data: rpcRequestFor(1, "noop", "{}")})
 	s.close()
 	if answered {
 		t.Fatalf("a call whose cell passed its deadline was answered: %+v", ans)
 	}
 
 	// Ended by the operator before the deadline, it is answered.
-	s = e.newRPCSession(context.Background(), k, &cellRun{id: "c1", deadline: time.Now().Add(time.Minute)})
+	s = r.session(time.Minute)
 	defer s.close()
 	go func() {
 		for len(e.PendingApprovals()) == 0 {
@@ -173,8 +148,46 @@ func TestRPCCallPastTheCellDeadlineIsNotAnswered(t *testing.T) {
 		}
 		e.Approve(e.PendingApprovals()[0].ID, ApproveDeny)
 	}()
-	ans, answered = s.serve(rpcItem{name: "2.req", data: []byte(strings.Replace(string(request), `"seq":1`, `"seq":2`, 1))})
+	ans, answered = s.serve(rpcItem{name: "2.req", data: rpcRequestFor(2, "noop", "{}")})
 	if !answered || ans.resp.OK || !strings.Contains(ans.resp.Error, "denied") {
 		t.Fatalf("a denied call: answer %+v (answered %v), want a denial", ans, answered)
 	}
+}
+
+// rpcToken is the token of the kernels an rpcRig serves.
+const rpcToken = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// rpcRig is an engine with one host tool, serving the tool calls of kernel
+// records (no runner) through rpcSession directly.
+type rpcRig struct {
+	e   *Engine
+	key Key
+}
+
+func newRPCRig(tb testing.TB, tool hosttools.Tool, policy Policy) *rpcRig {
+	tb.Helper()
+	reg := hosttools.NewRegistry()
+	if err := reg.Register(tool); err != nil {
+		tb.Fatal(err)
+	}
+	e, err := New(Config{Backends: []backends.Env{backends.NewLocal(tb.TempDir())}, Tools: reg,
+		Approvals: Approvals{Default: policy}, ApprovalTimeout: time.Minute, MaxToolCalls: 1 << 30})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { e.Close(context.Background(), true) })
+	key, _ := NewKey("o", e.DefaultBackend(), "t", "", []string{tool.Name})
+	return &rpcRig{e: e, key: key}
+}
+
+// session starts serving cell c1 of a fresh kernel (no seq seen yet) until
+// the deadline; the caller closes it.
+func (r *rpcRig) session(deadline time.Duration) *rpcSession {
+	k := &Kernel{key: r.key, id: "k1", token: rpcToken}
+	return r.e.newRPCSession(context.Background(), k, &cellRun{id: "c1", deadline: time.Now().Add(deadline)})
+}
+
+// request is a well-formed request of cell c1 with the right token.
+func rpcRequestFor(seq int, tool, args string) []byte {
+	return []byte(fmt.Sprintf(`{"seq":%d,"tool":%q,"token":%q,"cell":"c1","args":%s}`, seq, tool, rpcToken, args))
 }
