@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -80,22 +79,8 @@ type kbKernel struct {
 // Cells write their markers into shared, a dir every user may write to.
 func kbScenario(t *testing.T, bin, shared string, extra []string) {
 	started, finished := filepath.Join(shared, "started"), filepath.Join(shared, "finished")
-	cmd := exec.Command(bin, append([]string{"headless", "--idle-exit", kbIdle.String(), "--cell-timeout", "120s"}, extra...)...)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	p := startPiped(t, bin, append([]string{"headless", "--idle-exit", kbIdle.String(), "--cell-timeout", "120s"}, extra...)...)
+	cmd, in, outPipe, stderr := p.cmd, p.in, p.out, p.stderr
 	answers := make(chan map[string]any, 16)
 	go func() {
 		defer close(answers)

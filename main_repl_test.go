@@ -2,15 +2,12 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -145,23 +142,9 @@ func TestREPLCommandLine(t *testing.T) {
 func TestBinaryREPLInterrupt(t *testing.T) {
 	bin := buildBinary(t)
 	kernels := isolate(t)
-	cmd := exec.Command(bin, "repl")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr syncedBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	out := bufio.NewReader(outPipe)
+	p := startPiped(t, bin, "repl")
+	cmd, in, stderr := p.cmd, p.in, p.stderr
+	out := bufio.NewReader(p.out)
 	// readLine fails the test instead of hanging when no line comes.
 	readLine := func(what string) string {
 		t.Helper()
@@ -219,22 +202,4 @@ func TestBinaryREPLInterrupt(t *testing.T) {
 	}
 	waitRunnerDead(t, pid)
 	wantNoProcessesUnder(t, kernels)
-}
-
-// syncedBuffer is a bytes.Buffer safe to read while exec writes it.
-type syncedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

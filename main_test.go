@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -435,6 +436,58 @@ func TestHeadlessToolFlagsServe(t *testing.T) {
 	wantNoProcessesUnder(t, kernels)
 }
 
+// pipedBinary is the real binary running with its stdin, stdout and stderr
+// held by the test.
+type pipedBinary struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    io.ReadCloser
+	stderr *syncedBuffer
+}
+
+// startPiped starts bin with args; cleanup kills it and closes its stdin.
+func startPiped(t *testing.T, bin string, args ...string) *pipedBinary {
+	t.Helper()
+	p := &pipedBinary{cmd: exec.Command(bin, args...), stderr: &syncedBuffer{}}
+	var err error
+	if p.in, err = p.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if p.out, err = p.cmd.StdoutPipe(); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.in.Close(); p.cmd.Process.Kill(); p.cmd.Wait() })
+	return p
+}
+
+// syncedBuffer is a bytes.Buffer safe to read while exec writes it.
+type syncedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncedBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncedBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Bytes returns a copy of what was written so far.
+func (s *syncedBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
+}
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "kerneldeck")
@@ -493,22 +546,9 @@ func TestBinaryHeadlessPipe(t *testing.T) {
 func TestBinarySignalKillsKernels(t *testing.T) {
 	bin := buildBinary(t)
 	kernels := isolate(t)
-	cmd := exec.Command(bin, "headless")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	out := bufio.NewReader(outPipe)
+	p := startPiped(t, bin, "headless")
+	cmd, in, stderr := p.cmd, p.in, p.stderr
+	out := bufio.NewReader(p.out)
 	io.WriteString(in, `{"id":"1","op":"execute","code":"print(1)"}`+"\n")
 	if l, err := out.ReadString('\n'); err != nil || !strings.Contains(l, `"stdout":"1\n"`) {
 		t.Fatalf("first answer %q, %v", l, err)
@@ -547,19 +587,8 @@ func TestBinarySignalKillsKernels(t *testing.T) {
 func TestBinaryReaderGoneKillsKernels(t *testing.T) {
 	bin := buildBinary(t)
 	kernels := isolate(t)
-	cmd := exec.Command(bin, "headless")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	p := startPiped(t, bin, "headless")
+	cmd, in, outPipe := p.cmd, p.in, p.out
 	io.WriteString(in, `{"id":"1","op":"execute","code":"import time\ntime.sleep(1)"}`+"\n")
 	time.Sleep(300 * time.Millisecond)
 	if len(processesUnder(t, kernels)) == 0 {

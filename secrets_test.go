@@ -12,7 +12,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -170,21 +169,8 @@ func secretsSetup(t *testing.T, backend, sshConfig, identity string) (args []str
 func secretsHeadless(t *testing.T, bin, backend, sshConfig, identity string) (map[string][]byte, []string) {
 	isolate(t)
 	args, state, trace := secretsSetup(t, backend, sshConfig, identity)
-	cmd := exec.Command(bin, append([]string{"headless"}, args...)...)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	p := startPiped(t, bin, append([]string{"headless"}, args...)...)
+	cmd, in, outPipe, stderr := p.cmd, p.in, p.out, p.stderr
 
 	var mu sync.Mutex
 	var stdout, events bytes.Buffer
