@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
@@ -36,7 +38,7 @@ func (e *Engine) Kept() []KeptKernel {
 	defer e.mu.Unlock()
 	var out []KeptKernel
 	for _, k := range e.kernels {
-		if k.state != stateReady {
+		if k.state != phaseReady {
 			continue
 		}
 		out = append(out, KeptKernel{ID: k.id, Owner: k.key.Owner, Task: k.key.Task, Backend: k.key.Backend,
@@ -66,6 +68,25 @@ func SaveKept(path string, kept []KeptKernel) error {
 // belong to the caller, adopted or not. A missing file is no kernels. The
 // file must be private (it holds tokens); a loose one is refused.
 func LoadKept(path string) ([]KeptKernel, error) {
+	kept, err := readKept(path)
+	if errors.Is(err, errKeptMalformed) {
+		os.Remove(path) // nothing in it can be used again
+		return nil, err
+	}
+	if err != nil || kept == nil {
+		return kept, err
+	}
+	if err := os.Remove(path); err != nil {
+		return nil, fmt.Errorf("remove %s: %w", path, err)
+	}
+	return kept, nil
+}
+
+// errKeptMalformed marks a kept-kernels file that does not parse.
+var errKeptMalformed = errors.New("malformed")
+
+// readKept reads a file written by SaveKept; nil means there is none.
+func readKept(path string) ([]KeptKernel, error) {
 	st, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -80,14 +101,73 @@ func LoadKept(path string) ([]KeptKernel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read kept kernels %s: %w", path, err)
 	}
-	if err := os.Remove(path); err != nil {
-		return nil, fmt.Errorf("remove %s: %w", path, err)
-	}
-	var kept []KeptKernel
+	kept := []KeptKernel{}
 	if err := json.Unmarshal(data, &kept); err != nil {
-		return nil, fmt.Errorf("kept kernels file %s is malformed (%v); its kernels exit by themselves after idle_exit", path, err)
+		return nil, fmt.Errorf("kept kernels file %s is %w (%v); its kernels exit by themselves after idle_exit", path, errKeptMalformed, err)
 	}
 	return kept, nil
+}
+
+// KeptStore is where an operator's state dir records the kernels an engine
+// left running (Close with keep), for a later engine to adopt. Records are
+// kept per backend: an engine takes only those of its own backends.
+type KeptStore struct {
+	// Path is the 0600 file of records (it holds RPC tokens).
+	Path string
+}
+
+// KeptStoreIn is the store of the state dir stateDir.
+func KeptStoreIn(stateDir string) KeptStore {
+	return KeptStore{Path: filepath.Join(stateDir, "kept-kernels.json")}
+}
+
+// Peek lists the records of kernels on backends without taking them.
+func (s KeptStore) Peek(backends []string) ([]KeptKernel, error) {
+	kept, err := readKept(s.Path)
+	here, _ := splitKept(kept, backends)
+	return here, err
+}
+
+// Take removes and returns the records of kernels on backends; the records
+// of other backends stay for an engine that has them.
+func (s KeptStore) Take(backends []string) ([]KeptKernel, error) {
+	kept, err := LoadKept(s.Path)
+	if err != nil {
+		return nil, err
+	}
+	here, elsewhere := splitKept(kept, backends)
+	return here, SaveKept(s.Path, elsewhere)
+}
+
+func splitKept(kept []KeptKernel, backends []string) (here, elsewhere []KeptKernel) {
+	for _, k := range kept {
+		if slices.Contains(backends, k.Backend) {
+			here = append(here, k)
+		} else {
+			elsewhere = append(elsewhere, k)
+		}
+	}
+	return here, elsewhere
+}
+
+// Record adds kept to the records already in the store.
+func (s KeptStore) Record(kept []KeptKernel) error {
+	old, err := LoadKept(s.Path)
+	if err != nil {
+		return err
+	}
+	return SaveKept(s.Path, append(old, kept...))
+}
+
+// AdoptFrom takes the store's records of this engine's backends and adopts
+// those kernels (see Adopt).
+func (e *Engine) AdoptFrom(ctx context.Context, store KeptStore) (adopted int, skipped []string, err error) {
+	kept, err := store.Take(e.Backends())
+	if err != nil {
+		return 0, nil, err
+	}
+	adopted, skipped = e.Adopt(ctx, kept)
+	return adopted, skipped, nil
 }
 
 // Adopt registers kernels a previous engine left running, after checking on
@@ -129,7 +209,7 @@ func (e *Engine) adoptOne(ctx context.Context, kk KeptKernel) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return errEngineClosed
+		return ErrEngineClosed
 	}
 	if old := e.kernels[key]; old != nil {
 		return fmt.Errorf("this engine already has kernel %s for that key", old.id)
@@ -141,7 +221,7 @@ func (e *Engine) adoptOne(ctx context.Context, kk KeptKernel) error {
 	if last.IsZero() || last.After(e.cfg.Now()) {
 		last = e.cfg.Now()
 	}
-	k := &Kernel{key: key, env: env, id: kk.ID, pid: kk.PID, dir: kk.Dir, token: kk.Token, state: stateReady,
+	k := &Kernel{key: key, env: env, id: kk.ID, pid: kk.PID, dir: kk.Dir, token: kk.Token, state: phaseReady,
 		lastUsed: last, execCount: kk.ExecutionCount}
 	e.kernels[key] = k
 	e.byID[k.id] = k

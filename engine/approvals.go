@@ -231,7 +231,7 @@ func (e *Engine) Approve(requestID string, d Decision) error {
 	p, ok := e.approvals[requestID]
 	e.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("no pending approval request %q (it may have been answered or timed out)", requestID)
+		return fmt.Errorf("%w %q (it may have been answered or timed out)", ErrUnknownApproval, requestID)
 	}
 	select {
 	case p.decided <- d:

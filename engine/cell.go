@@ -20,11 +20,6 @@ import (
 // fit sun_path, so such kernels are served over Execute only.
 const sockPathMax = 104
 
-var (
-	errEngineClosed = errors.New("engine is shut down")
-	errQueueTimeout = errors.New("timed out waiting for the kernel")
-)
-
 // Request asks for one cell to run in the kernel of (owner, backend, task,
 // child, tools).
 type Request struct {
@@ -50,7 +45,7 @@ type Request struct {
 
 // Result is the outcome of a cell.
 type Result struct {
-	Status          string // success, error, timeout, interrupted
+	Status          CellStatus
 	Stdout          string
 	Stderr          string
 	Traceback       string
@@ -87,7 +82,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 	req.Backend = cmp.Or(req.Backend, e.DefaultBackend())
 	env, ok := e.backends[req.Backend]
 	if !ok {
-		return nil, fmt.Errorf("unknown backend %q; configured backends: %s", req.Backend, strings.Join(e.Backends(), ", "))
+		return nil, fmt.Errorf("%w %q; configured backends: %s", ErrUnknownBackend, req.Backend, strings.Join(e.Backends(), ", "))
 	}
 	key, err := NewKey(req.Owner, req.Backend, req.Task, req.Child, req.Tools)
 	if err != nil {
@@ -106,8 +101,8 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 		}
 	}
 	k, created, err := e.acquire(ctx, key, env, deadline, req.OnQueued)
-	if errors.Is(err, errQueueTimeout) {
-		return &Result{Status: "timeout", Duration: time.Since(start),
+	if errors.Is(err, ErrQueueTimeout) {
+		return &Result{Status: StatusTimeout, Duration: time.Since(start),
 			Traceback: fmt.Sprintf("the cell never started: kernel %s was busy for the whole timeout of %v", key, timeout)}, nil
 	}
 	if err != nil {
@@ -205,7 +200,7 @@ func (e *Engine) failOpen(ctx context.Context, k *Kernel, req Request, timeout t
 	e.emit(kernelEvent(EventFallbackPerCall, k, "running the cell once in a private dir"))
 	remaining := time.Until(start.Add(timeout))
 	if remaining <= 0 {
-		return &Result{Status: "timeout", Fallback: "per_call", Duration: time.Since(start),
+		return &Result{Status: StatusTimeout, Fallback: "per_call", Duration: time.Since(start),
 			Traceback: "spawn failed and no time was left for a per-call run: " + cause.Error()}, nil
 	}
 	res, err := e.runOnce(ctx, k, req, start.Add(timeout))
@@ -223,14 +218,14 @@ func (e *Engine) failOpen(ctx context.Context, k *Kernel, req Request, timeout t
 // spawned for this call only, served like any cell (tool calls included),
 // and killed afterwards.
 func (e *Engine) runOnce(ctx context.Context, k *Kernel, req Request, deadline time.Time) (*Result, error) {
-	tk := &Kernel{key: k.key, env: k.env, id: newKernelID(), state: stateStarting, holding: true, transient: true, lastUsed: e.cfg.Now()}
+	tk := &Kernel{key: k.key, env: k.env, id: newKernelID(), state: phaseStarting, holding: true, transient: true, lastUsed: e.cfg.Now()}
 	if err := e.spawn(ctx, tk); err != nil {
 		return nil, err
 	}
 	defer func() {
 		e.mu.Lock()
-		killed := tk.state == stateGone // finishCell already killed a lost run
-		tk.state, tk.goneReason = stateGone, cmp.Or(tk.goneReason, "per-call run finished")
+		killed := tk.state == phaseGone // finishCell already killed a lost run
+		tk.state, tk.goneReason = phaseGone, cmp.Or(tk.goneReason, "per-call run finished")
 		e.mu.Unlock()
 		if !killed {
 			e.killOnHost(context.WithoutCancel(ctx), tk)
@@ -317,7 +312,7 @@ func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.Stream
 		}
 		conn = startConn(nc, &e.wg)
 		e.mu.Lock()
-		if k.state == stateGone {
+		if k.state == phaseGone {
 			e.mu.Unlock()
 			conn.close()
 			return outcome{}, false
@@ -522,13 +517,13 @@ func (e *Engine) finishCell(ctx context.Context, k *Kernel, c *cellRun, out outc
 	e.mu.Lock()
 	kr.ID, kr.PID, kr.Dir, kr.Backend = k.id, k.pid, k.dir, k.key.Backend
 	goneReason := ""
-	if k.state == stateGone {
+	if k.state == phaseGone {
 		goneReason = k.goneReason
 	}
 	e.mu.Unlock()
 	evict := func(reason string) {
 		e.mu.Lock()
-		if k.state != stateGone {
+		if k.state != phaseGone {
 			e.removeLocked(k, reason)
 		}
 		e.mu.Unlock()
@@ -551,7 +546,7 @@ func (e *Engine) finishCell(ctx context.Context, k *Kernel, c *cellRun, out outc
 		k.execCount = out.frame.ExecutionCount
 		e.mu.Unlock()
 		kr.ExecutionCount = out.frame.ExecutionCount
-		if res.Status == "timeout" {
+		if res.Status == StatusTimeout {
 			kr.Note = joinNote(kr.Note, fmt.Sprintf("the cell passed its timeout and was interrupted; kernel %s and its state were kept", k.id))
 		}
 		e.emit(kernelEvent(EventCellFinished, k, fmt.Sprintf("cell %s: %s in %.1fms", c.id, res.Status, out.frame.DurationMS)))
@@ -560,20 +555,20 @@ func (e *Engine) finishCell(ctx context.Context, k *Kernel, c *cellRun, out outc
 		kr.StateLost = true
 		kr.Note = joinNote(kr.Note, lostNote("the kernel died during the cell ("+out.detail+")"))
 		e.emit(kernelEvent(EventStateLost, k, "cell "+c.id+": "+out.detail))
-		res = &Result{Status: "error", Traceback: "kerneldeck: " + kr.Note + "\n"}
+		res = &Result{Status: StatusError, Traceback: "kerneldeck: " + kr.Note + "\n"}
 	case outTimeoutKilled:
 		evict("killed after its cell ignored an interrupt")
 		kr.StateLost = true
 		kr.Note = joinNote(kr.Note, lostNote(fmt.Sprintf("the cell did not stop within %v of an interrupt at its timeout, so the kernel was killed", e.cfg.InterruptGrace)))
 		e.emit(kernelEvent(EventStateLost, k, "cell "+c.id+": killed after timeout"))
-		res = &Result{Status: "timeout", Traceback: "kerneldeck: " + kr.Note + "\n"}
+		res = &Result{Status: StatusTimeout, Traceback: "kerneldeck: " + kr.Note + "\n"}
 	case outPubFail:
 		// Fail closed: a kernel whose state may have missed this cell is not reused.
 		evict("publish failed")
 		return nil, fmt.Errorf("publish cell %s to kernel %s on %s failed (%s); the kernel was evicted so no later cell runs on state that missed this one",
 			c.id, kr.ID, kr.Backend, cmp.Or(out.detail, "no detail"))
 	case outUnreachable:
-		res = &Result{Status: "error", Traceback: fmt.Sprintf("kerneldeck: host %s unreachable past the cell's timeout: %s\n", kr.Backend, out.detail)}
+		res = &Result{Status: StatusError, Traceback: fmt.Sprintf("kerneldeck: host %s unreachable past the cell's timeout: %s\n", kr.Backend, out.detail)}
 		kr.Note = joinNote(kr.Note, "the host could not be reached; the cell may still finish there")
 	case outCanceled:
 		return nil, fmt.Errorf("cell %s on kernel %s: %s", c.id, kr.ID, out.detail)
@@ -596,20 +591,20 @@ func (e *Engine) resultFromFrame(ctx context.Context, k *Kernel, f *runnerFrame,
 	res := &Result{Stdout: f.Stdout, Stderr: f.Stderr, Traceback: f.Traceback,
 		StdoutClipped: f.StdoutClipped, StderrClipped: f.StderrClipped}
 	switch f.Status {
-	case "ok":
-		res.Status = "success"
-	case "exit":
-		res.Status = "success"
+	case runnerOK:
+		res.Status = StatusSuccess
+	case runnerExit:
+		res.Status = StatusSuccess
 		if f.Traceback != "" {
-			res.Status = "error"
+			res.Status = StatusError
 		}
-	case "interrupted":
-		res.Status = "interrupted"
+	case runnerInterrupted:
+		res.Status = StatusInterrupted
 		if interruptedAtDeadline {
-			res.Status = "timeout"
+			res.Status = StatusTimeout
 		}
 	default:
-		res.Status = "error"
+		res.Status = StatusError
 	}
 	if k != nil {
 		res.SpillPath = e.copySpill(ctx, k, f.StdoutSpill, f.ID+".stdout")

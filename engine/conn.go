@@ -14,6 +14,14 @@ import (
 // cannot make the engine buffer without limit.
 const maxFrame = 64 << 20
 
+// How a runner says a cell ended (runnerFrame.Status of a result).
+const (
+	runnerOK          = "ok"
+	runnerExit        = "exit"
+	runnerInterrupted = "interrupted"
+	runnerError       = "error"
+)
+
 // runnerFrame is one JSON line a runner sends: a result, streamed output, a
 // pong or an error.
 type runnerFrame struct {

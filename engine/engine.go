@@ -207,7 +207,7 @@ func (e *Engine) SetLimits(maxKernels *int, idleExit *time.Duration) error {
 	if idleExit != nil && *idleExit != e.idleExit {
 		e.idleExit = *idleExit
 		for _, k := range e.kernels {
-			if k.state == stateReady {
+			if k.state == phaseReady {
 				push = append(push, k)
 			}
 		}
@@ -314,7 +314,7 @@ func (e *Engine) removeLocked(k *Kernel, reason string) {
 	if e.byID[k.id] == k {
 		delete(e.byID, k.id)
 	}
-	k.state = stateGone
+	k.state = phaseGone
 	k.goneReason = reason
 }
 
@@ -330,7 +330,7 @@ func (e *Engine) reapIdle() []*Kernel {
 	var victims []*Kernel
 	oldest := now
 	for _, k := range e.kernels {
-		if k.state == stateReady && !k.attachedLocked() && now.Sub(k.lastUsed) > e.idleExit {
+		if k.state == phaseReady && !k.attachedLocked() && now.Sub(k.lastUsed) > e.idleExit {
 			idle := now.Sub(k.lastUsed).Round(time.Second)
 			e.removeLocked(k, "reaped after idle "+idle.String())
 			e.emit(kernelEvent(EventReapedIdle, k, fmt.Sprintf("idle %v > idle_exit %v", idle, e.idleExit)))
@@ -387,7 +387,7 @@ func (e *Engine) enforceCap() {
 func (e *Engine) lruLocked() []*Kernel {
 	var idle []*Kernel
 	for _, k := range e.kernels {
-		if k.state == stateReady && !k.attachedLocked() {
+		if k.state == phaseReady && !k.attachedLocked() {
 			idle = append(idle, k)
 		}
 	}
@@ -433,7 +433,7 @@ func (e *Engine) killFailed(k *Kernel, id, dir string, pid int) {
 	}
 	r.next = now.Add(min(time.Second<<min(r.tries-1, 10), killRetryMax))
 	// k itself may be respawned in place (a reset): keep a frozen copy.
-	e.unkilled[id] = &Kernel{key: k.key, env: k.env, id: id, dir: dir, pid: pid, state: stateGone,
+	e.unkilled[id] = &Kernel{key: k.key, env: k.env, id: id, dir: dir, pid: pid, state: phaseGone,
 		goneReason: k.goneReason, transient: k.transient, killRetry: r}
 }
 
@@ -471,7 +471,7 @@ func (e *Engine) Kill(ctx context.Context, id string) error {
 	k := e.byID[id]
 	if k == nil {
 		e.mu.Unlock()
-		return fmt.Errorf("no kernel with id %q", id)
+		return fmt.Errorf("%w %q", ErrUnknownKernel, id)
 	}
 	e.removeLocked(k, "killed by the operator")
 	e.mu.Unlock()
@@ -530,12 +530,12 @@ func (e *Engine) Interrupt(ctx context.Context, id string) error {
 	k := e.byID[id]
 	if k == nil {
 		e.mu.Unlock()
-		return fmt.Errorf("no kernel with id %q", id)
+		return fmt.Errorf("%w %q", ErrUnknownKernel, id)
 	}
 	cell, conn, dir := k.runningCell, k.conn, k.dir
 	e.mu.Unlock()
 	if cell == "" {
-		return fmt.Errorf("kernel %s has no running cell", id)
+		return fmt.Errorf("kernel %s %w", id, ErrNoRunningCell)
 	}
 	return e.sendInterrupt(ctx, k, conn, dir, cell)
 }
@@ -561,7 +561,7 @@ func (e *Engine) configureRunner(ctx context.Context, k *Kernel, idle time.Durat
 	e.mu.Lock()
 	conn, dir, state := k.conn, k.dir, k.state
 	e.mu.Unlock()
-	if state != stateReady {
+	if state != phaseReady {
 		return
 	}
 	secs := fmt.Sprintf("%g", idle.Seconds())

@@ -1150,7 +1150,7 @@ func TestExactlyOnceAfterTransportErrors(t *testing.T) {
 			r.exec(engine.Request{Code: "warm = 1"})
 			r.env.Prepend(fakeenv.On("cell", tc.fault(r)).If(fakeenv.StdinContains(code)).Once())
 			res := r.exec(engine.Request{Code: code})
-			if res.Status != tc.status || res.Kernel.StateLost != tc.stateLost {
+			if string(res.Status) != tc.status || res.Kernel.StateLost != tc.stateLost {
 				t.Fatalf("got status %s state_lost %v (%+v), want %s %v", res.Status, res.Kernel.StateLost, *res.Kernel, tc.status, tc.stateLost)
 			}
 			if tc.stateLost && !strings.Contains(res.Kernel.Note, phrase) {

@@ -42,6 +42,16 @@ const (
 	EventMissed EventType = "missed"
 )
 
+// EventTypes lists every event type the engine publishes, in the order
+// they are declared above.
+func EventTypes() []EventType {
+	return []EventType{EventSpawned, EventSpawnFailed, EventReused, EventReset, EventStateLost,
+		EventCellStarted, EventCellFinished, EventCellTimeout, EventInterrupted, EventKilled,
+		EventReapedIdle, EventEvictedCap, EventEvictSkippedBusy, EventOwnerShutdown, EventRPCCall,
+		EventRPCRejected, EventFallbackPerCall, EventTransportError, EventReconnected, EventLimits,
+		EventAdopted, EventApprovalRequest, EventApprovalDecided, EventMissed}
+}
+
 // Event is one lifecycle event. It never carries a token, key material or
 // cell code.
 type Event struct {

@@ -14,12 +14,13 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine/runner"
 )
 
-type kernelState int
+// phase is where a registry entry is in its life.
+type phase int
 
 const (
-	stateStarting kernelState = iota
-	stateReady
-	stateGone
+	phaseStarting phase = iota
+	phaseReady
+	phaseGone
 )
 
 // Kernel is one registry entry: a persistent runner on a backend for one Key.
@@ -33,7 +34,7 @@ type Kernel struct {
 	pid        int
 	dir        string
 	token      string
-	state      kernelState
+	state      phase
 	goneReason string
 	holding    bool // a call owns the kernel (spawning or running a cell)
 	// waiters are the calls queued behind the holder, first come first
@@ -86,7 +87,7 @@ type KernelInfo struct {
 	Tools          []string      `json:"tools"`
 	PID            int           `json:"pid"`
 	Dir            string        `json:"dir"`
-	State          string        `json:"state"` // starting, idle, running, queued
+	State          KernelState   `json:"state"`
 	Attached       bool          `json:"attached"`
 	Queued         int           `json:"queued"`
 	RunningCell    string        `json:"running_cell,omitempty"`
@@ -99,14 +100,14 @@ type KernelInfo struct {
 }
 
 func (k *Kernel) infoLocked(now time.Time, next bool) KernelInfo {
-	state := "idle"
+	state := StateIdle
 	switch {
-	case k.state == stateStarting:
-		state = "starting"
+	case k.state == phaseStarting:
+		state = StateStarting
 	case k.runningCell != "":
-		state = "running"
+		state = StateRunning
 	case len(k.waiters) > 0:
-		state = "queued"
+		state = StateQueued
 	}
 	idle := time.Duration(0)
 	if !k.attachedLocked() {
@@ -143,12 +144,12 @@ func (e *Engine) acquire(ctx context.Context, key Key, env backends.Env, deadlin
 		e.mu.Lock()
 		if e.closed {
 			e.mu.Unlock()
-			return nil, false, errEngineClosed
+			return nil, false, ErrEngineClosed
 		}
 		k = e.kernels[key]
 		if k == nil {
 			now := e.cfg.Now()
-			k = &Kernel{key: key, env: env, id: newKernelID(), state: stateStarting, holding: true, lastUsed: now, lostNote: e.lost[key]}
+			k = &Kernel{key: key, env: env, id: newKernelID(), state: phaseStarting, holding: true, lastUsed: now, lostNote: e.lost[key]}
 			delete(e.lost, key)
 			e.kernels[key] = k
 			e.byID[k.id] = k
@@ -172,14 +173,14 @@ func (e *Engine) acquire(ctx context.Context, key Key, env backends.Env, deadlin
 			timer.Stop()
 		case <-timer.C:
 			e.leaveQueue(k, turn)
-			return nil, false, errQueueTimeout
+			return nil, false, ErrQueueTimeout
 		case <-ctx.Done():
 			timer.Stop()
 			e.leaveQueue(k, turn)
 			return nil, false, ctx.Err()
 		}
 		e.mu.Lock()
-		gone := k.state == stateGone
+		gone := k.state == phaseGone
 		e.mu.Unlock()
 		if !gone {
 			return k, false, nil
@@ -211,7 +212,7 @@ func (e *Engine) release(k *Kernel) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	k.runningCell = ""
-	if k.state != stateGone {
+	if k.state != phaseGone {
 		k.lastUsed = e.cfg.Now()
 	}
 	if len(k.waiters) > 0 {
@@ -279,9 +280,9 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) error {
 		k.conn.close()
 		k.conn = nil
 	}
-	gone := k.state == stateGone
+	gone := k.state == phaseGone
 	if !gone {
-		k.state = stateReady
+		k.state = phaseReady
 		if !k.transient {
 			e.byID[id] = k
 		}

@@ -586,7 +586,7 @@ func FuzzCellResult(f *testing.F) {
 		case "interrupted":
 			want = "interrupted"
 		}
-		if res.Status != want {
+		if string(res.Status) != want {
 			t.Fatalf("runner status %q (traceback %q): result status %q, want %q", fr.Status, fr.Traceback, res.Status, want)
 		}
 		if res.Stdout != fr.Stdout || res.Stderr != fr.Stderr || res.Traceback != fr.Traceback ||

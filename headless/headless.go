@@ -593,20 +593,20 @@ func (s *server) answer(r *request, err error) {
 }
 
 type resultLine struct {
-	ID              string      `json:"id"`
-	Op              string      `json:"op"`
-	Status          string      `json:"status"`
-	Stdout          string      `json:"stdout"`
-	Stderr          string      `json:"stderr"`
-	Traceback       string      `json:"traceback"`
-	StdoutClipped   bool        `json:"stdout_clipped"`
-	StderrClipped   bool        `json:"stderr_clipped"`
-	SpillPath       string      `json:"spill_path"`
-	StderrSpillPath string      `json:"stderr_spill_path"`
-	ToolCallsMade   int         `json:"tool_calls_made"`
-	DurationMS      float64     `json:"duration_ms"`
-	Fallback        string      `json:"fallback"`
-	Kernel          *kernelLine `json:"kernel"`
+	ID              string            `json:"id"`
+	Op              string            `json:"op"`
+	Status          engine.CellStatus `json:"status"`
+	Stdout          string            `json:"stdout"`
+	Stderr          string            `json:"stderr"`
+	Traceback       string            `json:"traceback"`
+	StdoutClipped   bool              `json:"stdout_clipped"`
+	StderrClipped   bool              `json:"stderr_clipped"`
+	SpillPath       string            `json:"spill_path"`
+	StderrSpillPath string            `json:"stderr_spill_path"`
+	ToolCallsMade   int               `json:"tool_calls_made"`
+	DurationMS      float64           `json:"duration_ms"`
+	Fallback        string            `json:"fallback"`
+	Kernel          *kernelLine       `json:"kernel"`
 }
 
 type kernelLine struct {

@@ -265,7 +265,7 @@ wait:
 func (r *session) kernel(running bool) (engine.KernelInfo, bool) {
 	for _, k := range r.eng.Kernels() {
 		if k.Owner == r.opts.Owner && k.Task == r.opts.Task && k.Backend == r.opts.Backend &&
-			k.Child == "" && len(k.Tools) == 0 && (!running || k.State == "running") {
+			k.Child == "" && len(k.Tools) == 0 && (!running || k.State == engine.StateRunning) {
 			return k, true
 		}
 	}

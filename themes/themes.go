@@ -20,6 +20,8 @@ import (
 
 	"github.com/charmbracelet/bubbles/help"
 	"github.com/charmbracelet/lipgloss"
+
+	"github.com/kerneldeck/kerneldeck/engine"
 )
 
 // Theme names accepted by New, in the order returned by Names.
@@ -107,9 +109,8 @@ type Theme struct {
 	// OK, Warn and Error style status messages.
 	OK, Warn, Error lipgloss.Style
 
-	// EventTypes styles engine events by type (engine.EventType values such
-	// as "evicted_cap" or "reaped_idle"); use EventStyle to look one up.
-	EventTypes map[string]lipgloss.Style
+	// EventTypes styles engine events by type; use EventStyle to look one up.
+	EventTypes map[engine.EventType]lipgloss.Style
 
 	// Prompt is the approval prompt box (border and padding); PromptTitle
 	// is its heading.
@@ -128,7 +129,7 @@ type Theme struct {
 
 // EventStyle returns the style for an engine event type, or Muted for a type
 // the theme does not know.
-func (t *Theme) EventStyle(typ string) lipgloss.Style {
+func (t *Theme) EventStyle(typ engine.EventType) lipgloss.Style {
 	if s, ok := t.EventTypes[typ]; ok {
 		return s
 	}
@@ -391,31 +392,31 @@ func build(name string, p palette, b builder) *Theme {
 	attention := b.fg(s().Bold(true), p.accent3)
 	attention = b.plain(attention, func(x lipgloss.Style) lipgloss.Style { return x.Underline(true) })
 	eviction := t.Warn.Underline(true)
-	t.EventTypes = map[string]lipgloss.Style{
-		"spawned":            t.OK,
-		"spawn_failed":       t.Error,
-		"reused":             t.Muted,
-		"reset":              info,
-		"state_lost":         t.Error,
-		"cell_started":       info,
-		"cell_finished":      t.OK,
-		"cell_timeout":       t.Error,
-		"interrupted":        t.Warn,
-		"killed":             t.Error,
-		"reaped_idle":        t.Warn,
-		"evicted_cap":        eviction,
-		"evict_skipped_busy": info,
-		"owner_shutdown":     t.Warn,
-		"rpc_call":           t.Muted,
-		"rpc_rejected":       t.Error,
-		"fallback_per_call":  t.Warn,
-		"transport_error":    t.Error,
-		"reconnected":        t.OK,
-		"limits":             info,
-		"approval_request":   attention,
-		"approval_decided":   info,
-		"adopted":            info,
-		"missed":             t.Warn,
+	t.EventTypes = map[engine.EventType]lipgloss.Style{
+		engine.EventSpawned:          t.OK,
+		engine.EventSpawnFailed:      t.Error,
+		engine.EventReused:           t.Muted,
+		engine.EventReset:            info,
+		engine.EventStateLost:        t.Error,
+		engine.EventCellStarted:      info,
+		engine.EventCellFinished:     t.OK,
+		engine.EventCellTimeout:      t.Error,
+		engine.EventInterrupted:      t.Warn,
+		engine.EventKilled:           t.Error,
+		engine.EventReapedIdle:       t.Warn,
+		engine.EventEvictedCap:       eviction,
+		engine.EventEvictSkippedBusy: info,
+		engine.EventOwnerShutdown:    t.Warn,
+		engine.EventRPCCall:          t.Muted,
+		engine.EventRPCRejected:      t.Error,
+		engine.EventFallbackPerCall:  t.Warn,
+		engine.EventTransportError:   t.Error,
+		engine.EventReconnected:      t.OK,
+		engine.EventLimits:           info,
+		engine.EventApprovalRequest:  attention,
+		engine.EventApprovalDecided:  info,
+		engine.EventAdopted:          info,
+		engine.EventMissed:           t.Warn,
 	}
 
 	t.Prompt = b.borderFg(s().Border(p.promptBorder).Padding(0, 1), p.accent3)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/muesli/termenv"
+
+	"github.com/kerneldeck/kerneldeck/engine"
 )
 
 // trueColor returns a renderer at the TrueColor profile with a fixed
@@ -46,7 +48,7 @@ func allStyles(th *Theme) map[string]lipgloss.Style {
 		}
 	}
 	for k, s := range th.EventTypes {
-		out["EventTypes["+k+"]"] = s
+		out["EventTypes["+string(k)+"]"] = s
 	}
 	hs := th.HelpStyles()
 	hv := reflect.ValueOf(hs)
@@ -326,7 +328,7 @@ func TestEventStyle(t *testing.T) {
 	if th.EventStyle("").Render("e") != th.Muted.Render("e") {
 		t.Errorf("empty event type does not fall back to Muted")
 	}
-	for _, typ := range []string{"evicted_cap", "reaped_idle", "state_lost", "rpc_rejected", "approval_request", "spawned", "cell_finished"} {
+	for _, typ := range []engine.EventType{"evicted_cap", "reaped_idle", "state_lost", "rpc_rejected", "approval_request", "spawned", "cell_finished"} {
 		s, ok := th.EventTypes[typ]
 		if !ok {
 			t.Errorf("no style for event %q", typ)
@@ -389,15 +391,14 @@ func TestNoColorFromEnv(t *testing.T) {
 // TestAllEngineEventsStyled guards against a typo in the event table: every
 // key is a known engine event type.
 func TestAllEngineEventsStyled(t *testing.T) {
-	known := []string{"spawned", "spawn_failed", "reused", "reset", "state_lost",
-		"cell_started", "cell_finished", "cell_timeout", "interrupted", "killed",
-		"reaped_idle", "evicted_cap", "evict_skipped_busy", "owner_shutdown",
-		"rpc_call", "rpc_rejected", "fallback_per_call", "transport_error",
-		"reconnected", "limits", "approval_request", "approval_decided", "adopted", "missed"}
+	var known []string
+	for _, typ := range engine.EventTypes() {
+		known = append(known, string(typ))
+	}
 	th := mustNew(t, "dark", Options{NoColor: true, Renderer: trueColor(true)})
 	var keys []string
 	for k := range th.EventTypes {
-		keys = append(keys, k)
+		keys = append(keys, string(k))
 	}
 	sort.Strings(keys)
 	sort.Strings(known)

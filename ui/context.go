@@ -1,7 +1,7 @@
 package ui
 
 import (
-	"sync"
+	"context"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
@@ -22,6 +22,9 @@ type Context struct {
 	User string
 
 	borders boxStyle
+	// act runs an engine action in the background; the root reports its
+	// outcome on the status line.
+	act func(what string, f func(ctx context.Context, eng Engine) error) tea.Cmd
 }
 
 // boxStyle holds what a pane border needs, derived from the theme once.
@@ -39,68 +42,5 @@ func newBoxStyle(t *themes.Theme) boxStyle {
 		focusedStyle:    lipgloss.NewStyle().Inherit(t.PaneBorderFocused).UnsetBorderStyle().Foreground(t.PaneBorderFocused.GetBorderTopForeground()),
 		titleStyle:      t.PaneTitle,
 		titleFocusStyle: t.PaneTitleFocused,
-	}
-}
-
-// Component is one pane of the dashboard.
-type Component interface {
-	Update(msg tea.Msg) (Component, tea.Cmd)
-	View() string
-	SetSize(width, height int)
-}
-
-// inbox carries messages from background work (running cells and their
-// output) to the UI without ever blocking the sender: posts queue up and one
-// waiting command collects them all.
-type inbox struct {
-	mu     sync.Mutex
-	queue  []tea.Msg
-	notify chan struct{}
-	closed bool
-}
-
-func newInbox() *inbox { return &inbox{notify: make(chan struct{}, 1)} }
-
-func (b *inbox) post(msg tea.Msg) {
-	b.mu.Lock()
-	if !b.closed {
-		b.queue = append(b.queue, msg)
-	}
-	b.mu.Unlock()
-	select {
-	case b.notify <- struct{}{}:
-	default:
-	}
-}
-
-func (b *inbox) close() {
-	b.mu.Lock()
-	b.closed = true
-	b.mu.Unlock()
-	select {
-	case b.notify <- struct{}{}:
-	default:
-	}
-}
-
-// inboxMsg is a batch of posted messages.
-type inboxMsg []tea.Msg
-
-// wait is the command that delivers the next batch; Update re-arms it.
-func (b *inbox) wait() tea.Cmd {
-	return func() tea.Msg {
-		for {
-			<-b.notify
-			b.mu.Lock()
-			msgs, closed := b.queue, b.closed
-			b.queue = nil
-			b.mu.Unlock()
-			if len(msgs) > 0 {
-				return inboxMsg(msgs)
-			}
-			if closed {
-				return nil
-			}
-		}
 	}
 }

@@ -19,15 +19,14 @@ type runCellMsg struct {
 
 // EditorPane is the multi-line cell editor with its target and history.
 type EditorPane struct {
-	ctx           *Context
-	width, height int
-	focused       bool
+	pane
 
 	area    textarea.Model
 	target  Target
 	history []string
 	histPos int    // len(history) when editing a new cell
 	draft   string // the new cell while browsing history
+	keys    actions
 
 	form     *targetForm
 	backends []string // for the target form's check
@@ -45,8 +44,42 @@ func newEditorPane(ctx *Context, target Target) *EditorPane {
 	ta.BlurredStyle.Prompt = ctx.Theme.Faint
 	ta.FocusedStyle.Placeholder = ctx.Theme.Faint
 	ta.BlurredStyle.Placeholder = ctx.Theme.Faint
-	return &EditorPane{ctx: ctx, area: ta, target: target}
+	p := &EditorPane{pane: pane{ctx: ctx}, area: ta, target: target}
+	k := ctx.Keys
+	p.keys = actions{
+		{k.Run, run(p.runCell)},
+		{k.HistPrev, run(func() tea.Cmd { p.historyStep(-1); return nil })},
+		{k.HistNext, run(func() tea.Cmd { p.historyStep(1); return nil })},
+		{k.NewTarget, run(func() tea.Cmd {
+			p.form = newTargetForm(p.ctx, p.target, p.width-2)
+			p.form.backends = p.backends
+			p.area.Blur()
+			return p.form.focusField()
+		})},
+	}
+	return p
 }
+
+// Title implements Pane.
+func (p *EditorPane) Title() string { return "Cell" }
+
+// ShortHelp implements help.KeyMap.
+func (p *EditorPane) ShortHelp() []key.Binding {
+	k := p.ctx.Keys
+	return []key.Binding{k.Run, k.HistPrev, k.NewTarget, k.Interrupt, k.Focus}
+}
+
+// FullHelp implements help.KeyMap.
+func (p *EditorPane) FullHelp() [][]key.Binding {
+	k := p.ctx.Keys
+	return [][]key.Binding{{k.Run, k.HistPrev, k.HistNext, k.NewTarget, k.Interrupt}}
+}
+
+// Typing implements Pane: every key the editor understands is text.
+func (p *EditorPane) Typing() bool { return true }
+
+// Modal implements Pane: the target form takes tab itself.
+func (p *EditorPane) Modal() bool { return p.form != nil }
 
 // SetSize sets the pane's outer size.
 func (p *EditorPane) SetSize(w, h int) {
@@ -58,13 +91,16 @@ func (p *EditorPane) SetSize(w, h int) {
 	}
 }
 
-func (p *EditorPane) setFocus(on bool) tea.Cmd {
-	p.focused = on
-	if on {
-		return p.area.Focus()
-	}
+// Focus implements Pane.
+func (p *EditorPane) Focus() tea.Cmd {
+	p.focused = true
+	return p.area.Focus()
+}
+
+// Blur implements Pane.
+func (p *EditorPane) Blur() {
+	p.focused = false
 	p.area.Blur()
-	return nil
 }
 
 // SetTarget points the editor at another kernel key.
@@ -73,8 +109,43 @@ func (p *EditorPane) SetTarget(t Target) { p.target = t }
 // Target is where the next cell runs.
 func (p *EditorPane) Target() Target { return p.target }
 
+// runCell asks the root to run the editor's code and clears the editor.
+func (p *EditorPane) runCell() tea.Cmd {
+	code := p.area.Value()
+	if strings.TrimSpace(code) == "" {
+		return nil
+	}
+	if len(p.history) == 0 || p.history[len(p.history)-1] != code {
+		p.history = append(p.history, code)
+	}
+	p.histPos, p.draft = len(p.history), ""
+	p.area.Reset()
+	t := p.target
+	return func() tea.Msg { return runCellMsg{target: t, code: code} }
+}
+
+// historyStep moves through the history (-1 older, +1 newer); the cell
+// being written is kept as the draft.
+func (p *EditorPane) historyStep(d int) {
+	switch {
+	case d < 0 && p.histPos > 0:
+		if p.histPos == len(p.history) {
+			p.draft = p.area.Value()
+		}
+		p.histPos--
+		p.area.SetValue(p.history[p.histPos])
+	case d > 0 && p.histPos < len(p.history):
+		p.histPos++
+		if p.histPos == len(p.history) {
+			p.area.SetValue(p.draft)
+		} else {
+			p.area.SetValue(p.history[p.histPos])
+		}
+	}
+}
+
 // Update edits, runs (ctrl+r), browses history and opens the target form.
-func (p *EditorPane) Update(msg tea.Msg) (Component, tea.Cmd) {
+func (p *EditorPane) Update(msg tea.Msg) tea.Cmd {
 	if p.form != nil {
 		done, t, cmd := p.form.update(msg)
 		if done {
@@ -82,55 +153,18 @@ func (p *EditorPane) Update(msg tea.Msg) (Component, tea.Cmd) {
 				p.target = *t
 			}
 			p.form = nil
-			return p, p.area.Focus()
+			return p.area.Focus()
 		}
-		return p, cmd
+		return cmd
 	}
-	km, isKey := msg.(tea.KeyMsg)
-	keys := p.ctx.Keys
-	if isKey {
-		switch {
-		case key.Matches(km, keys.Run):
-			code := p.area.Value()
-			if strings.TrimSpace(code) == "" {
-				return p, nil
-			}
-			if len(p.history) == 0 || p.history[len(p.history)-1] != code {
-				p.history = append(p.history, code)
-			}
-			p.histPos, p.draft = len(p.history), ""
-			p.area.Reset()
-			t := p.target
-			return p, func() tea.Msg { return runCellMsg{target: t, code: code} }
-		case key.Matches(km, keys.HistPrev):
-			if p.histPos > 0 {
-				if p.histPos == len(p.history) {
-					p.draft = p.area.Value()
-				}
-				p.histPos--
-				p.area.SetValue(p.history[p.histPos])
-			}
-			return p, nil
-		case key.Matches(km, keys.HistNext):
-			if p.histPos < len(p.history) {
-				p.histPos++
-				if p.histPos == len(p.history) {
-					p.area.SetValue(p.draft)
-				} else {
-					p.area.SetValue(p.history[p.histPos])
-				}
-			}
-			return p, nil
-		case key.Matches(km, keys.NewTarget):
-			p.form = newTargetForm(p.ctx, p.target, p.width-2)
-			p.form.backends = p.backends
-			p.area.Blur()
-			return p, p.form.focusField()
+	if km, isKey := msg.(tea.KeyMsg); isKey {
+		if cmd, ok := p.keys.handle(km); ok {
+			return cmd
 		}
 	}
 	var cmd tea.Cmd
 	p.area, cmd = p.area.Update(msg)
-	return p, cmd
+	return cmd
 }
 
 // View renders the target line and the text area, or the target form.
@@ -142,7 +176,7 @@ func (p *EditorPane) View() string {
 	} else {
 		lines = append(lines, strings.Split(p.area.View(), "\n")...)
 	}
-	return p.ctx.box("Cell", lines, p.width, p.height, p.focused)
+	return p.ctx.box(p.Title(), lines, p.width, p.height, p.focused)
 }
 
 // targetForm picks a new target: owner, task, backend, tools.
@@ -158,7 +192,7 @@ var formLabels = [4]string{"owner  ", "task   ", "backend", "tools  "}
 
 func newTargetForm(ctx *Context, cur Target, width int) *targetForm {
 	f := &targetForm{ctx: ctx}
-	vals := [4]string{cur.Owner, cur.Task, cur.Backend, joinComma(cur.Tools)}
+	vals := [4]string{cur.Owner, cur.Task, cur.Backend, strings.Join(cur.Tools, ",")}
 	for i := range f.inputs {
 		in := textinput.New()
 		in.Prompt = formLabels[i] + " "

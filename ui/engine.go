@@ -9,6 +9,8 @@ package ui
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
@@ -42,27 +44,16 @@ func (t Target) String() string {
 	}
 	s += "@" + t.Backend
 	if len(t.Tools) > 0 {
-		s += "[" + joinComma(t.Tools) + "]"
+		s += "[" + strings.Join(t.Tools, ",") + "]"
 	}
 	return s
 }
 
 func (t Target) matches(k engine.KernelInfo) bool {
 	return k.Owner == t.Owner && k.Task == t.Task && k.Backend == t.Backend && k.Child == t.Child &&
-		joinComma(k.Tools) == joinComma(t.Tools)
+		slices.Equal(k.Tools, t.Tools)
 }
 
 func targetOf(k engine.KernelInfo) Target {
 	return Target{Owner: k.Owner, Task: k.Task, Backend: k.Backend, Child: k.Child, Tools: append([]string(nil), k.Tools...)}
-}
-
-func joinComma(s []string) string {
-	out := ""
-	for i, v := range s {
-		if i > 0 {
-			out += ","
-		}
-		out += v
-	}
-	return out
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/charmbracelet/bubbles/key"
 	"github.com/charmbracelet/bubbles/textinput"
+	"github.com/charmbracelet/bubbles/viewport"
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/kerneldeck/kerneldeck/engine"
@@ -13,37 +14,109 @@ import (
 // maxEvents bounds the events the pane keeps.
 const maxEvents = 2000
 
+// eventDetailLines is how many lines one event's detail may wrap onto, so
+// the reason for an eviction is never cut.
+const eventDetailLines = 3
+
 // EventsPane is the live event stream, newest at the bottom, with a filter
 // on owner and type ("/").
 type EventsPane struct {
-	ctx           *Context
-	width, height int
-	focused       bool
+	pane
 
-	events   []engine.Event
-	shown    []int // indexes into events that pass the filter
+	events []engine.Event
+	// chunks are the events drawn at width (nil: not drawn yet); shown
+	// indexes the events that pass the filter.
+	chunks   [][]string
+	drawnAt  int
+	shown    []int
 	filter   textinput.Model
 	editing  bool
-	offset   int
-	follow   bool
 	filterBy string
+	view     viewport.Model
+	follow   bool
+	keys     actions
+	editKeys actions
 }
 
 func newEventsPane(ctx *Context) *EventsPane {
 	f := textinput.New()
 	f.Prompt = "/"
 	f.Placeholder = "owner or type, e.g. alice evicted"
-	return &EventsPane{ctx: ctx, filter: f, follow: true}
+	p := &EventsPane{pane: pane{ctx: ctx}, filter: f, follow: true, view: viewport.New(0, 0)}
+	k := ctx.Keys
+	p.keys = actions{
+		{k.Filter, run(func() tea.Cmd { p.editing = true; p.resizeView(); return p.filter.Focus() })},
+		{k.Up, run(func() tea.Cmd { p.view.LineUp(1); return p.scrolled() })},
+		{k.Down, run(func() tea.Cmd { p.view.LineDown(1); return p.scrolled() })},
+		{k.PageUp, run(func() tea.Cmd { p.view.PageUp(); return p.scrolled() })},
+		{k.PageDown, run(func() tea.Cmd { p.view.PageDown(); return p.scrolled() })},
+	}
+	endEdit := func(clear bool) tea.Cmd {
+		p.editing = false
+		p.filter.Blur()
+		if clear {
+			p.filter.SetValue("")
+		}
+		p.setFilter(p.filter.Value())
+		return nil
+	}
+	p.editKeys = actions{
+		{k.Submit, run(func() tea.Cmd { return endEdit(false) })},
+		{k.Cancel, run(func() tea.Cmd { return endEdit(true) })},
+	}
+	return p
 }
 
-// SetSize sets the pane's outer size.
-func (p *EventsPane) SetSize(w, h int) { p.width, p.height = w, h; p.filter.Width = max(1, w-4) }
+func (p *EventsPane) scrolled() tea.Cmd {
+	p.follow = p.view.AtBottom()
+	return nil
+}
+
+// Title implements Pane.
+func (p *EventsPane) Title() string {
+	if p.filterBy != "" {
+		return "Events · " + p.filterBy
+	}
+	return "Events"
+}
+
+// ShortHelp implements help.KeyMap.
+func (p *EventsPane) ShortHelp() []key.Binding {
+	k := p.ctx.Keys
+	if p.editing {
+		return []key.Binding{k.Submit, k.Cancel}
+	}
+	return []key.Binding{k.Filter, k.Up, k.Down, k.Focus, k.Help, k.Quit}
+}
+
+// FullHelp implements help.KeyMap.
+func (p *EventsPane) FullHelp() [][]key.Binding { return [][]key.Binding{p.keys.bindings()} }
+
+// Typing implements Pane: the filter line takes the keys while it is open.
+func (p *EventsPane) Typing() bool { return p.editing }
+
+// Modal implements Pane: so does it take tab.
+func (p *EventsPane) Modal() bool { return p.editing }
+
+// SetSize implements Pane.
+func (p *EventsPane) SetSize(w, h int) {
+	p.width, p.height = w, h
+	p.filter.Width = max(1, w-4)
+	p.resizeView()
+}
+
+func (p *EventsPane) resizeView() {
+	p.view.Width, p.view.Height = max(0, p.width-2), p.rowsShown()
+	p.redraw()
+}
 
 // add appends events and drops the oldest beyond maxEvents.
 func (p *EventsPane) add(evs ...engine.Event) {
 	p.events = append(p.events, evs...)
+	p.chunks = append(p.chunks, make([][]string, len(evs))...)
 	if over := len(p.events) - maxEvents; over > 0 {
 		p.events = append(p.events[:0], p.events[over:]...)
+		p.chunks = append(p.chunks[:0], p.chunks[over:]...)
 	}
 	p.refilter()
 }
@@ -58,6 +131,11 @@ func (p *EventsPane) matches(ev engine.Event) bool {
 	return true
 }
 
+func (p *EventsPane) setFilter(s string) {
+	p.filterBy = s
+	p.refilter()
+}
+
 func (p *EventsPane) refilter() {
 	p.shown = p.shown[:0]
 	for i, ev := range p.events {
@@ -65,56 +143,86 @@ func (p *EventsPane) refilter() {
 			p.shown = append(p.shown, i)
 		}
 	}
+	p.redraw()
+}
+
+// redraw puts the shown events into the view, drawing each event once per
+// width.
+func (p *EventsPane) redraw() {
+	w := p.width - 2
+	if w != p.drawnAt {
+		p.drawnAt = w
+		clear(p.chunks)
+	}
+	var lines []string
+	for _, i := range p.shown {
+		if p.chunks[i] == nil {
+			p.chunks[i] = p.draw(p.events[i], w)
+		}
+		lines = append(lines, p.chunks[i]...)
+	}
+	p.view.SetContent(strings.Join(lines, "\n"))
+	if len(lines) == 0 {
+		p.view.SetContent("")
+	}
+	if p.follow {
+		p.view.GotoBottom()
+	} else {
+		p.view.SetYOffset(p.view.YOffset)
+	}
+}
+
+// draw renders one event: time, type and owner, then its detail wrapped
+// onto at most eventDetailLines lines.
+func (p *EventsPane) draw(ev engine.Event, w int) []string {
+	t := p.ctx.Theme
+	const lead = 9 + 19 + 13 // time, type, owner columns
+	detail := ev.Detail
+	if ev.Kernel != "" {
+		detail = ev.Kernel + ": " + detail
+	}
+	first := t.Muted.Render(ev.Time.Format("15:04:05")) + " " + t.EventStyle(ev.Type).Render(fit(string(ev.Type), 18)) + " " + fit(ev.Owner, 12) + " "
+	var chunk []string
+	if w-lead >= 20 {
+		wrapped := wordWrapLines(detail, w-lead)
+		if len(wrapped) > eventDetailLines {
+			wrapped = wrapped[:eventDetailLines]
+		}
+		for j, l := range wrapped {
+			if j == 0 {
+				chunk = append(chunk, first+l)
+			} else {
+				chunk = append(chunk, strings.Repeat(" ", lead)+l)
+			}
+		}
+	}
+	if len(chunk) == 0 {
+		chunk = []string{first + detail}
+	}
+	return chunk
 }
 
 // Editing reports whether the filter line has the keyboard.
 func (p *EventsPane) Editing() bool { return p.editing }
 
 // Update edits the filter and scrolls.
-func (p *EventsPane) Update(msg tea.Msg) (Component, tea.Cmd) {
+func (p *EventsPane) Update(msg tea.Msg) tea.Cmd {
 	km, ok := msg.(tea.KeyMsg)
 	if !ok {
-		return p, nil
+		return nil
 	}
-	keys := p.ctx.Keys
 	if p.editing {
-		switch {
-		case key.Matches(km, keys.Submit), key.Matches(km, keys.Cancel):
-			p.editing = false
-			p.filter.Blur()
-			if key.Matches(km, keys.Cancel) {
-				p.filter.SetValue("")
-			}
-			p.filterBy = p.filter.Value()
-			p.refilter()
-			return p, nil
+		if cmd, ok := p.editKeys.handle(km); ok {
+			p.resizeView()
+			return cmd
 		}
 		var cmd tea.Cmd
 		p.filter, cmd = p.filter.Update(msg)
-		p.filterBy = p.filter.Value()
-		p.refilter()
-		return p, cmd
+		p.setFilter(p.filter.Value())
+		return cmd
 	}
-	page := max(1, p.height-3)
-	switch {
-	case key.Matches(km, keys.Filter):
-		p.editing = true
-		return p, p.filter.Focus()
-	case key.Matches(km, keys.Up):
-		p.offset--
-	case key.Matches(km, keys.Down):
-		p.offset++
-	case key.Matches(km, keys.PageUp):
-		p.offset -= page
-	case key.Matches(km, keys.PageDown):
-		p.offset += page
-	default:
-		return p, nil
-	}
-	inner := p.rowsShown()
-	p.offset = min(max(p.offset, 0), max(0, len(p.shown)-inner))
-	p.follow = p.offset >= len(p.shown)-inner
-	return p, nil
+	cmd, _ := p.keys.handle(km)
+	return cmd
 }
 
 func (p *EventsPane) rowsShown() int {
@@ -125,55 +233,14 @@ func (p *EventsPane) rowsShown() int {
 	return max(0, n)
 }
 
-// View renders the newest events that fit, and only those: it walks back
-// from the newest shown event, wrapping each detail onto at most three lines
-// so the reason for an eviction is never cut.
+// View renders the events in view, under the filter line when one is set.
 func (p *EventsPane) View() string {
-	t := p.ctx.Theme
-	inner := p.rowsShown()
-	if p.follow {
-		p.offset = max(0, len(p.shown)-inner)
-	}
-	var head []string
+	var lines []string
 	if p.editing || p.filterBy != "" {
-		head = append(head, p.filter.View())
+		lines = append(lines, p.filter.View())
 	}
-	w := p.width - 2
-	const lead = 9 + 19 + 13 // time, type, owner columns
-	var body []string
-	end := min(len(p.shown), p.offset+inner)
-	for i := end - 1; i >= 0 && len(body) < inner; i-- {
-		ev := p.events[p.shown[i]]
-		detail := ev.Detail
-		if ev.Kernel != "" {
-			detail = ev.Kernel + ": " + detail
-		}
-		first := t.Muted.Render(ev.Time.Format("15:04:05")) + " " + t.EventStyle(string(ev.Type)).Render(fit(string(ev.Type), 18)) + " " + fit(ev.Owner, 12) + " "
-		var chunk []string
-		if w-lead >= 20 {
-			wrapped := wordWrapLines(detail, w-lead)
-			if len(wrapped) > 3 {
-				wrapped = wrapped[:3]
-			}
-			for j, l := range wrapped {
-				if j == 0 {
-					chunk = append(chunk, first+l)
-				} else {
-					chunk = append(chunk, strings.Repeat(" ", lead)+l)
-				}
-			}
-		}
-		if len(chunk) == 0 {
-			chunk = []string{first + detail}
-		}
-		if len(body)+len(chunk) > inner && len(body) > 0 {
-			chunk = chunk[:inner-len(body)]
-		}
-		body = append(chunk, body...)
+	if p.view.Height > 0 && len(p.shown) > 0 {
+		lines = append(lines, strings.Split(p.view.View(), "\n")...)
 	}
-	title := "Events"
-	if p.filterBy != "" {
-		title += " · " + p.filterBy
-	}
-	return p.ctx.box(title, append(head, body...), p.width, p.height, p.focused)
+	return p.ctx.box(p.Title(), lines, p.width, p.height, p.focused)
 }

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,8 +9,10 @@ import (
 
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/english"
 )
 
 // goneKernel is a kernel that left the registry, shown as dead for a while
@@ -33,13 +36,82 @@ type kernelRow struct {
 	ownerIx int
 }
 
+// kernelColumn is one column of a kernel row: its title, its width (the gap
+// after it included; 0 takes the rest of the line) and its cell.
+type kernelColumn struct {
+	title string
+	width int
+	cell  func(p *KernelsPane, k *engine.KernelInfo, now time.Time) (text string, style *lipgloss.Style)
+}
+
+// kernelColumns describes the list once: the header and every row come
+// from it.
+var kernelColumns = []kernelColumn{
+	{"TASK", 14, func(_ *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
+		return taskLabel(k), nil
+	}},
+	{"STATE", 10, func(p *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
+		t := p.ctx.Theme
+		switch k.State {
+		case engine.StateRunning:
+			if k.Queued > 0 {
+				return fmt.Sprintf("run+%d", k.Queued), &t.StateRunning
+			}
+			return string(engine.StateRunning), &t.StateRunning
+		case engine.StateQueued:
+			return fmt.Sprintf("queued %d", k.Queued), &t.StateQueued
+		case engine.StateStarting:
+			return string(engine.StateStarting), &t.StateStarting
+		}
+		return string(engine.StateIdle), &t.StateIdle
+	}},
+	{"TIME", 8, func(p *KernelsPane, k *engine.KernelInfo, now time.Time) (string, *lipgloss.Style) {
+		switch k.State {
+		case engine.StateRunning:
+			return short(now.Sub(k.RunningSince)), nil
+		case engine.StateQueued, engine.StateStarting:
+			return "", nil
+		}
+		return short(now.Sub(k.LastUsed)), nil
+	}},
+	{"REAP IN", 10, func(p *KernelsPane, k *engine.KernelInfo, now time.Time) (string, *lipgloss.Style) {
+		if k.State != engine.StateIdle && k.State != "" {
+			return "", nil
+		}
+		return short(p.idleExit - now.Sub(k.LastUsed)), nil
+	}},
+	{"#", 5, func(_ *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
+		return fmt.Sprint(k.ExecutionCount), nil
+	}},
+	{"LRU", 6, func(p *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
+		if k.NextEvict {
+			return "next", &p.ctx.Theme.NextEvict
+		}
+		return "", nil
+	}},
+	{"PID", 8, func(_ *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
+		return fmt.Sprint(k.PID), nil
+	}},
+	{"BACKEND", 14, func(_ *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
+		return k.Backend, nil
+	}},
+	{"TOOLS", 0, func(_ *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
+		return strings.Join(k.Tools, ","), nil
+	}},
+}
+
+func taskLabel(k *engine.KernelInfo) string {
+	if k.Child != "" {
+		return k.Task + "/" + k.Child
+	}
+	return k.Task
+}
+
 // KernelsPane lists the kernels grouped by owner, with their state and
 // timers. Rows are rebuilt when the snapshot changes; View formats only the
 // rows that fit.
 type KernelsPane struct {
-	ctx           *Context
-	width, height int
-	focused       bool
+	pane
 
 	kernels  []engine.KernelInfo
 	gone     map[string]*goneKernel
@@ -48,14 +120,96 @@ type KernelsPane struct {
 	rows     []kernelRow
 	cursor   int
 	offset   int
+	header   string
+	keys     actions
+
+	// onSelect is told the target of the kernel the cursor moved onto;
+	// onEdit, of the kernel enter was pressed on.
+	onSelect func(Target)
+	onEdit   func(Target) tea.Cmd
 }
 
 func newKernelsPane(ctx *Context) *KernelsPane {
-	return &KernelsPane{ctx: ctx, gone: map[string]*goneKernel{}, folded: map[string]bool{}}
+	p := &KernelsPane{pane: pane{ctx: ctx}, gone: map[string]*goneKernel{}, folded: map[string]bool{}}
+	p.header = "   " + columnsHeader()
+	k := ctx.Keys
+	onKernel := func(f func(k engine.KernelInfo) tea.Cmd) func(tea.KeyMsg) (tea.Cmd, bool) {
+		return func(tea.KeyMsg) (tea.Cmd, bool) {
+			sel, ok := p.Selected()
+			if !ok {
+				return nil, false
+			}
+			return f(sel), true
+		}
+	}
+	p.keys = actions{
+		{k.Select, onKernel(func(sel engine.KernelInfo) tea.Cmd { return p.onEdit(targetOf(sel)) })},
+		{k.Toggle, run(func() tea.Cmd { p.toggleFold(); return nil })},
+		{k.Reset, onKernel(func(sel engine.KernelInfo) tea.Cmd {
+			t := targetOf(sel)
+			return ctx.act("reset "+sel.ID, func(c context.Context, eng Engine) error {
+				_, err := eng.Execute(c, engine.Request{Owner: t.Owner, Task: t.Task, Backend: t.Backend, Child: t.Child,
+					Tools: t.Tools, Code: "pass", Reset: true})
+				return err
+			})
+		})},
+		{k.InterruptSel, onKernel(func(sel engine.KernelInfo) tea.Cmd {
+			return ctx.act("interrupted "+sel.ID, func(c context.Context, eng Engine) error { return eng.Interrupt(c, sel.ID) })
+		})},
+		{k.Kill, onKernel(func(sel engine.KernelInfo) tea.Cmd {
+			return ctx.act("killed "+sel.ID, func(c context.Context, eng Engine) error { return eng.Kill(c, sel.ID) })
+		})},
+		{k.ShutdownOwner, run(func() tea.Cmd {
+			owner := p.SelectedOwner()
+			if owner == "" {
+				return nil
+			}
+			return ctx.act("shut down owner "+owner, func(c context.Context, eng Engine) error {
+				eng.ShutdownOwner(c, owner)
+				return nil
+			})
+		})},
+		{k.Up, run(func() tea.Cmd { p.move(-1); return nil })},
+		{k.Down, run(func() tea.Cmd { p.move(1); return nil })},
+		{k.PageUp, run(func() tea.Cmd { p.move(-p.page()); return nil })},
+		{k.PageDown, run(func() tea.Cmd { p.move(p.page()); return nil })},
+	}
+	return p
 }
 
-// SetSize sets the pane's outer size.
-func (p *KernelsPane) SetSize(w, h int) { p.width, p.height = w, h }
+func columnsHeader() string {
+	var b strings.Builder
+	for _, c := range kernelColumns {
+		if c.width == 0 {
+			b.WriteString(c.title)
+		} else {
+			fmt.Fprintf(&b, "%-*s", c.width, c.title)
+		}
+	}
+	return b.String()
+}
+
+// Title implements Pane.
+func (p *KernelsPane) Title() string { return fmt.Sprintf("Kernels (%d)", len(p.kernels)) }
+
+// ShortHelp implements help.KeyMap.
+func (p *KernelsPane) ShortHelp() []key.Binding {
+	k := p.ctx.Keys
+	return []key.Binding{k.Select, k.Toggle, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner,
+		k.CapUp, k.CapDown, k.IdleUp, k.IdleDown, k.Help, k.Quit}
+}
+
+// FullHelp implements help.KeyMap.
+func (p *KernelsPane) FullHelp() [][]key.Binding {
+	k := p.ctx.Keys
+	return [][]key.Binding{{k.Up, k.Down, k.PageUp, k.PageDown, k.Toggle}, {k.Select, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner}}
+}
+
+// SetSize implements Pane.
+func (p *KernelsPane) SetSize(w, h int) {
+	p.width, p.height = w, h
+	p.scroll()
+}
 
 // setSnapshot replaces the kernels shown; kernels that disappeared are kept
 // as dead with their last known reason.
@@ -144,7 +298,7 @@ func (p *KernelsPane) rebuild() {
 			}
 		}
 	}
-	p.cursor = min(max(p.cursor, 0), max(len(rows)-1, 0))
+	p.scroll()
 }
 
 func (p *KernelsPane) selectedRow() *kernelRow {
@@ -175,70 +329,71 @@ func (p *KernelsPane) selectTarget(t Target) {
 	for i, r := range p.rows {
 		if r.kernel != nil && t.matches(*r.kernel) {
 			p.cursor = i
+			p.scroll()
 			return
 		}
 	}
 }
 
-// Update moves the cursor and folds owner groups; the root handles actions.
-func (p *KernelsPane) Update(msg tea.Msg) (Component, tea.Cmd) {
-	km, ok := msg.(tea.KeyMsg)
-	if !ok {
-		return p, nil
+func (p *KernelsPane) page() int { return max(1, p.height-3) }
+
+// move moves the cursor by n rows and tells onSelect about the kernel it
+// lands on.
+func (p *KernelsPane) move(n int) {
+	p.cursor += n
+	p.scroll()
+	if k, ok := p.Selected(); ok && p.onSelect != nil {
+		p.onSelect(targetOf(k))
 	}
-	keys := p.ctx.Keys
-	page := max(1, p.height-3)
-	switch {
-	case key.Matches(km, keys.Up):
-		p.cursor--
-	case key.Matches(km, keys.Down):
-		p.cursor++
-	case key.Matches(km, keys.PageUp):
-		p.cursor -= page
-	case key.Matches(km, keys.PageDown):
-		p.cursor += page
-	case key.Matches(km, keys.Toggle):
-		if r := p.selectedRow(); r != nil {
-			p.folded[r.owner] = !p.folded[r.owner]
-			owner := r.owner
-			p.rebuild()
-			for i, row := range p.rows {
-				if row.kernel == nil && row.gone == nil && row.owner == owner {
-					p.cursor = i
-				}
-			}
+}
+
+func (p *KernelsPane) toggleFold() {
+	r := p.selectedRow()
+	if r == nil {
+		return
+	}
+	owner := r.owner
+	p.folded[owner] = !p.folded[owner]
+	p.rebuild()
+	for i, row := range p.rows {
+		if row.kernel == nil && row.gone == nil && row.owner == owner {
+			p.cursor = i
 		}
 	}
+	p.scroll()
+}
+
+// scroll keeps the cursor on a row and in view.
+func (p *KernelsPane) scroll() {
 	p.cursor = min(max(p.cursor, 0), max(len(p.rows)-1, 0))
-	return p, nil
-}
-
-// Column widths of a kernel row; tools take the rest.
-const (
-	colTask, colState, colTime, colReap, colExec, colNext, colPID, colBackend = 14, 10, 8, 10, 5, 6, 8, 14
-)
-
-func (p *KernelsPane) header() string {
-	return fmt.Sprintf("   %-*s%-*s%-*s%-*s%-*s%-*s%-*s%-*s%s", colTask, "TASK", colState, "STATE", colTime, "TIME", colReap, "REAP IN",
-		colExec, "#", colNext, "LRU", colPID, "PID", colBackend, "BACKEND", "TOOLS")
-}
-
-// View renders the visible rows inside the pane's border.
-func (p *KernelsPane) View() string {
-	inner := p.height - 2
-	title := fmt.Sprintf("Kernels (%d)", len(p.kernels))
-	if inner < 1 {
-		return p.ctx.box(title, nil, p.width, p.height, p.focused)
-	}
-	lines := []string{p.ctx.Theme.Muted.Render(p.header())}
-	visible := inner - 1
+	visible := p.height - 3 // border and header
 	if p.cursor < p.offset {
 		p.offset = p.cursor
 	}
 	if visible > 0 && p.cursor >= p.offset+visible {
 		p.offset = p.cursor - visible + 1
 	}
-	p.offset = min(p.offset, max(0, len(p.rows)-visible))
+	p.offset = max(0, min(p.offset, len(p.rows)-visible))
+}
+
+// Update runs the pane's keys.
+func (p *KernelsPane) Update(msg tea.Msg) tea.Cmd {
+	km, ok := msg.(tea.KeyMsg)
+	if !ok {
+		return nil
+	}
+	cmd, _ := p.keys.handle(km)
+	return cmd
+}
+
+// View renders the visible rows inside the pane's border.
+func (p *KernelsPane) View() string {
+	inner := p.height - 2
+	if inner < 1 {
+		return p.ctx.box(p.Title(), nil, p.width, p.height, p.focused)
+	}
+	lines := []string{p.ctx.Theme.Muted.Render(p.header)}
+	visible := inner - 1
 	now := p.ctx.Now()
 	for i := p.offset; i < len(p.rows) && i < p.offset+visible; i++ {
 		// A text cursor as well as the style: it shows without colour or
@@ -257,65 +412,38 @@ func (p *KernelsPane) View() string {
 	if len(p.rows) == 0 {
 		lines = append(lines, p.ctx.Theme.Muted.Render("  no kernels yet: write a cell below and press ctrl+r"))
 	}
-	return p.ctx.box(title, lines, p.width, p.height, p.focused)
+	return p.ctx.box(p.Title(), lines, p.width, p.height, p.focused)
 }
 
 func (p *KernelsPane) renderRow(r *kernelRow, now time.Time) string {
 	t := p.ctx.Theme
 	switch {
 	case r.kernel != nil:
-		k := r.kernel
-		state, st := "idle", t.StateIdle
-		timer, reap := "", ""
-		switch k.State {
-		case "running":
-			state, st = "running", t.StateRunning
-			if k.Queued > 0 {
-				state = fmt.Sprintf("run+%d", k.Queued)
+		var b strings.Builder
+		b.WriteString("  ")
+		for _, c := range kernelColumns {
+			text, st := c.cell(p, r.kernel, now)
+			if c.width == 0 {
+				b.WriteString(text)
+				continue
 			}
-			timer = short(now.Sub(k.RunningSince))
-		case "queued":
-			state, st = fmt.Sprintf("queued %d", k.Queued), t.StateQueued
-		case "starting":
-			state, st = "starting", t.StateStarting
-		default:
-			idle := now.Sub(k.LastUsed)
-			timer = short(idle)
-			reap = short(p.idleExit - idle)
+			text = fit(text, c.width-1)
+			if st != nil {
+				text = st.Render(text)
+			}
+			b.WriteString(text + " ")
 		}
-		next := ""
-		if k.NextEvict {
-			next = t.NextEvict.Render(fit("next", colNext-1)) + " "
-		} else {
-			next = strings.Repeat(" ", colNext)
-		}
-		task := k.Task
-		if k.Child != "" {
-			task += "/" + k.Child
-		}
-		return "  " + fit(task, colTask-1) + " " + st.Render(fit(state, colState-1)) + " " + fit(timer, colTime-1) + " " +
-			fit(reap, colReap-1) + " " + fit(fmt.Sprint(k.ExecutionCount), colExec-1) + " " + next +
-			fit(fmt.Sprint(k.PID), colPID-1) + " " + fit(k.Backend, colBackend-1) + " " + joinComma(k.Tools)
+		return b.String()
 	case r.gone != nil:
 		g := r.gone
-		task := g.info.Task
-		if g.info.Child != "" {
-			task += "/" + g.info.Child
-		}
-		return "  " + fit(task, colTask-1) + " " + t.StateDead.Render(fit("dead", colState-1)) + " " +
-			t.Muted.Render(fit(short(now.Sub(g.at))+" ago", colTime+colReap-1)+" "+g.reason)
+		task, state, timer, reap := kernelColumns[0].width, kernelColumns[1].width, kernelColumns[2].width, kernelColumns[3].width
+		return "  " + fit(taskLabel(&g.info), task-1) + " " + t.StateDead.Render(fit(string(engine.StateDead), state-1)) + " " +
+			t.Muted.Render(fit(short(now.Sub(g.at))+" ago", timer+reap-1)+" "+g.reason)
 	default:
 		mark := "▾"
 		if r.folded {
 			mark = "▸"
 		}
-		return t.Owner.Render(fmt.Sprintf("%s %s", mark, r.owner)) + t.Muted.Render(fmt.Sprintf("  %d kernel%s", r.count, plural(r.count)))
+		return t.Owner.Render(fmt.Sprintf("%s %s", mark, r.owner)) + t.Muted.Render("  "+english.Count(r.count, "kernel"))
 	}
-}
-
-func plural(n int) string {
-	if n == 1 {
-		return ""
-	}
-	return "s"
 }

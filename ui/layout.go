@@ -56,20 +56,23 @@ func (c *Context) box(title string, lines []string, w, h int, focused bool) stri
 	return sb.String()
 }
 
-// joinColumns puts two blocks of equal height side by side.
-func joinColumns(a, b string) string {
-	la, lb := strings.Split(a, "\n"), strings.Split(b, "\n")
-	n := max(len(la), len(lb))
+// joinColumns puts blocks of equal height side by side.
+func joinColumns(blocks ...string) string {
+	cols := make([][]string, len(blocks))
+	n := 0
+	for i, b := range blocks {
+		cols[i] = strings.Split(b, "\n")
+		n = max(n, len(cols[i]))
+	}
 	out := make([]string, n)
 	for i := range n {
-		var x, y string
-		if i < len(la) {
-			x = la[i]
+		var sb strings.Builder
+		for _, c := range cols {
+			if i < len(c) {
+				sb.WriteString(c[i])
+			}
 		}
-		if i < len(lb) {
-			y = lb[i]
-		}
-		out[i] = x + y
+		out[i] = sb.String()
 	}
 	return strings.Join(out, "\n")
 }
@@ -98,11 +101,18 @@ func wrapLines(text string, w int) []string {
 	}
 	var out []string
 	for line := range strings.SplitSeq(strings.TrimRight(text, "\n"), "\n") {
-		line = strings.ReplaceAll(line, "\t", "    ")
-		wrapped := ansi.Hardwrap(line, w, true)
-		out = append(out, strings.Split(wrapped, "\n")...)
+		out = append(out, wrapLine(line, w)...)
 	}
 	return out
+}
+
+// wrapLine splits one line of text into display lines of at most w cells.
+func wrapLine(line string, w int) []string {
+	if w <= 0 {
+		return nil
+	}
+	line = strings.ReplaceAll(line, "\t", "    ")
+	return strings.Split(ansi.Hardwrap(line, w, true), "\n")
 }
 
 // wordWrapLines splits prose (event details, prompts) into lines of at most

@@ -36,7 +36,6 @@ const (
 	focusKernels
 	focusOutput
 	focusEvents
-	paneCount
 )
 
 // Messages from the engine and from background work.
@@ -78,8 +77,13 @@ type Model struct {
 	editor  *EditorPane
 	output  *OutputPane
 	evPane  *EventsPane
-	panes   [paneCount]Component
-	focus   int
+	// panes are every pane in tab order; focus indexes it.
+	panes []Pane
+	focus int
+	// rows place the panes in the window, top to bottom.
+	rows []layoutRow
+	// globals are the keys that work in every pane not typing text.
+	globals actions
 
 	help     help.Model
 	showHelp bool
@@ -132,17 +136,74 @@ func New(opts Options) *Model {
 		reasons:   map[string]string{},
 		runs:      map[*cellRun]bool{},
 	}
+	ctx.act = m.action
 	if m.tick == 0 {
 		m.tick = time.Second
 	}
 	m.editor.backends = backendsList
-	m.panes = [paneCount]Component{m.editor, m.kernels, m.output, m.evPane}
+	m.kernels.onSelect = m.retarget
+	m.kernels.onEdit = func(t Target) tea.Cmd {
+		m.retarget(t)
+		return m.setFocus(focusEditor)
+	}
+	m.panes = []Pane{m.editor, m.kernels, m.output, m.evPane}
+	m.rows = []layoutRow{
+		{panes: []Pane{m.kernels}, share: 40},
+		{panes: []Pane{m.editor, m.output}, share: 33},
+		{panes: []Pane{m.evPane}},
+	}
+	m.globals = m.globalKeys()
 	m.help = help.New()
 	m.help.Styles = theme.HelpStyles()
 	m.output.setTarget(target)
-	m.editor.setFocus(true)
+	m.editor.Focus()
 	m.refresh()
 	return m
+}
+
+// layoutRow is one band of the window: its panes side by side, and its
+// share of the height in percent (0: what the others leave).
+type layoutRow struct {
+	panes []Pane
+	share int
+}
+
+// globalKeys are the keys of the whole dashboard: each with its handler.
+func (m *Model) globalKeys() actions {
+	k := m.ctx.Keys
+	setCap := func(d int) tea.Cmd {
+		n := m.maxKernels + d
+		if n < 1 {
+			m.setStatus("the cap is at least 1", nil)
+			return nil
+		}
+		err := m.eng.SetLimits(&n, nil)
+		m.setStatus(fmt.Sprintf("max_kernels %d", n), err)
+		m.refresh()
+		return nil
+	}
+	setIdle := func(up bool) tea.Cmd {
+		d := stepIdle(m.idleExit, up)
+		err := m.eng.SetLimits(nil, &d)
+		m.setStatus("idle_exit "+short(d), err)
+		m.refresh()
+		return nil
+	}
+	return actions{
+		{k.Quit, run(func() tea.Cmd {
+			if m.anyRunning() {
+				m.confirm = true
+				return nil
+			}
+			_, cmd := m.quit()
+			return cmd
+		})},
+		{k.Help, run(func() tea.Cmd { m.showHelp = !m.showHelp; m.layout(); return nil })},
+		{k.CapUp, run(func() tea.Cmd { return setCap(1) })},
+		{k.CapDown, run(func() tea.Cmd { return setCap(-1) })},
+		{k.IdleUp, run(func() tea.Cmd { return setIdle(true) })},
+		{k.IdleDown, run(func() tea.Cmd { return setIdle(false) })},
+	}
 }
 
 // Init starts the tick, the event listener and the inbox listener.
@@ -238,9 +299,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m.onKey(msg)
 	}
 	// Anything else (cursor blink) goes to the focused pane.
-	var cmd tea.Cmd
-	m.panes[m.focus], cmd = m.panes[m.focus].Update(msg)
-	return m, cmd
+	return m, m.panes[m.focus].Update(msg)
 }
 
 func (m *Model) setStatus(s string, err error) {
@@ -346,7 +405,7 @@ func (m *Model) startCell(msg runCellMsg) {
 func (m *Model) runningTargetKernel() (engine.KernelInfo, bool) {
 	t := m.editor.Target()
 	for _, k := range m.kernels.kernels {
-		if t.matches(k) && k.State == "running" {
+		if t.matches(k) && k.State == engine.StateRunning {
 			return k, true
 		}
 	}
@@ -358,7 +417,7 @@ func (m *Model) anyRunning() bool {
 		return true
 	}
 	for _, k := range m.kernels.kernels {
-		if k.State == "running" || k.State == "queued" {
+		if k.State.Busy() {
 			return true
 		}
 	}
@@ -370,9 +429,9 @@ func (m *Model) quit() (tea.Model, tea.Cmd) {
 	return m, tea.Quit
 }
 
-func (m *Model) action(what string, f func(ctx context.Context) error) tea.Cmd {
-	ctx := m.runCtx
-	return func() tea.Msg { return actionDoneMsg{what: what, err: f(ctx)} }
+func (m *Model) action(what string, f func(ctx context.Context, eng Engine) error) tea.Cmd {
+	ctx, eng := m.runCtx, m.eng
+	return func() tea.Msg { return actionDoneMsg{what: what, err: f(ctx, eng)} }
 }
 
 func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
@@ -412,7 +471,7 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 	if key.Matches(km, keys.Interrupt) {
 		if k, ok := m.runningTargetKernel(); ok {
 			id := k.ID
-			return m, m.action("interrupted "+id, func(ctx context.Context) error { return m.eng.Interrupt(ctx, id) })
+			return m, m.action("interrupted "+id, func(ctx context.Context, eng Engine) error { return eng.Interrupt(ctx, id) })
 		}
 		if m.anyRunning() {
 			m.confirm = true
@@ -420,8 +479,8 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 		}
 		return m.quit()
 	}
-	// The editor and the filter line take every other key they understand.
-	typing := m.focus == focusEditor || (m.focus == focusEvents && m.evPane.Editing())
+	focused := m.panes[m.focus]
+	typing := focused.Typing()
 	if !typing && km.Type == tea.KeyRunes && len(km.Runes) > 1 && !km.Paste {
 		// Keys read together (auto-repeat, a busy terminal) arrive as one
 		// message: outside a text field each one is a command of its own.
@@ -435,66 +494,20 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 		}
 		return m, tea.Batch(cmds...)
 	}
-	switch {
-	case key.Matches(km, keys.Focus) && !(m.focus == focusEditor && m.editor.form != nil):
-		if !m.evPane.Editing() {
-			return m, m.setFocus((m.focus + 1) % paneCount)
-		}
-	case key.Matches(km, keys.FocusBack) && !(m.focus == focusEditor && m.editor.form != nil):
-		if !m.evPane.Editing() {
-			return m, m.setFocus((m.focus + paneCount - 1) % paneCount)
+	if !focused.Modal() {
+		switch {
+		case key.Matches(km, keys.Focus):
+			return m, m.setFocus((m.focus + 1) % len(m.panes))
+		case key.Matches(km, keys.FocusBack):
+			return m, m.setFocus((m.focus + len(m.panes) - 1) % len(m.panes))
 		}
 	}
-	if typing {
-		var cmd tea.Cmd
-		m.panes[m.focus], cmd = m.panes[m.focus].Update(km)
-		return m, cmd
-	}
-	switch {
-	case key.Matches(km, keys.Quit):
-		if m.anyRunning() {
-			m.confirm = true
-			return m, nil
-		}
-		return m.quit()
-	case key.Matches(km, keys.Help):
-		m.showHelp = !m.showHelp
-		m.layout()
-		return m, nil
-	case key.Matches(km, keys.CapUp), key.Matches(km, keys.CapDown):
-		n := m.maxKernels + 1
-		if key.Matches(km, keys.CapDown) {
-			n = m.maxKernels - 1
-		}
-		if n < 1 {
-			m.setStatus("the cap is at least 1", nil)
-			return m, nil
-		}
-		err := m.eng.SetLimits(&n, nil)
-		m.setStatus(fmt.Sprintf("max_kernels %d", n), err)
-		m.refresh()
-		return m, nil
-	case key.Matches(km, keys.IdleUp), key.Matches(km, keys.IdleDown):
-		d := stepIdle(m.idleExit, key.Matches(km, keys.IdleUp))
-		err := m.eng.SetLimits(nil, &d)
-		m.setStatus("idle_exit "+short(d), err)
-		m.refresh()
-		return m, nil
-	}
-	if m.focus == focusKernels {
-		if cmd, handled := m.kernelAction(km); handled {
+	if !typing {
+		if cmd, ok := m.globals.handle(km); ok {
 			return m, cmd
 		}
-		var cmd tea.Cmd
-		m.panes[m.focus], cmd = m.panes[m.focus].Update(km)
-		if k, ok := m.kernels.Selected(); ok {
-			m.retarget(targetOf(k))
-		}
-		return m, cmd
 	}
-	var cmd tea.Cmd
-	m.panes[m.focus], cmd = m.panes[m.focus].Update(km)
-	return m, cmd
+	return m, focused.Update(km)
 }
 
 // stepIdle moves idle_exit by a step that suits its size: 10s under two
@@ -522,69 +535,64 @@ func (m *Model) retarget(t Target) {
 	m.output.setTarget(t)
 }
 
-func (m *Model) kernelAction(km tea.KeyMsg) (tea.Cmd, bool) {
-	keys := m.ctx.Keys
-	k, onKernel := m.kernels.Selected()
-	switch {
-	case key.Matches(km, keys.Select) && onKernel:
-		m.retarget(targetOf(k))
-		return m.setFocus(focusEditor), true
-	case key.Matches(km, keys.Reset) && onKernel:
-		t := targetOf(k)
-		return m.action("reset "+k.ID, func(ctx context.Context) error {
-			_, err := m.eng.Execute(ctx, engine.Request{Owner: t.Owner, Task: t.Task, Backend: t.Backend, Child: t.Child, Tools: t.Tools, Code: "pass", Reset: true})
-			return err
-		}), true
-	case key.Matches(km, keys.InterruptSel) && onKernel:
-		id := k.ID
-		return m.action("interrupted "+id, func(ctx context.Context) error { return m.eng.Interrupt(ctx, id) }), true
-	case key.Matches(km, keys.Kill) && onKernel:
-		id := k.ID
-		return m.action("killed "+id, func(ctx context.Context) error { return m.eng.Kill(ctx, id) }), true
-	case key.Matches(km, keys.ShutdownOwner):
-		owner := m.kernels.SelectedOwner()
-		if owner == "" {
-			return nil, true
-		}
-		return m.action("shut down owner "+owner, func(ctx context.Context) error {
-			m.eng.ShutdownOwner(ctx, owner)
-			return nil
-		}), true
-	}
-	return nil, false
-}
-
+// setFocus gives pane f the keyboard.
 func (m *Model) setFocus(f int) tea.Cmd {
 	m.focus = f
-	m.kernels.focused = f == focusKernels
-	m.output.focused = f == focusOutput
-	m.evPane.focused = f == focusEvents
-	if f == focusKernels {
+	var cmd tea.Cmd
+	for i, p := range m.panes {
+		if i == f {
+			cmd = p.Focus()
+		} else {
+			p.Blur()
+		}
+	}
+	if m.panes[f] == m.kernels {
 		m.kernels.selectTarget(m.editor.Target())
 	}
-	return m.editor.setFocus(f == focusEditor)
+	return cmd
 }
 
-// Sizes of the layout rows for the window.
-func (m *Model) rows() (kernelsH, middleH, eventsH, helpH int) {
+// heights sizes the layout rows for the window, top to bottom, and the
+// help line(s) below them.
+func (m *Model) heights() (rows []int, helpH int) {
 	helpH = 1
 	if m.showHelp {
-		helpH = 6
+		helpH = 0
+		for _, col := range m.fullHelp() {
+			helpH = max(helpH, len(col))
+		}
 	}
 	avail := max(0, m.ctx.Height-1-helpH)
-	kernelsH = avail * 40 / 100
-	middleH = avail * 33 / 100
-	eventsH = avail - kernelsH - middleH
-	return
+	left := avail
+	rows = make([]int, len(m.rows))
+	for i, r := range m.rows {
+		if r.share > 0 {
+			rows[i] = avail * r.share / 100
+			left -= rows[i]
+		}
+	}
+	for i, r := range m.rows {
+		if r.share == 0 {
+			rows[i] = left
+		}
+	}
+	return rows, helpH
 }
 
 func (m *Model) layout() {
 	w := m.ctx.Width
-	kh, mh, eh, _ := m.rows()
-	m.kernels.SetSize(w, kh)
-	m.editor.SetSize(w/2, mh)
-	m.output.SetSize(w-w/2, mh)
-	m.evPane.SetSize(w, eh)
+	hs, _ := m.heights()
+	for i, r := range m.rows {
+		x := 0
+		for j, p := range r.panes {
+			pw := w / len(r.panes)
+			if j == len(r.panes)-1 {
+				pw = w - x
+			}
+			p.SetSize(pw, hs[i])
+			x += pw
+		}
+	}
 	m.help.Width = w
 }
 
@@ -594,25 +602,28 @@ func (m *Model) View() string {
 		return ""
 	}
 	w := m.ctx.Width
-	kh, mh, eh, _ := m.rows()
+	hs, _ := m.heights()
 	parts := []string{fit(m.headerView(), w)}
-	if kh > 0 {
-		parts = append(parts, m.kernels.View())
-	}
-	if len(m.approvals) > 0 {
-		// The prompt is modal and takes the events pane's rows too: the
-		// more of the arguments the operator sees, the better.
-		mh, eh = mh+eh, 0
-	}
-	if mh > 0 {
-		if len(m.approvals) > 0 {
-			parts = append(parts, m.approvalView(w, mh))
-		} else {
-			parts = append(parts, joinColumns(m.editor.View(), m.output.View()))
+	for i, r := range m.rows {
+		h := hs[i]
+		if len(m.approvals) > 0 && i > 0 {
+			// The prompt is modal and takes the rows below the kernels: the
+			// more of the arguments the operator sees, the better.
+			if i == 1 {
+				if rest := sum(hs[1:]); rest > 0 {
+					parts = append(parts, m.approvalView(w, rest))
+				}
+			}
+			continue
 		}
-	}
-	if eh > 0 {
-		parts = append(parts, m.evPane.View())
+		if h <= 0 {
+			continue
+		}
+		views := make([]string, len(r.panes))
+		for j, p := range r.panes {
+			views[j] = p.View()
+		}
+		parts = append(parts, joinColumns(views...))
 	}
 	parts = append(parts, m.helpView())
 	out := strings.Split(strings.Join(parts, "\n"), "\n")
@@ -623,6 +634,14 @@ func (m *Model) View() string {
 		out[i] = fit(l, w)
 	}
 	return strings.Join(out, "\n")
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 // headerView puts what matters most first, so a narrow window cuts the
@@ -642,7 +661,7 @@ func (m *Model) headerView() string {
 	}
 	running, queued := 0, 0
 	for _, k := range m.kernels.kernels {
-		if k.State == "running" {
+		if k.State == engine.StateRunning {
 			running++
 		}
 		queued += k.Queued
@@ -699,15 +718,9 @@ func (m *Model) helpView() string {
 		return t.Warn.Render("Cells are running. Quit and kill every kernel? y/n")
 	}
 	if m.showHelp {
-		k := m.ctx.Keys
-		return m.help.FullHelpView([][]key.Binding{
-			{k.Run, k.HistPrev, k.HistNext, k.NewTarget, k.Interrupt},
-			{k.Focus, k.Up, k.Down, k.Toggle, k.Select},
-			{k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner, k.Filter},
-			{k.CapUp, k.CapDown, k.IdleUp, k.IdleDown, k.Help, k.Quit},
-		})
+		return m.help.FullHelpView(m.fullHelp())
 	}
-	short := m.help.ShortHelpView(m.shortKeys())
+	short := m.help.ShortHelpView(m.panes[m.focus].ShortHelp())
 	if m.status != "" {
 		st := t.Muted
 		if m.statusErr {
@@ -718,15 +731,33 @@ func (m *Model) helpView() string {
 	return short
 }
 
-func (m *Model) shortKeys() []key.Binding {
+// fullHelpRows is the height of the full help.
+const fullHelpRows = 6
+
+// fullHelp is every pane's keys, then the dashboard's own, each key once,
+// in columns of fullHelpRows.
+func (m *Model) fullHelp() [][]key.Binding {
 	k := m.ctx.Keys
-	switch m.focus {
-	case focusEditor:
-		return []key.Binding{k.Run, k.HistPrev, k.NewTarget, k.Interrupt, k.Focus}
-	case focusKernels:
-		return []key.Binding{k.Select, k.Toggle, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner, k.CapUp, k.CapDown, k.IdleUp, k.IdleDown, k.Help, k.Quit}
-	case focusEvents:
-		return []key.Binding{k.Filter, k.Up, k.Down, k.Focus, k.Help, k.Quit}
+	var all []key.Binding
+	for _, p := range m.panes {
+		for _, col := range p.FullHelp() {
+			all = append(all, col...)
+		}
 	}
-	return []key.Binding{k.Up, k.Down, k.Focus, k.Help, k.Quit}
+	all = append(all, k.Focus, k.FocusBack, k.Help, k.Quit)
+	all = append(all, m.globals[2:].bindings()...)
+	seen := map[string]bool{}
+	var out [][]key.Binding
+	for _, b := range all {
+		h := b.Help().Key
+		if seen[h] {
+			continue
+		}
+		seen[h] = true
+		if len(out) == 0 || len(out[len(out)-1]) == fullHelpRows {
+			out = append(out, nil)
+		}
+		out[len(out)-1] = append(out[len(out)-1], b)
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/bubbles/viewport"
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/kerneldeck/kerneldeck/engine"
@@ -22,6 +23,45 @@ type cellRun struct {
 	stdout, stderr strings.Builder
 	res            *engine.Result
 	err            error
+
+	// The run as display lines at width: a finished run is wrapped once;
+	// while it runs, only output after the last complete line is wrapped
+	// again when a chunk arrives.
+	width        int
+	lines        []string // the whole run, once finished
+	out, errOut  wrapCache
+	renderedDone bool
+}
+
+// wrapCache holds the wrapped complete lines of a growing stream.
+type wrapCache struct {
+	done  int // bytes of the stream wrapped into lines
+	lines []string
+}
+
+// wrap returns text as display lines of width w, as wrapLines does,
+// wrapping only what follows the complete lines it wrapped before.
+func (c *wrapCache) wrap(text string, w int) []string {
+	if i := strings.LastIndexByte(text[c.done:], '\n'); i >= 0 {
+		end := c.done + i
+		for line := range strings.SplitSeq(text[c.done:end], "\n") {
+			c.lines = append(c.lines, wrapLine(line, w)...)
+		}
+		c.done = end + 1
+	}
+	lines := c.lines[:len(c.lines):len(c.lines)]
+	if tail := text[c.done:]; tail != "" {
+		return append(lines, wrapLine(tail, w)...)
+	}
+	// Like wrapLines: trailing newlines make no lines, and nothing is one
+	// empty line.
+	for len(lines) > 0 && lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	if len(lines) == 0 {
+		return []string{""}
+	}
+	return lines
 }
 
 // maxRuns bounds the cells the dashboard remembers.
@@ -30,27 +70,56 @@ const maxRuns = 200
 // OutputPane shows the cells run in the current target: status, output,
 // traceback, duration and spill paths; it follows a running cell's output.
 type OutputPane struct {
-	ctx           *Context
-	width, height int
-	focused       bool
+	pane
 
 	target Target
 	runs   []*cellRun // of every target, oldest first
-	lines  []string   // rendered for the current target and width
-	offset int
+	lines  []string   // of the current target, at the current width
+	view   viewport.Model
 	follow bool
+	keys   actions
 }
 
-func newOutputPane(ctx *Context) *OutputPane { return &OutputPane{ctx: ctx, follow: true} }
+func newOutputPane(ctx *Context) *OutputPane {
+	p := &OutputPane{pane: pane{ctx: ctx}, follow: true, view: viewport.New(0, 0)}
+	k := ctx.Keys
+	p.keys = actions{
+		{k.Up, run(func() tea.Cmd { p.view.LineUp(1); return p.scrolled() })},
+		{k.Down, run(func() tea.Cmd { p.view.LineDown(1); return p.scrolled() })},
+		{k.PageUp, run(func() tea.Cmd { p.view.PageUp(); return p.scrolled() })},
+		{k.PageDown, run(func() tea.Cmd { p.view.PageDown(); return p.scrolled() })},
+	}
+	return p
+}
 
-// SetSize sets the pane's outer size.
+// scrolled follows the output again once scrolled to its end.
+func (p *OutputPane) scrolled() tea.Cmd {
+	p.follow = p.view.AtBottom()
+	return nil
+}
+
+// Title implements Pane.
+func (p *OutputPane) Title() string { return "Output · " + p.target.Owner + "/" + p.target.Task }
+
+// ShortHelp implements help.KeyMap.
+func (p *OutputPane) ShortHelp() []key.Binding {
+	k := p.ctx.Keys
+	return []key.Binding{k.Up, k.Down, k.Focus, k.Help, k.Quit}
+}
+
+// FullHelp implements help.KeyMap.
+func (p *OutputPane) FullHelp() [][]key.Binding { return [][]key.Binding{p.keys.bindings()} }
+
+// SetSize implements Pane.
 func (p *OutputPane) SetSize(w, h int) {
-	if w != p.width {
-		p.width, p.height = w, h
+	resized := w != p.width
+	p.width, p.height = w, h
+	p.view.Width, p.view.Height = max(0, w-2), max(0, h-2)
+	if resized {
 		p.render()
 		return
 	}
-	p.width, p.height = w, h
+	p.settle()
 }
 
 // setTarget shows the cells of t.
@@ -77,56 +146,86 @@ func (p *OutputPane) changed(r *cellRun) {
 	}
 }
 
+// render collects the current target's lines: finished runs from their
+// cache, the running one with its new tail.
 func (p *OutputPane) render() {
 	w := p.width - 2
-	t := p.ctx.Theme
-	var lines []string
 	key := p.target.String()
+	var lines []string
 	for _, r := range p.runs {
-		if r.target.String() != key {
-			continue
-		}
-		head := fmt.Sprintf("[%d] ", r.seq)
-		first, _, _ := strings.Cut(strings.TrimSpace(r.code), "\n")
-		switch {
-		case r.running:
-			lines = append(lines, t.StateRunning.Render(head+"running")+" "+t.Muted.Render(first))
-		case r.err != nil:
-			lines = append(lines, t.Error.Render(head+"failed")+" "+t.Muted.Render(first))
-		default:
-			st := t.OK
-			if r.res.Status != "success" {
-				st = t.Error
-			}
-			lines = append(lines, st.Render(head+r.res.Status)+t.Muted.Render(fmt.Sprintf(" %s · #%d", r.res.Duration.Round(time.Millisecond), execCount(r.res)))+" "+t.Muted.Render(first))
-		}
-		out, errOut := r.stdout.String(), r.stderr.String()
-		if r.res != nil {
-			out, errOut = r.res.Stdout, r.res.Stderr
-		}
-		lines = append(lines, wrapLines(out, w)...)
-		for _, l := range wrapLines(errOut, w) {
-			lines = append(lines, t.Warn.Render(l))
-		}
-		if r.res != nil {
-			for _, l := range wrapLines(r.res.Traceback, w) {
-				lines = append(lines, t.Error.Render(l))
-			}
-			if r.res.StdoutClipped || r.res.StderrClipped {
-				lines = append(lines, t.Muted.Render("clipped; full output: "+strings.TrimSpace(r.res.SpillPath+" "+r.res.StderrSpillPath)))
-			}
-			if k := r.res.Kernel; k != nil && k.Note != "" {
-				lines = append(lines, t.Warn.Render("note: "+k.Note))
-			}
-			if r.res.Fallback != "" {
-				lines = append(lines, t.Warn.Render("ran without a persistent kernel ("+r.res.Fallback+")"))
-			}
-		}
-		if r.err != nil {
-			lines = append(lines, wrapLines(t.Error.Render(r.err.Error()), w)...)
+		if r.target.String() == key {
+			lines = append(lines, p.runLines(r, w)...)
 		}
 	}
 	p.lines = lines
+	p.view.SetContent(strings.Join(lines, "\n"))
+	p.settle()
+}
+
+// settle keeps the view at the end while it follows, and in range always.
+func (p *OutputPane) settle() {
+	if p.follow {
+		p.view.GotoBottom()
+	} else {
+		p.view.SetYOffset(p.view.YOffset)
+	}
+}
+
+func (p *OutputPane) runLines(r *cellRun, w int) []string {
+	if r.width != w {
+		r.width, r.lines, r.renderedDone = w, nil, false
+		r.out, r.errOut = wrapCache{}, wrapCache{}
+	}
+	if r.renderedDone {
+		return r.lines
+	}
+	t := p.ctx.Theme
+	head := fmt.Sprintf("[%d] ", r.seq)
+	first, _, _ := strings.Cut(strings.TrimSpace(r.code), "\n")
+	var lines []string
+	switch {
+	case r.running:
+		lines = append(lines, t.StateRunning.Render(head+"running")+" "+t.Muted.Render(first))
+	case r.err != nil:
+		lines = append(lines, t.Error.Render(head+"failed")+" "+t.Muted.Render(first))
+	default:
+		st := t.OK
+		if r.res.Status != engine.StatusSuccess {
+			st = t.Error
+		}
+		lines = append(lines, st.Render(head+string(r.res.Status))+t.Muted.Render(fmt.Sprintf(" %s · #%d", r.res.Duration.Round(time.Millisecond), execCount(r.res)))+" "+t.Muted.Render(first))
+	}
+	if r.res == nil {
+		lines = append(lines, r.out.wrap(r.stdout.String(), w)...)
+		for _, l := range r.errOut.wrap(r.stderr.String(), w) {
+			lines = append(lines, t.Warn.Render(l))
+		}
+	} else {
+		lines = append(lines, wrapLines(r.res.Stdout, w)...)
+		for _, l := range wrapLines(r.res.Stderr, w) {
+			lines = append(lines, t.Warn.Render(l))
+		}
+		for _, l := range wrapLines(r.res.Traceback, w) {
+			lines = append(lines, t.Error.Render(l))
+		}
+		if r.res.StdoutClipped || r.res.StderrClipped {
+			lines = append(lines, t.Muted.Render("clipped; full output: "+strings.TrimSpace(r.res.SpillPath+" "+r.res.StderrSpillPath)))
+		}
+		if k := r.res.Kernel; k != nil && k.Note != "" {
+			lines = append(lines, t.Warn.Render("note: "+k.Note))
+		}
+		if r.res.Fallback != "" {
+			lines = append(lines, t.Warn.Render("ran without a persistent kernel ("+r.res.Fallback+")"))
+		}
+	}
+	if r.err != nil {
+		lines = append(lines, wrapLines(t.Error.Render(r.err.Error()), w)...)
+	}
+	if !r.running {
+		r.lines, r.renderedDone = lines, true
+		r.out, r.errOut = wrapCache{}, wrapCache{}
+	}
+	return lines
 }
 
 func execCount(res *engine.Result) int {
@@ -137,44 +236,22 @@ func execCount(res *engine.Result) int {
 }
 
 // Update scrolls.
-func (p *OutputPane) Update(msg tea.Msg) (Component, tea.Cmd) {
+func (p *OutputPane) Update(msg tea.Msg) tea.Cmd {
 	km, ok := msg.(tea.KeyMsg)
 	if !ok {
-		return p, nil
+		return nil
 	}
-	keys := p.ctx.Keys
-	page := max(1, p.height-2)
-	switch {
-	case key.Matches(km, keys.Up):
-		p.offset--
-	case key.Matches(km, keys.Down):
-		p.offset++
-	case key.Matches(km, keys.PageUp):
-		p.offset -= page
-	case key.Matches(km, keys.PageDown):
-		p.offset += page
-	default:
-		return p, nil
-	}
-	inner := max(0, p.height-2)
-	p.offset = min(max(p.offset, 0), max(0, len(p.lines)-inner))
-	p.follow = p.offset >= len(p.lines)-inner
-	return p, nil
+	cmd, _ := p.keys.handle(km)
+	return cmd
 }
 
 // View renders the visible lines.
 func (p *OutputPane) View() string {
-	inner := max(0, p.height-2)
-	if p.follow {
-		p.offset = max(0, len(p.lines)-inner)
-	}
-	end := min(len(p.lines), p.offset+inner)
 	var lines []string
-	if p.offset < end {
-		lines = p.lines[p.offset:end]
-	}
 	if len(p.lines) == 0 {
 		lines = []string{p.ctx.Theme.Muted.Render("no cells run in this target yet")}
+	} else if p.view.Height > 0 {
+		lines = strings.Split(p.view.View(), "\n")
 	}
-	return p.ctx.box("Output · "+p.target.Owner+"/"+p.target.Task, lines, p.width, p.height, p.focused)
+	return p.ctx.box(p.Title(), lines, p.width, p.height, p.focused)
 }

@@ -172,7 +172,7 @@ func (h *Harness) Kernel(owner string) (engine.KernelInfo, bool) {
 
 func expectStatus(t *testing.T, res *engine.Result, want string) {
 	t.Helper()
-	if res.Status != want {
+	if string(res.Status) != want {
 		t.Fatalf("status %q, want %q; stdout %q stderr %q traceback %q kernel %+v",
 			res.Status, want, res.Stdout, res.Stderr, res.Traceback, res.Kernel)
 	}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -76,10 +76,20 @@ func wantNoProcessesUnder(t *testing.T, dir string) {
 	}
 }
 
+// parseHeadlessFlags parses args as the flags of kerneldeck headless.
+func parseHeadlessFlags(args []string) (*engineFlags, error) {
+	c := &headlessCmd{}
+	set, err := c.flags().parse(args)
+	if err != nil {
+		return nil, err
+	}
+	return &c.eng, c.eng.parsed(set)
+}
+
 func runCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = run(args, strings.NewReader(stdin), &out, &errb)
+	code = Run(args, strings.NewReader(stdin), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -491,7 +501,7 @@ func (s *syncedBuffer) Bytes() []byte {
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "kerneldeck")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

@@ -1,10 +1,9 @@
-package main
+package cli
 
 import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,7 +17,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/repl"
 )
 
-const replHelp = `Usage: kerneldeck repl [flags]
+const replIntro = `Usage: kerneldeck repl [flags]
 
 A persistent Python REPL on one kernel, for pipes and minimal terminals: the
 quickest way to a Python whose state lasts, on this machine or on a host
@@ -53,44 +52,10 @@ Keys:
   ctrl+d   (end of input) run the block being typed, if any, then exit,
            killing the kernel unless --keep-kernels is given.
 
-Flags (flags override the config file):
-  --backend URI            where the kernel runs: local, ssh://[user@]host[:port]
-                           (host may be a Host alias from ~/.ssh/config), or a
-                           name from [backends] in the config file; give it
-                           once (default: default_backend from the config,
-                           else local)
-  --owner O                the kernel's owner (default $USER, else "me")
-  --task T                 the kernel's task (default "default")
-  --keep-kernels           at exit, leave the kernel running on its host; it
-                           exits by itself once idle for --idle-exit
-  --idle-exit DURATION     kill the kernel after it has been idle this long,
-                           as a Go duration such as 30m or 1h; at least 1s
-                           (default 30m)
-  --cell-timeout DURATION  a block running longer is interrupted (and its
-                           kernel killed if it does not stop), such as 300s or
-                           2h (default 5m)
-  --config FILE            TOML config file (default
-                           $XDG_CONFIG_HOME/kerneldeck/config.toml, or
-                           ~/.config/kerneldeck/config.toml); it must exist
-                           when given here
-  --state-dir DIR          where the full text of clipped output is kept,
-                           created 0700 (default $XDG_STATE_HOME/kerneldeck,
-                           or ~/.local/state/kerneldeck)
-  --trace FILE             append one JSON line per backend command to FILE
+`
 
-SSH backends:
-  --ssh-config FILE        OpenSSH client config to read Host aliases from
-                           (default ~/.ssh/config)
-  --identity FILE          private key to use instead of IdentityFile; keys
-                           in ssh-agent are offered too (an encrypted key must
-                           be loaded with ssh-add)
-  --known-hosts FILE       known_hosts file (default ~/.ssh/known_hosts). Host
-                           keys are always checked: an unknown host is
-                           refused, a changed key always
-  --accept-new-host-key    record the key of a host seen for the first time
-
-The other engine flags of 'kerneldeck help headless' (--max-kernels and the
-host tool flags) are accepted too; the REPL's kernel has no host tools.
+const replEpilogue = `
+The REPL's kernel has no host tools.
 
 SIGTERM and SIGHUP (a closed terminal) end the session like the end of input,
 without running the block being typed. A block that fails to reach its host
@@ -106,16 +71,14 @@ Examples:
   printf 'x = 41\nx + 1\n' | kerneldeck repl          # prints 42
 `
 
-// replFlags are the REPL's own flags, beside the engine flags.
-type replFlags struct {
+// replCmd is `kerneldeck repl`: a persistent REPL on one kernel.
+type replCmd struct {
+	eng         engineFlags
 	owner, task string
-	keep        bool
 }
 
-// parseREPLFlags parses the engine flags every mode shares (one --backend
-// at most) and the REPL's own.
-func parseREPLFlags(args []string) (*headlessFlags, *replFlags, error) {
-	r := &replFlags{}
+func (c *replCmd) flags() *flagSet {
+	fs := newFlagSet("kerneldeck repl")
 	nonEmpty := func(name string, dst *string) func(string) error {
 		return func(s string) error {
 			if strings.TrimSpace(s) == "" {
@@ -125,20 +88,42 @@ func parseREPLFlags(args []string) (*headlessFlags, *replFlags, error) {
 			return nil
 		}
 	}
-	f, err := parseFlags("kerneldeck repl", args, func(fs *flag.FlagSet) {
-		fs.Func("owner", "", nonEmpty("owner", &r.owner))
-		fs.Func("task", "", nonEmpty("task", &r.task))
-		fs.BoolVar(&r.keep, "keep-kernels", false, "")
-	})
-	if err != nil {
-		return nil, nil, err
+	fs.section("REPL flags:")
+	fs.Func("owner", "the kernel's owner `O` (default $USER, else \"me\")", nonEmpty("owner", &c.owner))
+	fs.Func("task", "the kernel's task `T` (default \"default\")", nonEmpty("task", &c.task))
+	c.eng.register(fs)
+	return fs
+}
+
+func replMode() mode {
+	help := func(w io.Writer) {
+		fmt.Fprint(w, replIntro)
+		(&replCmd{}).flags().writeHelp(w)
+		fmt.Fprint(w, replEpilogue)
 	}
-	if len(f.backends) > 1 {
-		return nil, nil, fmt.Errorf("--backend is given %d times; the REPL runs one kernel on one backend, so give it once", len(f.backends))
+	return mode{
+		name:    "repl",
+		summary: "a persistent Python REPL on one kernel, for pipes and terminals",
+		help:    help,
+		run:     func(args []string, std stdio) int { return (&replCmd{}).run(args, std, help) },
 	}
-	r.owner = cmp.Or(r.owner, defaultOwner())
-	r.task = cmp.Or(r.task, "default")
-	return f, r, nil
+}
+
+// parse parses the REPL's flags and the engine flags (one --backend at most).
+func (c *replCmd) parse(args []string, std stdio, help func(io.Writer)) (done bool, err error) {
+	set, done, err := parseMode(c.flags(), args, std, help)
+	if done || err != nil {
+		return done, err
+	}
+	if err := c.eng.parsed(set); err != nil {
+		return false, err
+	}
+	if len(c.eng.backends) > 1 {
+		return false, fmt.Errorf("--backend is given %d times; the REPL runs one kernel on one backend, so give it once", len(c.eng.backends))
+	}
+	c.owner = cmp.Or(c.owner, defaultOwner())
+	c.task = cmp.Or(c.task, "default")
+	return false, nil
 }
 
 // defaultOwner is the login name, as in the dashboard.
@@ -155,22 +140,21 @@ func stdinIsTerminal(stdin io.Reader) bool {
 	return ok && term.IsTerminal(f.Fd())
 }
 
-func runREPL(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	usageErr, fail := reporters(stderr, "kerneldeck repl")
-	f, r, err := parseREPLFlags(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, replHelp)
+func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
+	usageErr, fail := reporters(std.err, "kerneldeck repl")
+	done, err := c.parse(args, std, help)
+	if done {
 		return exitOK
 	}
 	if err != nil {
 		return usageErr(err)
 	}
-	s, err := resolve(f)
+	s, err := resolve(&c.eng)
 	if err != nil {
 		return usageErr(err)
 	}
 	uri := s.backendURIs[0]
-	eng, cleanup, code, err := openEngine(f, s)
+	eng, cleanup, code, err := openEngine(&c.eng, s)
 	if err != nil {
 		if code == exitUsage {
 			return usageErr(err)
@@ -178,7 +162,7 @@ func runREPL(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	defer cleanup()
-	adoptKept(context.Background(), eng, s.stateDir, stderr, "kerneldeck repl")
+	takeKept(context.Background(), eng, &c.eng, s.stateDir, std.err, "kerneldeck repl")
 
 	// ctrl+c goes to the REPL, never to the default handler: it interrupts
 	// a cell or clears the block being typed.
@@ -200,17 +184,18 @@ func runREPL(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
 
-	interactive := stdinIsTerminal(stdin)
+	interactive := stdinIsTerminal(std.in)
+	keep := c.eng.keep
 	if interactive {
 		atExit := "exits and kills the kernel"
-		if r.keep {
+		if keep {
 			atExit = "exits and leaves the kernel running"
 		}
-		fmt.Fprintf(stderr, "kerneldeck repl: Python on %s as owner %s, task %s; the kernel starts with the first block.\nctrl+c interrupts a running block, ctrl+d %s.\n",
-			uri, r.owner, r.task, atExit)
+		fmt.Fprintf(std.err, "kerneldeck repl: Python on %s as owner %s, task %s; the kernel starts with the first block.\nctrl+c interrupts a running block, ctrl+d %s.\n",
+			uri, c.owner, c.task, atExit)
 	}
-	runErr := repl.Run(ctx, eng, stdin, stdout, stderr, repl.Options{
-		Owner: r.owner, Task: r.task, Backend: uri, Interrupts: interrupts, Prompt: interactive,
+	runErr := repl.Run(ctx, eng, std.in, std.out, std.err, repl.Options{
+		Owner: c.owner, Task: c.task, Backend: uri, Interrupts: interrupts, Prompt: interactive,
 	})
 	signaled := ctx.Err() != nil
 	stop()
@@ -219,24 +204,22 @@ func runREPL(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	<-forwarded
 
 	var kept []engine.KernelInfo
-	if r.keep {
+	if keep {
 		kept = eng.Kernels()
-		if err := saveKept(eng, s.stateDir); err != nil {
-			fmt.Fprintf(stderr, "kerneldeck repl: %v; the kernels are not recorded for the next start\n", err)
-		}
 	}
-	closeCtx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-	defer cancel()
-	closeErr := eng.Close(closeCtx, r.keep)
+	_, recordErr, closeErr := closeEngine(eng, s.stateDir, keep)
+	if recordErr != nil {
+		fmt.Fprintf(std.err, "kerneldeck repl: %v; the kernels are not recorded for the next start\n", recordErr)
+	}
 	for _, k := range kept {
-		fmt.Fprintf(stderr, "kerneldeck repl: kernel %s (pid %d) keeps running on %s in %s; it exits after %v idle\n",
+		fmt.Fprintf(std.err, "kerneldeck repl: kernel %s (pid %d) keeps running on %s in %s; it exits after %v idle\n",
 			k.ID, k.PID, k.Backend, k.Dir, s.cfg.IdleExit)
 	}
 	switch {
-	case signaled && r.keep:
-		fmt.Fprintln(stderr, "kerneldeck repl: stopped by a signal")
+	case signaled && keep:
+		fmt.Fprintln(std.err, "kerneldeck repl: stopped by a signal")
 	case signaled:
-		fmt.Fprintln(stderr, "kerneldeck repl: stopped by a signal; the kernel was killed")
+		fmt.Fprintln(std.err, "kerneldeck repl: stopped by a signal; the kernel was killed")
 	case runErr != nil:
 		return fail(errors.Join(runErr, closeErr))
 	}

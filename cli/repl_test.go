@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/proctest"
 )
 
@@ -68,7 +69,7 @@ func TestREPLKeepKernels(t *testing.T) {
 
 // A restart after --keep-kernels finds the kept kernel again, with its
 // state, in the same process: adopted, not leaked and not duplicated. The
-// run that adopts it without --keep-kernels kills it at exit.
+// run that adopts it with --adopt (not --keep-kernels) kills it at exit.
 func TestREPLKeptKernelIsAdoptedOnRestart(t *testing.T) {
 	kernels := isolate(t)
 	code, stdout, stderr := runCLI(t, "import os; x = 41; print(os.getpid())\n", "repl", "--keep-kernels")
@@ -77,7 +78,7 @@ func TestREPLKeptKernelIsAdoptedOnRestart(t *testing.T) {
 	}
 	pid := firstPID(t, stdout)
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
-	code, stdout, stderr = runCLI(t, "import os; print(x + 1, os.getpid())\n", "repl")
+	code, stdout, stderr = runCLI(t, "import os; print(x + 1, os.getpid())\n", "repl", "--adopt")
 	if code != exitOK {
 		t.Fatalf("second run: exit %d, stderr:\n%s", code, stderr)
 	}
@@ -90,7 +91,7 @@ func TestREPLKeptKernelIsAdoptedOnRestart(t *testing.T) {
 	waitRunnerDead(t, pid)
 	wantNoProcessesUnder(t, kernels)
 	// Nothing is left to adopt a third time.
-	if _, err := os.Stat(keptFile(filepath.Join(os.Getenv("XDG_STATE_HOME"), "kerneldeck"))); err == nil {
+	if _, err := os.Stat(engine.KeptStoreIn(filepath.Join(os.Getenv("XDG_STATE_HOME"), "kerneldeck")).Path); err == nil {
 		t.Error("the kept-kernels file outlived the adoption")
 	}
 }

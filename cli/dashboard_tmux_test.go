@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"os"
@@ -104,7 +104,7 @@ func TestDashboardTmux(t *testing.T) {
 	})
 
 	t.Run("ReplayEviction", func(t *testing.T) {
-		example, err := filepath.Abs(filepath.Join("examples", "eviction.jsonl"))
+		example, err := filepath.Abs(filepath.Join("..", "examples", "eviction.jsonl"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,28 +150,49 @@ func startDashboard(t *testing.T, bin string, args ...string) (s *tmuxtest.Sessi
 // startDashboardSized is startDashboard in a width x height terminal.
 func startDashboardSized(t *testing.T, bin string, width, height int, args ...string) (s *tmuxtest.Session, kernels string) {
 	t.Helper()
-	kernels = t.TempDir()
+	dirs := newDashboardDirs(t)
+	return startDashboardIn(t, bin, dirs, width, height, args...), dirs.kernels
+}
+
+// dashboardDirs are the dirs a dashboard's environment points at: the
+// kernels' TMPDIR, HOME (config) and the state dir.
+type dashboardDirs struct {
+	kernels, home, state string
+}
+
+func newDashboardDirs(t *testing.T) dashboardDirs {
+	t.Helper()
 	short, err := os.MkdirTemp("", "kdtmux-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(short) })
-	home := t.TempDir()
-	env := envWithOverrides(os.Environ(), map[string]string{
-		"HOME":            home,
+	return dashboardDirs{kernels: t.TempDir(), home: t.TempDir(), state: filepath.Join(short, "state")}
+}
+
+// env is the environment of a kerneldeck process using dirs.
+func (d dashboardDirs) env() []string {
+	return envWithOverrides(os.Environ(), map[string]string{
+		"HOME":            d.home,
 		"USER":            dashboardUser,
-		"XDG_CONFIG_HOME": filepath.Join(home, ".config"),
-		"XDG_STATE_HOME":  filepath.Join(home, ".local", "state"),
-		"TMPDIR":          kernels,
+		"XDG_CONFIG_HOME": filepath.Join(d.home, ".config"),
+		"XDG_STATE_HOME":  filepath.Join(d.home, ".local", "state"),
+		"TMPDIR":          d.kernels,
 		"SHELL":           "/bin/sh",
 	}, "COLUMNS", "LINES", "NO_COLOR", "TMUX", "TMUX_PANE")
+}
+
+// startDashboardIn starts the binary on dirs in a width x height terminal
+// and waits for the first screen.
+func startDashboardIn(t *testing.T, bin string, dirs dashboardDirs, width, height int, args ...string) *tmuxtest.Session {
+	t.Helper()
 	// --max-kernels 4 fixes the cap the header shows; a later flag wins.
-	argv := append([]string{bin, "--max-kernels", "4", "--state-dir", filepath.Join(short, "state")}, args...)
-	s = tmuxtest.Start(t, tmuxtest.Options{Args: argv, Env: env, Width: width, Height: height})
+	argv := append([]string{bin, "--max-kernels", "4", "--state-dir", dirs.state}, args...)
+	s := tmuxtest.Start(t, tmuxtest.Options{Args: argv, Env: dirs.env(), Width: width, Height: height})
 	s.WaitScreen("the dashboard", tmuxWait, func(screen string) bool {
 		return strings.HasPrefix(headerLine(screen), "kerneldeck") && strings.Contains(screen, "ctrl+r")
 	})
-	return s, kernels
+	return s
 }
 
 // envWithOverrides returns base with set applied and the drop variables removed.

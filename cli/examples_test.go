@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -40,7 +40,7 @@ type exampleEvent struct {
 // mode with the cap it is meant for and checks the story it tells: kernels
 // are evicted by the cap, never while a cell runs, and never the busy one.
 func TestEvictionExample(t *testing.T) {
-	path := filepath.Join("examples", "eviction.jsonl")
+	path := filepath.Join("..", "examples", "eviction.jsonl")
 	in, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

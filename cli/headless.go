@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/kerneldeck/kerneldeck/headless"
+)
+
+const headlessIntro = `Usage: kerneldeck headless [flags]
+
+Serves the kernel engine on stdin/stdout: one JSON request per input line, one
+JSON response per output line. Requests run concurrently; every response
+echoes its request's "id" (a string) and has an "op". Cells for one kernel
+run in the order their lines arrived. At EOF it finishes the running
+requests, kills every kernel on its host (unless --keep-kernels) and exits 0;
+SIGINT and SIGTERM also kill every kernel before exiting.
+
+`
+
+const headlessEpilogue = `
+Approvals: without --approve (and without approve = "all"|"ask"|"none" in the
+config, which works like it), read_file, list_files and http_get run, and
+write_file, terminal and any other tool ask. [approvals] in the config changes
+this per tool (terminal = "deny") and per owner ([approvals.owners.NAME],
+where "*" is every tool); the policies are allow, ask and deny. A call that
+asks writes an event line, even without --events:
+  {"op":"event","type":"approval_request","request":"REQUEST-ID","kernel":...,
+   "owner":...,"tool":"terminal","args":{...},"time":...,"detail":...}
+and waits until an approve request answers it (see below) or the approval
+timeout ends, which denies it. An approval_decided event with the same
+"request" tells how it ended. After end of input nothing can answer, so
+pending calls are denied when their timeout ends.
+
+Requests (timeouts and idle_exit are in seconds):
+  {"id":"1","op":"execute","code":"x = 1","owner":"me","task":"t","backend":"local",
+   "child":"","tools":[],"timeout":30,"reset":false}     only id, op, code are required
+  {"id":"2","op":"kernels"}
+  {"id":"3","op":"limits","max_kernels":2,"idle_exit":600}
+  {"id":"4","op":"interrupt","kernel":"KERNEL-ID"}
+  {"id":"5","op":"kill","kernel":"KERNEL-ID"}
+  {"id":"6","op":"shutdown_owner","owner":"me"}
+  {"id":"7","op":"shutdown_all"}
+  {"id":"8","op":"approve","request":"REQUEST-ID","decision":"once"}
+      answers an approval_request at once, even while cells run: once runs
+      this call, always runs every call of this tool by this owner until
+      kerneldeck exits, deny refuses it. Answered with {"id":"8","op":"ok"},
+      or an error if the request is unknown (already answered, timed out or
+      its cell ended)
+A bad request is answered with {"id":...,"op":"error","error":"..."} and
+serving goes on.
+
+Example:
+  echo '{"id":"1","op":"execute","code":"print(1)"}' | kerneldeck headless
+`
+
+// headlessCmd is `kerneldeck headless`: the engine as JSON lines.
+type headlessCmd struct {
+	eng    engineFlags
+	events bool
+}
+
+func (c *headlessCmd) flags() *flagSet {
+	fs := newFlagSet("kerneldeck headless")
+	fs.section("Headless flags:")
+	fs.Bool(&c.events, "events", `interleave lifecycle events as lines like {"op":"event", "type":"spawned", "time":..., `+
+		`"kernel":..., "owner":..., "detail":...}`)
+	c.eng.register(fs)
+	return fs
+}
+
+func headlessMode() mode {
+	help := func(w io.Writer) {
+		fmt.Fprint(w, headlessIntro)
+		(&headlessCmd{}).flags().writeHelp(w)
+		fmt.Fprint(w, headlessEpilogue)
+	}
+	return mode{
+		name:    "headless",
+		summary: "serve the engine as JSON lines on stdin/stdout",
+		help:    help,
+		run:     func(args []string, std stdio) int { return (&headlessCmd{}).run(args, std, help) },
+	}
+}
+
+func (c *headlessCmd) run(args []string, std stdio, help func(io.Writer)) int {
+	usageErr, fail := reporters(std.err, "kerneldeck headless")
+	set, done, err := parseMode(c.flags(), args, std, help)
+	if done {
+		return exitOK
+	}
+	if err == nil {
+		err = c.eng.parsed(set)
+	}
+	if err != nil {
+		return usageErr(err)
+	}
+	s, err := resolve(&c.eng)
+	if err != nil {
+		return usageErr(err)
+	}
+	eng, cleanup, code, err := openEngine(&c.eng, s)
+	if err != nil {
+		if code == exitUsage {
+			return usageErr(err)
+		}
+		return fail(err)
+	}
+	defer cleanup()
+	takeKept(context.Background(), eng, &c.eng, s.stateDir, std.err, "kerneldeck headless")
+
+	// A reader that goes away must not kill us with SIGPIPE before the
+	// kernels are killed: the write fails instead and Serve returns.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	serveErr := headless.Serve(ctx, eng, std.in, std.out, headless.Options{Events: c.events})
+	signaled := ctx.Err() != nil
+	// A second signal now ends the process at once, as an impatient
+	// operator expects.
+	stop()
+
+	_, recordErr, closeErr := closeEngine(eng, s.stateDir, c.eng.keep)
+	if recordErr != nil {
+		fmt.Fprintf(std.err, "kerneldeck headless: %v; the kernels are not recorded for the next start\n", recordErr)
+	}
+	switch {
+	case signaled && c.eng.keep:
+		fmt.Fprintln(std.err, "kerneldeck headless: stopped by a signal; the kernels keep running (--keep-kernels)")
+	case signaled:
+		fmt.Fprintln(std.err, "kerneldeck headless: stopped by a signal; every kernel was killed")
+	case serveErr != nil:
+		return fail(errors.Join(serveErr, closeErr))
+	}
+	if closeErr != nil {
+		return fail(fmt.Errorf("shut down kernels: %w", closeErr))
+	}
+	return exitOK
+}

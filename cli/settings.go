@@ -1,0 +1,272 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/config"
+	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/hosttools"
+	"github.com/kerneldeck/kerneldeck/internal/english"
+)
+
+// settings resolves flags over the config file into engine settings.
+type settings struct {
+	backendURIs []string
+	cfg         config.Config
+	stateDir    string
+	// workspace is the workspace dir and whence it came, for messages.
+	workspace, workspaceFrom string
+	approvals                engine.Approvals
+	// maxToolCalls is in engine.Config terms: negative allows none.
+	maxToolCalls int
+}
+
+func resolve(f *engineFlags) (*settings, error) {
+	cfg, err := config.Load(f.config)
+	if err != nil {
+		return nil, err
+	}
+	if f.set["max-kernels"] {
+		cfg.MaxKernels = f.maxKernels
+	}
+	if f.set["idle-exit"] {
+		cfg.IdleExit = f.idleExit
+	}
+	if f.set["cell-timeout"] {
+		cfg.CellTimeout = f.cellTimeout
+	}
+	if f.set["max-tool-calls"] {
+		cfg.MaxToolCalls = f.maxToolCalls
+	}
+	if f.set["approve"] {
+		cfg.Approve = f.approve
+	}
+	if f.set["approval-timeout"] {
+		cfg.ApprovalTimeout = f.approvalTimeout
+	}
+	if f.set["http-allow"] {
+		cfg.HTTPAllow = &f.httpAllowList
+	}
+	names := f.backends
+	if len(names) == 0 {
+		names = []string{"local"}
+		if cfg.DefaultBackend != "" {
+			names = []string{cfg.DefaultBackend}
+		}
+	}
+	s := &settings{cfg: cfg, stateDir: f.stateDir, approvals: buildApprovals(cfg), maxToolCalls: cfg.MaxToolCalls}
+	if s.maxToolCalls == 0 {
+		s.maxToolCalls = -1 // the engine reads 0 as "the default"
+	}
+	switch {
+	case f.set["workspace"]:
+		s.workspace, s.workspaceFrom = f.workspace, "--workspace"
+	case cfg.Workspace != "":
+		s.workspace, s.workspaceFrom = cfg.Workspace, fmt.Sprintf("workspace in config file %s", cfg.Path)
+	default:
+		s.workspace, s.workspaceFrom = ".", "the default workspace, the current directory (set it with --workspace)"
+	}
+	for _, n := range names {
+		uri := cfg.ResolveBackend(n)
+		if slices.Contains(s.backendURIs, uri) {
+			return nil, fmt.Errorf("backend %s is given twice (as %q); give each backend once", uri, n)
+		}
+		s.backendURIs = append(s.backendURIs, uri)
+	}
+	if s.stateDir == "" {
+		if s.stateDir, err = config.DefaultStateDir(); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// buildApprovals turns the approve mode and [approvals] rules into the
+// engine's policies. A blanket mode (--approve or approve) replaces every
+// rule; otherwise the config's rules apply over engine.DefaultToolPolicies,
+// and any other tool asks.
+func buildApprovals(cfg config.Config) engine.Approvals {
+	switch cfg.Approve {
+	case config.ApproveAll:
+		return engine.Approvals{Default: engine.PolicyAllow}
+	case config.ApproveAsk:
+		return engine.Approvals{Default: engine.PolicyAsk}
+	case config.ApproveNone:
+		return engine.Approvals{Default: engine.PolicyDeny}
+	}
+	tools := engine.DefaultToolPolicies()
+	maps.Copy(tools, cfg.Approvals.Tools)
+	var owners map[string]map[string]engine.Policy
+	for o, rules := range cfg.Approvals.Owners {
+		if owners == nil {
+			owners = map[string]map[string]engine.Policy{}
+		}
+		owners[o] = maps.Clone(rules)
+	}
+	return engine.Approvals{Default: engine.PolicyAsk, Tools: tools, Owners: owners}
+}
+
+// checkApprovalTools refuses [approvals] rules that name a tool the registry
+// does not have: a misspelt rule would otherwise be ignored silently.
+func checkApprovalTools(cfg config.Config, reg *hosttools.Registry) error {
+	known := reg.Names()
+	check := func(where, tool string) error {
+		if tool == "*" || slices.Contains(known, tool) {
+			return nil
+		}
+		return fmt.Errorf("config file %s: %s names tool %q, which is not a host tool; the tools are %s (\"*\" means every tool in an owner's table)",
+			cfg.Path, where, tool, strings.Join(known, ", "))
+	}
+	for _, tool := range slices.Sorted(maps.Keys(cfg.Approvals.Tools)) {
+		if err := check("[approvals]", tool); err != nil {
+			return err
+		}
+	}
+	for _, owner := range slices.Sorted(maps.Keys(cfg.Approvals.Owners)) {
+		for _, tool := range slices.Sorted(maps.Keys(cfg.Approvals.Owners[owner])) {
+			if err := check(fmt.Sprintf("[approvals.owners.%s]", owner), tool); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// openTools opens the workspace and registers the built-in tools in a new
+// registry. The caller closes the workspace.
+func openTools(s *settings) (*hosttools.Registry, *hosttools.Workspace, error) {
+	ws, err := hosttools.NewWorkspace(s.workspace)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", s.workspaceFrom, err)
+	}
+	reg := hosttools.NewRegistry()
+	b := &hosttools.Builtins{Workspace: ws, HTTPAllow: s.cfg.HTTPAllow}
+	if err := b.Register(reg); err != nil {
+		ws.Close()
+		return nil, nil, err
+	}
+	if err := checkApprovalTools(s.cfg, reg); err != nil {
+		ws.Close()
+		return nil, nil, err
+	}
+	return reg, ws, nil
+}
+
+// openEngine opens the workspace, the backends, the state dir, the tool
+// output storage and the trace, and starts the engine. cleanup releases them
+// all (after the engine is closed). On error, code says whether the user
+// must fix the command line (exitUsage) or something failed (exitFail).
+func openEngine(f *engineFlags, s *settings) (eng *engine.Engine, cleanup func(), code int, err error) {
+	var closers []func() error
+	cleanup = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	fail := func(c int, e error) (*engine.Engine, func(), int, error) {
+		cleanup()
+		return nil, func() {}, c, e
+	}
+	tools, ws, err := openTools(s)
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	closers = append(closers, ws.Close)
+	var envs []backends.Env
+	for _, uri := range s.backendURIs {
+		env, err := backends.Open(uri, f.ssh)
+		if err != nil {
+			return fail(exitUsage, err)
+		}
+		if c, ok := env.(io.Closer); ok {
+			closers = append(closers, c.Close)
+		}
+		envs = append(envs, env)
+	}
+	if err := engine.EnsurePrivateDir(s.stateDir); err != nil {
+		return fail(exitFail, fmt.Errorf("state dir: %w", err))
+	}
+	// Storage keeps large tool results under <state dir>/tool-output.
+	toolOutput, err := hosttools.NewStorage(s.stateDir, 0, 0)
+	if err != nil {
+		return fail(exitFail, fmt.Errorf("state dir: %w", err))
+	}
+	closers = append(closers, toolOutput.Close)
+	var tracer *backends.Tracer
+	if f.trace != "" {
+		if tracer, err = backends.OpenTracer(f.trace); err != nil {
+			return fail(exitFail, err)
+		}
+		closers = append(closers, tracer.Close)
+		for i, env := range envs {
+			envs[i] = backends.Traced(env, tracer)
+		}
+	}
+	eng, err = engine.New(engine.Config{
+		Backends:    envs,
+		MaxKernels:  s.cfg.MaxKernels,
+		IdleExit:    s.cfg.IdleExit,
+		CellTimeout: s.cfg.CellTimeout,
+		StateDir:    s.stateDir,
+		Tracer:      tracer,
+
+		Tools:           tools,
+		ToolOutput:      toolOutput,
+		MaxToolCalls:    s.maxToolCalls,
+		Approvals:       s.approvals,
+		ApprovalTimeout: s.cfg.ApprovalTimeout,
+	})
+	if err != nil {
+		return fail(exitFail, err)
+	}
+	return eng, cleanup, exitOK, nil
+}
+
+// takeKept adopts the kernels an earlier kerneldeck left running, but only
+// when this process was asked to (--keep-kernels or --adopt): a one-shot run
+// must not take an operator's kept kernels and kill them at its exit.
+// Otherwise it leaves them and says so on one line.
+func takeKept(ctx context.Context, eng *engine.Engine, f *engineFlags, stateDir string, stderr io.Writer, prog string) {
+	store := engine.KeptStoreIn(stateDir)
+	if !f.keep && !f.adopt {
+		kept, err := store.Peek(eng.Backends())
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+			return
+		}
+		if n := len(kept); n > 0 {
+			fmt.Fprintf(stderr, "%s: %s left alone; --adopt takes them over\n", prog, english.Count(n, "kept kernel"))
+		}
+		return
+	}
+	n, skipped, err := eng.AdoptFrom(ctx, store)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+		return
+	}
+	if n > 0 {
+		fmt.Fprintf(stderr, "%s: adopted %s left running by an earlier kerneldeck\n", prog, english.Count(n, "kernel"))
+	}
+	for _, s := range skipped {
+		fmt.Fprintf(stderr, "%s: not adopted: %s\n", prog, s)
+	}
+}
+
+// closeEngine records the kernels for the next start when keep is set, then
+// closes the engine: it kills every kernel unless keep. It returns how many
+// kernels there were and a record error, if any, for the caller's message.
+func closeEngine(eng *engine.Engine, stateDir string, keep bool) (n int, recordErr, closeErr error) {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	n = len(eng.Kernels())
+	if keep {
+		recordErr = engine.KeptStoreIn(stateDir).Record(eng.Kept())
+	}
+	return n, recordErr, eng.Close(ctx, keep)
+}

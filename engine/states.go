@@ -1,0 +1,47 @@
+package engine
+
+import "errors"
+
+// KernelState is what a kernel is doing, as listings show it.
+type KernelState string
+
+// The states of a kernel. StateDead is never in a listing of the engine: it
+// is for views that keep a kernel after it left the registry.
+const (
+	StateStarting KernelState = "starting"
+	StateIdle     KernelState = "idle"
+	StateRunning  KernelState = "running"
+	StateQueued   KernelState = "queued"
+	StateDead     KernelState = "dead"
+)
+
+// Busy reports whether a kernel in state s has a cell attached (running or
+// queued), so it is never evicted.
+func (s KernelState) Busy() bool { return s == StateRunning || s == StateQueued }
+
+// CellStatus is how a cell ended.
+type CellStatus string
+
+// The statuses of a cell's result.
+const (
+	StatusSuccess     CellStatus = "success"
+	StatusError       CellStatus = "error"
+	StatusTimeout     CellStatus = "timeout"
+	StatusInterrupted CellStatus = "interrupted"
+)
+
+// Errors callers tell apart with errors.Is.
+var (
+	// ErrEngineClosed: the engine is shut down and takes no more calls.
+	ErrEngineClosed = errors.New("engine is shut down")
+	// ErrUnknownKernel: no registered kernel has the id given.
+	ErrUnknownKernel = errors.New("no kernel with id")
+	// ErrNoRunningCell: the kernel has no cell to interrupt.
+	ErrNoRunningCell = errors.New("has no running cell")
+	// ErrUnknownBackend: the request names a backend the engine lacks.
+	ErrUnknownBackend = errors.New("unknown backend")
+	// ErrUnknownApproval: no tool call waits for the approval id given.
+	ErrUnknownApproval = errors.New("no pending approval request")
+	// ErrQueueTimeout: a call waited its whole timeout for a busy kernel.
+	ErrQueueTimeout = errors.New("timed out waiting for the kernel")
+)
