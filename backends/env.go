@@ -27,12 +27,23 @@ type Result struct {
 
 // Env is a host that kernels run on. Execute runs command with bash on the
 // host and returns its output; an error means the transport failed, not the
-// command.
+// command. Every implementation must:
+//   - run the command with bash (not the login shell's rc files) in a
+//     process group of its own, and kill the whole group when ctx ends or
+//     opts.Timeout passes, reporting the timeout as ErrTimeout;
+//   - feed opts.Stdin to the command, never put it in a command line;
+//   - return stdout then stderr, without what a login shell printed before
+//     the command, capped so a runaway command cannot exhaust memory;
+//   - report a death by signal n as exit status 128+n.
+//
+// A backend that starts commands through a remote shell gets all of this
+// from runShell (shell.go) by implementing shellTransport. Adding a backend
+// is implementing Env and passing internal/backendtest's contract suite.
 type Env interface {
 	Execute(ctx context.Context, command string, opts ExecOptions) (Result, error)
 	// TempDir is the host directory under which kernel roots are created.
 	TempDir() string
-	// URI names the backend (local, ssh://user@host:port, docker://name).
+	// URI names the backend (local, ssh://user@host:port).
 	URI() string
 }
 

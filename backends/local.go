@@ -12,10 +12,6 @@ import (
 	"time"
 )
 
-// maxOutput bounds what one command may return, so a runaway command cannot
-// exhaust the engine's memory.
-const maxOutput = 32 << 20
-
 // Local runs commands with bash as the current user on this machine.
 type Local struct {
 	tempDir string
@@ -87,29 +83,4 @@ func (l *Local) Execute(ctx context.Context, command string, opts ExecOptions) (
 func (l *Local) DialUnix(ctx context.Context, path string) (net.Conn, error) {
 	var d net.Dialer
 	return d.DialContext(ctx, "unix", path)
-}
-
-// cappedBuffer keeps at most limit bytes and notes that it dropped the rest.
-type cappedBuffer struct {
-	buf     bytes.Buffer
-	limit   int
-	dropped bool
-}
-
-func (c *cappedBuffer) Write(p []byte) (int, error) {
-	if room := c.limit - c.buf.Len(); room < len(p) {
-		c.dropped = true
-		if room > 0 {
-			c.buf.Write(p[:room])
-		}
-		return len(p), nil
-	}
-	return c.buf.Write(p)
-}
-
-func (c *cappedBuffer) String() string {
-	if c.dropped {
-		return c.buf.String() + "\n[kerneldeck: output clipped]\n"
-	}
-	return c.buf.String()
 }

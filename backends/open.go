@@ -31,8 +31,7 @@ type Options struct {
 	SSHDialTimeout time.Duration
 }
 
-// Open builds the backend a URI names: "local", "ssh://[user@]host[:port]"
-// or "docker://container".
+// Open builds the backend a URI names: "local" or "ssh://[user@]host[:port]".
 func Open(uri string, opts Options) (Env, error) {
 	switch {
 	case uri == "local" || uri == "local://":
@@ -43,9 +42,7 @@ func Open(uri string, opts Options) (Env, error) {
 			return nil, err // not a typed nil inside the Env
 		}
 		return s, nil
-	case strings.HasPrefix(uri, "docker://"):
-		return nil, fmt.Errorf("backend %q: the docker backend is not available in this build yet; use --backend local", uri)
 	default:
-		return nil, fmt.Errorf("backend %q: unknown backend URI; use local, ssh://[user@]host[:port] or docker://container", uri)
+		return nil, fmt.Errorf("backend %q: unknown backend URI; use local or ssh://[user@]host[:port]", uri)
 	}
 }

@@ -1,8 +1,6 @@
 package backends
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/ed25519"
@@ -13,7 +11,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -252,18 +249,6 @@ func (s *SSH) dial(ctx context.Context) (*ssh.Client, []io.Closer, error) {
 		return nil, nil, fmt.Errorf("ssh %s: %w", s.uri, err)
 	}
 	return c, closers, nil
-}
-
-// ctxDone is ctx.Err(), also once ctx's deadline has passed but its timer
-// has not fired yet (a socket deadline set to the same instant can win).
-func ctxDone(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		return context.DeadlineExceeded
-	}
-	return nil
 }
 
 func dialThrough(ctx context.Context, jc *ssh.Client, addr string, timeout time.Duration) (net.Conn, error) {
@@ -513,110 +498,84 @@ func appendKnownHost(path, hostname string, key ssh.PublicKey) error {
 // Execute implements Env: one session on the shared connection runs the
 // command under bash in its own process group, which a timeout kills whole.
 func (s *SSH) Execute(ctx context.Context, command string, opts ExecOptions) (Result, error) {
-	parent := ctx
-	if opts.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
-		defer cancel()
-	}
-	fail := func(err error) (Result, error) {
-		if ctxDone(ctx) != nil && parent.Err() == nil && errors.Is(ctxDone(ctx), context.DeadlineExceeded) {
-			return Result{}, fmt.Errorf("ssh %s: %w after %v", s.uri, ErrTimeout, opts.Timeout)
-		}
-		return Result{}, err
-	}
+	return runShell(ctx, sshShell{s}, command, opts)
+}
+
+// sshShell is the ssh connection as a shellTransport: a command is one
+// session on it.
+type sshShell struct{ s *SSH }
+
+func (t sshShell) name() string     { return "ssh " + t.s.uri }
+func (t sshShell) killGroup(pg int) { t.s.killGroup(pg) }
+
+func (t sshShell) start(ctx context.Context, cmdline string, stdin []byte, stdout, stderr io.Writer) (shellProcess, error) {
+	s := t.s
 	select {
 	case s.sessions <- struct{}{}:
-		defer func() { <-s.sessions }()
 	case <-ctx.Done():
-		return fail(fmt.Errorf("ssh %s: waiting for a free session: %w", s.uri, ctx.Err()))
+		return nil, fmt.Errorf("ssh %s: waiting for a free session: %w", s.uri, ctx.Err())
 	}
+	p := &sshProcess{s: s, release: sync.OnceFunc(func() { <-s.sessions })}
 	client, sess, err := s.session(ctx)
 	if err != nil {
-		return fail(err)
+		p.release()
+		return nil, err
 	}
-	defer sess.Close()
+	p.client, p.sess = client, sess
 	// Stdin is fed by hand: a command that exits without reading all of it
 	// is not a transport failure (Session.Stdin would make Wait report one).
-	stdin, err := sess.StdinPipe()
+	in, err := sess.StdinPipe()
 	if err != nil {
-		return fail(fmt.Errorf("ssh %s: %w", s.uri, err))
+		p.close()
+		return nil, fmt.Errorf("ssh %s: %w", s.uri, err)
 	}
-	out := &cappedBuffer{limit: maxOutput}
-	stdout := &afterMarker{marker: []byte(startMarker + "\n"), w: out}
-	sess.Stdout = stdout
-	errPipe, err := sess.StderrPipe()
-	if err != nil {
-		return fail(fmt.Errorf("ssh %s: %w", s.uri, err))
-	}
-	// The wrapper reports the group id on stderr before the command starts,
-	// so that a timeout can kill everything the command started, not just
-	// the channel. What the login shell's rc files print before it is
-	// dropped: it is not the command's output.
-	pgid := make(chan int, 1)
-	stderrDone := make(chan struct{})
-	errBuf := &cappedBuffer{limit: maxOutput}
-	go func() {
-		defer close(stderrDone)
-		br := bufio.NewReader(errPipe)
-		var before []byte
-		for {
-			line, err := br.ReadString('\n')
-			if rest, ok := strings.CutPrefix(line, "KDPGID "); ok {
-				if n, err := strconv.Atoi(strings.TrimSpace(rest)); err == nil {
-					pgid <- n
-					io.Copy(errBuf, br)
-					return
-				}
-			}
-			before = append(before, line...)
-			if err != nil {
-				errBuf.Write(before) // the wrapper never started: keep what the shell said
-				return
-			}
-		}
-	}()
-	if err := sess.Start(wrapRemote(command)); err != nil {
+	sess.Stdout, sess.Stderr = stdout, stderr
+	if err := sess.Start(cmdline); err != nil {
 		s.forget(client)
-		return fail(fmt.Errorf("ssh %s: start command: %w", s.uri, err))
+		p.close()
+		return nil, fmt.Errorf("ssh %s: start command: %w", s.uri, err)
 	}
 	go func() {
-		stdin.Write(opts.Stdin)
-		stdin.Close()
+		in.Write(stdin)
+		in.Close()
 	}()
-	waited := make(chan error, 1)
-	go func() { waited <- sess.Wait() }()
-	select {
-	case err = <-waited:
-		<-stderrDone
-	case <-ctx.Done():
-		select {
-		case g := <-pgid:
-			s.killGroup(g)
-		default:
-		}
-		sess.Close()
-		return fail(fmt.Errorf("ssh %s: %w", s.uri, parent.Err()))
-	}
-	stdout.flush()
-	res := Result{Output: out.String() + errBuf.String()}
+	return p, nil
+}
+
+// sshProcess is one command on its own session.
+type sshProcess struct {
+	s       *SSH
+	client  *ssh.Client
+	sess    *ssh.Session
+	release func()
+}
+
+func (p *sshProcess) wait() (int, error) {
+	err := p.sess.Wait()
 	var exitErr *ssh.ExitError
 	var missing *ssh.ExitMissingError
 	switch {
 	case err == nil:
+		return 0, nil
 	case errors.As(err, &exitErr):
-		res.ReturnCode = exitErr.ExitStatus()
 		if exitErr.Signal() != "" {
-			res.ReturnCode = 128 + signalNumber(exitErr.Signal())
+			return signalExitCode(exitErr.Signal()), nil
 		}
+		return exitErr.ExitStatus(), nil
 	case errors.As(err, &missing):
-		s.forget(client)
-		return res, fmt.Errorf("ssh %s: connection lost before the command finished", s.uri)
+		p.s.forget(p.client)
+		return 0, fmt.Errorf("ssh %s: connection lost before the command finished", p.s.uri)
 	default:
-		s.forget(client)
-		return res, fmt.Errorf("ssh %s: %w", s.uri, err)
+		p.s.forget(p.client)
+		return 0, fmt.Errorf("ssh %s: %w", p.s.uri, err)
 	}
-	return res, nil
+}
+
+func (p *sshProcess) close() {
+	if p.sess != nil {
+		p.sess.Close()
+	}
+	p.release()
 }
 
 // session opens a session on the shared connection. Nothing has been sent
@@ -657,61 +616,6 @@ func (s *SSH) session(ctx context.Context) (*ssh.Client, *ssh.Session, error) {
 	}
 }
 
-// wrapRemote runs command with bash whatever the login shell is, in a
-// process group of its own (job control on for the launch only), whose id it
-// announces first on stderr so a timeout can kill everything it started.
-// Exit codes and signal deaths (128+n) come through unchanged.
-func wrapRemote(command string) string {
-	// --norc on every nested bash: bash reads ~/.bashrc whenever it thinks
-	// sshd started it (stdin a socket, SSH_CLIENT set), so without it each
-	// level would pay the user's rc again (about 90 ms for root here).
-	const wrapper = `set -m; bash --norc --noprofile -c "echo KDPGID \$\$ >&2; echo ` + startMarker +
-		`; exec bash --norc --noprofile -c \"\$1\"" kerneldeck "$1" & p=$!; set +m; wait $p`
-	return "exec bash --norc --noprofile -c " + ShellQuote(wrapper) + " kerneldeck " + ShellQuote(command)
-}
-
-// startMarker is the wrapper's first stdout line; everything before it came
-// from the login shell's rc files, not from the command.
-const startMarker = "KDSTART-7f3c"
-
-// afterMarker drops what is written before the marker (and the marker), then
-// passes everything through to w. If the marker never comes (the wrapper did
-// not start), Flush hands over what was held back.
-type afterMarker struct {
-	marker []byte
-	w      io.Writer
-	held   []byte
-	open   bool
-}
-
-func (a *afterMarker) Write(p []byte) (int, error) {
-	if a.open {
-		return a.w.Write(p)
-	}
-	a.held = append(a.held, p...)
-	if i := bytes.Index(a.held, a.marker); i >= 0 {
-		a.open = true
-		rest := a.held[i+len(a.marker):]
-		a.held = nil
-		if _, err := a.w.Write(rest); err != nil {
-			return 0, err
-		}
-	} else if len(a.held) > maxOutput {
-		a.held = a.held[len(a.held)-len(a.marker):] // rc noise without end: keep only a possible marker prefix
-	}
-	return len(p), nil
-}
-
-func (a *afterMarker) flush() {
-	if !a.open && len(a.held) > 0 {
-		a.w.Write(a.held)
-		a.held = nil
-	}
-}
-
-// ShellQuote quotes s as one bash word.
-func ShellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
 // killGroup kills a timed-out command's process group on the host, on a
 // fresh session, without waiting long.
 func (s *SSH) killGroup(pgid int) {
@@ -730,30 +634,6 @@ func (s *SSH) killGroup(pgid int) {
 	}
 	defer sess.Close()
 	sess.Run(fmt.Sprintf("kill -KILL -- -%d 2>/dev/null", pgid))
-}
-
-func signalNumber(name string) int {
-	switch name {
-	case "HUP":
-		return 1
-	case "INT":
-		return 2
-	case "QUIT":
-		return 3
-	case "ABRT":
-		return 6
-	case "KILL":
-		return 9
-	case "SEGV":
-		return 11
-	case "PIPE":
-		return 13
-	case "ALRM":
-		return 14
-	case "TERM":
-		return 15
-	}
-	return 0
 }
 
 // DialUnix implements StreamDialer with a direct-streamlocal channel on the

@@ -100,10 +100,9 @@ type Engine struct {
 	// maxLostNotes.
 	lost map[Key]string
 	// unkilled are runners whose kill did not reach their host (a transport
-	// error, e.g. no free ssh session within killTimeout), by kernel id:
-	// frozen copies with the dir and pid to kill. The sweep retries them
-	// and ShutdownAll kills them with the rest.
-	unkilled map[string]*Kernel
+	// error, e.g. no free ssh session within killTimeout), by kernel id. The
+	// sweep retries them and ShutdownAll kills them with the rest.
+	unkilled map[string]*pendingKill
 	// approvals are the tool calls waiting for the operator, by request id;
 	// grants are (owner, tool) pairs the operator approved "always".
 	approvals map[string]*pendingApproval
@@ -147,7 +146,7 @@ func New(cfg Config) (*Engine, error) {
 		byID:      map[string]*Kernel{},
 		pythons:   map[string]string{},
 		lost:      map[Key]string{},
-		unkilled:  map[string]*Kernel{},
+		unkilled:  map[string]*pendingKill{},
 		approvals: map[string]*pendingApproval{},
 		grants:    map[string]bool{},
 		max:       cfg.MaxKernels,
@@ -248,7 +247,7 @@ func (e *Engine) Close(ctx context.Context, keep bool) error {
 	select {
 	case <-done:
 		// Kills retried by the sweep may have failed again meanwhile.
-		e.killAll(ctx, e.takeUnkilled(true))
+		e.killPending(ctx, e.takeUnkilled(true))
 	case <-ctx.Done():
 		err = errors.Join(err, fmt.Errorf("engine close: %w", ctx.Err()))
 	}
@@ -267,7 +266,9 @@ func (e *Engine) sweep() {
 		case <-t.C:
 			e.reapIdle()
 			e.enforceCap()
-			e.killAsync(e.takeUnkilled(false)) // a retry that fails puts its kernel back
+			for _, p := range e.takeUnkilled(false) { // a retry that fails puts it back
+				e.goAsync(func(ctx context.Context) { e.killRunner(ctx, p.runner, p.retry) })
+			}
 		}
 	}
 }
@@ -397,44 +398,63 @@ func (e *Engine) lruLocked() []*Kernel {
 	return idle
 }
 
-// takeUnkilled returns the kernels whose kill failed and whose retry is
-// due (all of them when all is set), and forgets them.
-func (e *Engine) takeUnkilled(all bool) []*Kernel {
+// runnerRef is what killing a runner needs, taken from its kernel at the
+// time of the kill: a reset may respawn the kernel in place meanwhile.
+type runnerRef struct {
+	key    Key
+	env    backends.Env
+	id     string
+	dir    string
+	pid    int
+	reason string
+}
+
+func (r runnerRef) event(t EventType, detail string) Event {
+	return Event{Type: t, Kernel: r.id, Owner: r.key.Owner, Key: r.key.String(), Detail: detail}
+}
+
+// pendingKill is a runner whose kill did not reach its host, and when to
+// try again.
+type pendingKill struct {
+	runner runnerRef
+	retry  *killRetry
+}
+
+// takeUnkilled returns the kills that failed and whose retry is due (all of
+// them when all is set), and forgets them.
+func (e *Engine) takeUnkilled(all bool) []*pendingKill {
 	now := e.cfg.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var out []*Kernel
-	for id, k := range e.unkilled {
-		if all || k.killRetry == nil || !now.Before(k.killRetry.next) {
-			out = append(out, k)
+	var out []*pendingKill
+	for id, p := range e.unkilled {
+		if all || !now.Before(p.retry.next) {
+			out = append(out, p)
 			delete(e.unkilled, id)
 		}
 	}
 	return out
 }
 
-// killFailed keeps what to kill after a kill that did not reach k's host,
-// for a retry after a backoff, or gives up once k's runner must have exited
-// by itself (idle_exit plus its margin, after a cell's timeout at most).
-func (e *Engine) killFailed(k *Kernel, id, dir string, pid int) {
+// killFailed keeps r for a retry after a backoff, or gives up once its
+// runner must have exited by itself (idle_exit plus its margin, after a
+// cell's timeout at most). prev is the retry record of the failed attempt.
+func (e *Engine) killFailed(r runnerRef, prev *killRetry) {
 	now := e.cfg.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	r := k.killRetry
-	if r == nil {
+	if prev == nil {
 		idle := e.idleExit
-		r = &killRetry{giveUp: now.Add(e.cfg.CellTimeout + idle + runnerIdleMargin(idle))}
+		prev = &killRetry{giveUp: now.Add(e.cfg.CellTimeout + idle + runnerIdleMargin(idle))}
 	}
-	r = &killRetry{tries: r.tries + 1, giveUp: r.giveUp}
-	if !now.Before(r.giveUp) {
-		e.emit(kernelEvent(EventTransportError, k, fmt.Sprintf(
-			"kill: gave up after %d tries: the host stayed unreachable, and the runner exits by itself once idle for its idle_exit", r.tries)))
+	next := &killRetry{tries: prev.tries + 1, giveUp: prev.giveUp}
+	if !now.Before(next.giveUp) {
+		e.emit(r.event(EventTransportError, fmt.Sprintf(
+			"kill: gave up after %d tries: the host stayed unreachable, and the runner exits by itself once idle for its idle_exit", next.tries)))
 		return
 	}
-	r.next = now.Add(min(time.Second<<min(r.tries-1, 10), killRetryMax))
-	// k itself may be respawned in place (a reset): keep a frozen copy.
-	e.unkilled[id] = &Kernel{key: k.key, env: k.env, id: id, dir: dir, pid: pid, state: phaseGone,
-		goneReason: k.goneReason, transient: k.transient, killRetry: r}
+	next.next = now.Add(min(time.Second<<min(next.tries-1, 10), killRetryMax))
+	e.unkilled[r.id] = &pendingKill{runner: r, retry: next}
 }
 
 func (e *Engine) killAsync(victims []*Kernel) {
@@ -447,22 +467,38 @@ func (e *Engine) killAsync(victims []*Kernel) {
 // because the kernel is already out of the registry.
 func (e *Engine) killOnHost(ctx context.Context, k *Kernel) {
 	e.mu.Lock()
-	id, dir, pid, conn := k.id, k.dir, k.pid, k.conn
+	r := runnerRef{key: k.key, env: k.env, id: k.id, dir: k.dir, pid: k.pid, reason: k.goneReasonSafe()}
+	conn := k.conn
 	k.conn = nil
 	e.mu.Unlock()
 	if conn != nil {
 		conn.close()
 	}
-	if dir == "" || pid <= 0 {
+	e.killRunner(ctx, r, nil)
+}
+
+// killRunner kills one runner on its host; a kill that cannot reach the
+// host is kept for a retry (retry is the record of earlier attempts).
+func (e *Engine) killRunner(ctx context.Context, r runnerRef, retry *killRetry) {
+	if r.dir == "" || r.pid <= 0 {
 		return
 	}
-	res, err := k.env.Execute(ctx, killScript(dir, pid), backends.ExecOptions{Timeout: killTimeout})
+	res, err := r.env.Execute(ctx, killScript(r.dir, r.pid), backends.ExecOptions{Timeout: killTimeout})
 	if err != nil {
-		e.emit(kernelEvent(EventTransportError, k, "kill: "+err.Error()))
-		e.killFailed(k, id, dir, pid)
+		e.emit(r.event(EventTransportError, "kill: "+err.Error()))
+		e.killFailed(r, retry)
 		return
 	}
-	e.emit(kernelEvent(EventKilled, k, fmt.Sprintf("%s (pid %d, rc %d)", k.goneReasonSafe(), pid, res.ReturnCode)))
+	e.emit(r.event(EventKilled, fmt.Sprintf("%s (pid %d, rc %d)", r.reason, r.pid, res.ReturnCode)))
+}
+
+// killPending retries every pending kill at once.
+func (e *Engine) killPending(ctx context.Context, pending []*pendingKill) {
+	var wg sync.WaitGroup
+	for _, p := range pending {
+		wg.Go(func() { e.killRunner(ctx, p.runner, p.retry) })
+	}
+	wg.Wait()
 }
 
 // Kill kills one kernel by id, even mid-cell; its cell reports state_lost.
@@ -504,10 +540,13 @@ func (e *Engine) ShutdownAll(ctx context.Context) int {
 		victims = append(victims, k)
 	}
 	n := len(victims)
-	victims = append(victims, slices.Collect(maps.Values(e.unkilled))...)
+	pending := slices.Collect(maps.Values(e.unkilled))
 	clear(e.unkilled)
 	e.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Go(func() { e.killPending(ctx, pending) })
 	e.killAll(ctx, victims)
+	wg.Wait()
 	return n
 }
 

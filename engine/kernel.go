@@ -54,9 +54,6 @@ type Kernel struct {
 	// lostNote, on a kernel just created for a key whose previous kernel
 	// left the registry, says why; only the creating call reads it.
 	lostNote string
-	// killRetry is set on the frozen copy of a kernel whose kill did not
-	// reach its host.
-	killRetry *killRetry
 }
 
 // killRetry paces the retries of one failed kill: each waits twice as long
