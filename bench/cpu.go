@@ -10,23 +10,11 @@ import (
 	"time"
 )
 
-// Host CPU time per cell is the user+system CPU that every process taking
-// part in a cell used on this machine while the cells ran, divided by the
-// number of cells:
-//
-//   - the bench process itself (getrusage RUSAGE_SELF: the engine, the ssh
-//     client, the tool host), plus its reaped children (RUSAGE_CHILDREN:
-//     the `bash -c` commands of the local backend and the bash floor);
-//   - each process tree named by the subject, from /proc/<pid>/stat
-//     (utime+stime of live processes, plus cutime+cstime, i.e. children
-//     they reaped): the kernel process (a kerneldeck runner, or the
-//     jupyter_client driver and the ipykernel it started) and, over ssh,
-//     the sshd listener and every per-connection sshd and shell under it.
-//
-// A process that started during the window counts whole; one that was gone
-// at its end counts only through the parent that reaped it. /proc counts in
-// clock ticks (usually 10 ms), so the figure is only meaningful over many
-// cells; it is summed over all the warm blocks of a round.
+// Host CPU time per cell: the user+system CPU of every process taking part
+// (this process and its reaped children by getrusage, and each process tree
+// the subject names by /proc/<pid>/stat: runners, ipykernel, sshd), divided
+// by the number of cells. /proc counts 10 ms ticks, so it is summed over all
+// the warm blocks of a round.
 
 // clockTick is the /proc time unit (USER_HZ).
 var clockTick = func() time.Duration {

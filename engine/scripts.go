@@ -20,20 +20,13 @@ const aliveFn = `alive() { kill -0 "$1" 2>/dev/null || return 1; [ -r "/proc/$1/
 // shq quotes s for bash.
 var shq = backends.ShellQuote
 
-// spawnScript sets up the owner-only kernel dir, writes the shipped files and
-// starts the runner detached, all in one round trip. sizes are the byte
-// lengths of runner.py, kerneldeck_tools.py and kernel.env on stdin, in that
-// order. It prints "KD:SPAWNED <pid> <dir> <python>" or "KD:ERR <reason>".
-//
-// python is an interpreter path learnt from an earlier spawn on this host
-// (the runner reports sys.executable): starting it directly skips wrappers
-// such as pyenv shims, which cost more than the rest of the spawn. When it
-// is empty or gone, python3 from PATH is used.
-//
-// A transient (per-call) kernel gets its own dir directly in the temp dir,
-// kerneldeck-once-<id>, outside the kernel root: it is the fallback for when
-// the root is unusable. mkdir of an unpredictable name fails if anything is
-// already there, so nothing can be planted in its place.
+// spawnScript sets up the owner-only kernel dir, writes the shipped files
+// (sizes: runner.py, kerneldeck_tools.py, kernel.env on stdin) and starts
+// the runner detached, in one round trip. It prints "KD:SPAWNED <pid> <dir>
+// <python>" or "KD:ERR <reason>". python, learnt from an earlier spawn,
+// skips PATH wrappers such as pyenv shims, which cost more than the spawn.
+// A transient kernel gets an unpredictable dir of its own outside the root
+// (the fallback when the root is unusable): mkdir fails on anything planted.
 func spawnScript(tempDir, id, python string, sizes [3]int, readyTimeoutSec int, transient bool) string {
 	rootSetup := `login=$(id -un 2>/dev/null) || login="uid$EUID"
 root="$t/kerneldeck-$login"

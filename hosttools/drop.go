@@ -7,21 +7,12 @@ import (
 	"strings"
 )
 
-// Why terminal-like tools drop these parameters instead of honouring them:
-// a tool call from a kernel runs under the authority of one cell (its
-// owner's approval, its timeout, its call budget). A background job, a
-// completion notification, a heartbeat or a process kept on release would
-// outlive that cell and keep acting after the cell's authority ended, with
-// nobody left to read its output or stop it. The reference implementation
-// learned this one modifier at a time (background and notify first, then
-// heartbeat because it implies notify and rides the same delivery path,
-// then persist_on_release as a background-only modifier), so besides the
-// explicit names the rule drops every name that starts with one of those
-// words: the next such modifier is refused before anyone lists it.
-//
-// They are dropped rather than rejected so a call written for an agent's
-// usual terminal tool still runs, in the foreground, and the result says
-// what was dropped.
+// Terminal-like tools drop background-style parameters: a call runs under
+// one cell's authority, and a background job, notification, heartbeat or
+// kept process would outlive it. Every name starting with one of these
+// words is dropped (the reference learned them one at a time); dropped, not
+// refused, so a call written for a usual terminal tool still runs, in the
+// foreground, and its result says what was dropped.
 
 // backgroundPrefixes are the words that mark a background-style modifier.
 func backgroundPrefixes() [4]string {

@@ -11,20 +11,10 @@ import (
 )
 
 // Workspace is the directory tree the file tools and terminal are confined
-// to. Every path argument goes through Resolve.
-//
-// Time of check and time of use: Resolve checks a path by resolving its
-// symlinks (filepath.EvalSymlinks on the longest existing prefix), which
-// gives the right answer and a clear message at the moment of the check.
-// Something running in the workspace (a terminal command, another process)
-// could swap a directory for a symlink between that check and the open, so
-// the file tools never open the resolved path string. They open it through
-// an os.Root held since construction: os.Root walks each component with
-// openat relative to the already-opened parent and refuses any symlink that
-// leads out of the root or is absolute. A swap after the check therefore
-// makes the open fail rather than follow the link out, without a second,
-// racy check via /proc/self/fd. (O_NOFOLLOW would add nothing: os.Root
-// already resolves every symlink itself under the same rule.)
+// to. Resolve checks a path (for a clear message); the tools then open it
+// through an os.Root held since construction, so a directory swapped for a
+// symlink between the check and the open makes the open fail instead of
+// leading out.
 type Workspace struct {
 	root string   // absolute, symlink-free
 	fs   *os.Root // opened at construction; confines every file operation

@@ -1,16 +1,7 @@
-// Package themes holds the colour themes of the kerneldeck dashboard.
-//
-// A Theme is a set of lipgloss styles built once, when the theme is created
-// with New, and only read afterwards: the UI never builds styles in View.
-// Three themes exist: "dark" (the default), "light" and "high-contrast".
-// Colours are lipgloss.AdaptiveColor values, so every theme stays legible on
-// both dark and light terminal backgrounds; "high-contrast" uses only the 16
-// basic ANSI colours together with bold and reverse video.
-//
-// With Options.NoColor (see NoColorFromEnv and https://no-color.org) no style
-// carries a foreground or background colour; selection, focus, the cap state
-// and kernel states are then told apart by bold, faint, underline, reverse,
-// strikethrough and border shapes only.
+// Package themes holds the dashboard's colour themes (dark, light,
+// high-contrast): lipgloss styles built once by New and only read after, so
+// the UI never builds styles in View. Without colour (NO_COLOR) states are
+// told apart by attributes and border shapes alone.
 package themes
 
 import (

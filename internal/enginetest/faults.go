@@ -441,21 +441,10 @@ func memProbe(f func()) (totalAlloc, peakInuse uint64) {
 	return after.TotalAlloc - before.TotalAlloc, grow
 }
 
-// Bounds on the engine's memory while it handles a cell that printed
-// 100 MB. The runner keeps at most SpillMax (5 MB) on the host and the
-// result carries 50,000 characters, so the engine's work is the result
-// frame plus one copy of at most 5 MB of spill. That copy passes through
-// the backend's Execute as one output string (a buffer that grows by
-// doubling, its string, the output concatenated with stderr, the bytes
-// written to the state dir), so several 5 MB copies are live at once:
-// measured, 26-33 MB allocated in all (42-49 MB under the race detector)
-// and a peak heap growth of 18-31 MB.
-//
-// The peak growth of the heap in use may be 12 x SpillMax (60 MB); the
-// total allocated, which bounds any growth, 16 x SpillMax (80 MB). Both
-// leave room for the transport's buffers and the race detector, and both
-// stay below the 100 MB that an engine reading the output even once would
-// have to allocate: they prove the output never passed through the engine.
+// Bounds on the engine's memory for a cell that printed 100 MB: the runner
+// keeps 5 MB (SpillMax) and the engine copies that spill a few times over
+// Execute (measured: 26-33 MB allocated, 18-31 MB peak growth). Both bounds
+// stay under the 100 MB an engine that read the output once would need.
 const (
 	hugeOutputPeakBound  = 12 * engine.DefaultSpillMax
 	hugeOutputAllocBound = 16 * engine.DefaultSpillMax

@@ -10,42 +10,15 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine"
 )
 
-// Invariants replays an engine's event stream, in the order one subscription
-// received it, and checks what the events alone can show about the registry,
-// the cap and the busy guard. Feed it every event (Observe), then call Finish.
-//
-// What events can and cannot show. A kernel enters the registry silently
-// (the call that creates it announces it with spawned only after the spawn
-// round trip), and a state_lost or spawn_failed is published just after the
-// removal it reports, so a model built from events lags the registry in both
-// directions, by at most the kernels that calls hold at that moment. The
-// exact registry count is therefore not visible in events; these are:
-//
-//   - completeness: no missed event;
-//   - busy guard: evicted_cap and reaped_idle are published under the engine
-//     lock and only for a kernel nobody holds, while every event from
-//     spawned/reused/reset/killed/cell_started to cell_finished/state_lost/
-//     spawn_failed of a kernel is published by the call holding it. So an
-//     eviction or reap that names a kernel inside such an interval is a
-//     kernel taken from a call;
-//   - each eviction names a registered kernel: one announced by spawned (or
-//     adopted), not replaced, not already evicted, reaped or lost; and a
-//     kernel that left the registry is never used again (no reused or
-//     cell_started after it);
-//   - the cap the engine reports: evicted_cap says "cap N exceeded by M"
-//     with N the configured cap and M >= 1, and evict_skipped_busy, which the
-//     engine publishes under its lock after evicting every idle kernel it
-//     could, lists exactly cap+left busy kernels, i.e. at that moment every
-//     registered kernel was attached, and none of them had left the registry
-//     according to earlier events;
-//   - identity: a kernel id keeps its key, and a respawn keeps the key;
-//   - with Finish(true), after the engine closed: every kernel that was
-//     spawned was killed on its host (a killed event), except one whose
-//     runner was found dead and respawned. A kill that failed (a
-//     transport_error instead) leaves a runner on its host.
-//
-// Registry size against the cap at a given moment is checked from Kernels()
-// snapshots instead (CheckSnapshot).
+// Invariants replays an engine's event stream, in the order one
+// subscription received it, and checks what events alone can show (Observe
+// each, then Finish): no missed event; no eviction or reap of a kernel a
+// call holds (between its spawned/reused/cell_started and its
+// cell_finished/state_lost); every eviction names a registered kernel, with
+// the configured cap, and evict_skipped_busy lists exactly cap+left busy
+// kernels; ids keep their key; after Close every spawned runner was killed.
+// The registry size itself lags events by the kernels calls hold, so it is
+// checked from Kernels() snapshots instead (CheckSnapshot).
 type Invariants struct {
 	max        int
 	kernels    map[string]*modelKernel
@@ -275,24 +248,11 @@ func (v *Invariants) Violations() []string {
 	return out
 }
 
-// SnapshotWindows tells CheckSnapshot, from outside the engine, where the
-// engine may legitimately be over the cap with an evictable kernel.
-//
-// The engine enforces the cap (enforceCap, under its lock) right after a
-// call creates a kernel, right after a call releases one, and in the sweep.
-// After each enforceCap the registry is within the cap or has no evictable
-// kernel. Between two of them, exactly two things can break that: a call
-// that created a kernel and has not reached its enforceCap yet (its kernel
-// is "starting" and its spawn command is not issued yet), and a call that
-// released a kernel and has not reached its enforceCap yet (it is still in
-// flight; or it timed out in its kernel's queue at the moment it was handed
-// the kernel, a path that releases without enforcing the cap, until some
-// later call enforces it).
-//
-// So, at the moment of a snapshot: either the registry exceeds the cap by no
-// more than the starting kernels whose spawn was not issued, or every
-// evictable kernel belongs to a key with such a call. CheckSnapshot fails when
-// neither holds.
+// SnapshotWindows tells CheckSnapshot where the engine may legitimately be
+// over the cap with an evictable kernel: the cap is enforced right after a
+// call creates or releases a kernel, so only a call between those points
+// (its spawn not issued yet, or its release not yet followed by enforceCap)
+// can leave the registry over the cap with a kernel it could evict.
 type SnapshotWindows struct {
 	// SpawnIssued reports whether the spawn command of kernel id was issued
 	// before the snapshot was taken.

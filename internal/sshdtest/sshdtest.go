@@ -1,31 +1,15 @@
-// Package sshdtest starts a real OpenSSH server (/usr/sbin/sshd) for tests.
-//
-// Start writes a generated sshd_config into a private temp dir and runs
-// `/usr/sbin/sshd -D -e -f <config>` on a free 127.0.0.1 port, in its own
-// process group, with freshly generated host keys. Public-key authentication
-// is the only way in; authorized keys live in per-user files inside the temp
-// dir (AuthorizedKeysFile <dir>/authorized_keys/%u), so a real
-// ~/.ssh/authorized_keys is never read or written.
+// Package sshdtest starts a real OpenSSH server (/usr/sbin/sshd) for tests:
+// a generated config, fresh host keys, a free loopback port, public keys
+// only, authorized keys in its own temp dir (never ~/.ssh).
 //
 //	srv := sshdtest.Start(t, sshdtest.Options{})
 //	u := srv.User(t, "kdtest1", sshdtest.UserOptions{}) // root only; "" = current user
 //	client := srv.Dial(t, u)                            // x/crypto/ssh, known_hosts checked
 //	cfg := srv.WriteSSHConfig(t, "box", u)              // for ssh://box --ssh-config cfg
 //
-// The server's log (LogLevel VERBOSE, from -e) is captured and logged through
-// t when the test failed. At cleanup the listener, every per-connection sshd
-// process, everything still running under them and every process started
-// through the server that detached (found by EnvVar in its environment) are
-// killed and waited for.
-//
-// Other OS users can only be created when the tests run as root: sshd then
-// runs as root and useradd creates them (idempotently; a fixed set of names
-// such as kdtest1, kdtest2, kdheavy is fine to reuse across runs). When not
-// root, sshd runs as the current user and can only let that user in; User
-// skips the test for any other name.
-//
-// When /usr/sbin/sshd is missing, Start skips the test, or fails it when the
-// environment variable KERNELDECK_REQUIRE_SSHD=1 is set (CI sets it).
+// Everything it started is killed at cleanup and its log shown on failure.
+// Other users exist only as root (useradd). Without sshd it skips, or fails
+// with KERNELDECK_REQUIRE_SSHD=1 (CI).
 package sshdtest
 
 import (
