@@ -32,7 +32,8 @@ type EventsPane struct {
 	filter   textinput.Model
 	editing  bool
 	filterBy string
-	view     viewport.Model
+	lines    []string // the shown events, drawn
+	scroll   scroller
 	follow   bool
 	keys     actions
 	editKeys actions
@@ -42,14 +43,15 @@ func newEventsPane(ctx *Context) *EventsPane {
 	f := textinput.New()
 	f.Prompt = "/"
 	f.Placeholder = "owner or type, e.g. alice evicted"
-	p := &EventsPane{pane: pane{ctx: ctx}, filter: f, follow: true, view: viewport.New(0, 0)}
+	p := &EventsPane{pane: pane{ctx: ctx}, filter: f, follow: true, scroll: scroller{vp: viewport.New(0, 0)}}
 	k := ctx.Keys
+	vp := &p.scroll.vp
 	p.keys = actions{
 		{k.Filter, run(func() tea.Cmd { p.editing = true; p.resizeView(); return p.filter.Focus() })},
-		{k.Up, run(func() tea.Cmd { p.view.LineUp(1); return p.scrolled() })},
-		{k.Down, run(func() tea.Cmd { p.view.LineDown(1); return p.scrolled() })},
-		{k.PageUp, run(func() tea.Cmd { p.view.PageUp(); return p.scrolled() })},
-		{k.PageDown, run(func() tea.Cmd { p.view.PageDown(); return p.scrolled() })},
+		{k.Up, run(func() tea.Cmd { vp.LineUp(1); return p.scrolled() })},
+		{k.Down, run(func() tea.Cmd { vp.LineDown(1); return p.scrolled() })},
+		{k.PageUp, run(func() tea.Cmd { vp.PageUp(); return p.scrolled() })},
+		{k.PageDown, run(func() tea.Cmd { vp.PageDown(); return p.scrolled() })},
 	}
 	endEdit := func(clear bool) tea.Cmd {
 		p.editing = false
@@ -68,7 +70,7 @@ func newEventsPane(ctx *Context) *EventsPane {
 }
 
 func (p *EventsPane) scrolled() tea.Cmd {
-	p.follow = p.view.AtBottom()
+	p.follow = p.scroll.atEnd()
 	return nil
 }
 
@@ -106,7 +108,7 @@ func (p *EventsPane) SetSize(w, h int) {
 }
 
 func (p *EventsPane) resizeView() {
-	p.view.Width, p.view.Height = max(0, p.width-2), p.rowsShown()
+	p.scroll.setHeight(p.rowsShown())
 	p.redraw()
 }
 
@@ -161,15 +163,8 @@ func (p *EventsPane) redraw() {
 		}
 		lines = append(lines, p.chunks[i]...)
 	}
-	p.view.SetContent(strings.Join(lines, "\n"))
-	if len(lines) == 0 {
-		p.view.SetContent("")
-	}
-	if p.follow {
-		p.view.GotoBottom()
-	} else {
-		p.view.SetYOffset(p.view.YOffset)
-	}
+	p.lines = lines
+	p.scroll.setLines(len(lines), p.follow)
 }
 
 // draw renders one event: time, type and owner, then its detail wrapped
@@ -239,8 +234,7 @@ func (p *EventsPane) View() string {
 	if p.editing || p.filterBy != "" {
 		lines = append(lines, p.filter.View())
 	}
-	if p.view.Height > 0 && len(p.shown) > 0 {
-		lines = append(lines, strings.Split(p.view.View(), "\n")...)
-	}
+	from, to := p.scroll.window()
+	lines = append(lines, p.lines[from:to]...)
 	return p.ctx.box(p.Title(), lines, p.width, p.height, p.focused)
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/charmbracelet/bubbles/viewport"
 	"github.com/charmbracelet/x/ansi"
 )
 
@@ -123,3 +124,41 @@ func wordWrapLines(text string, w int) []string {
 	}
 	return strings.Split(ansi.Wrap(strings.TrimRight(text, "\n"), w, ""), "\n")
 }
+
+// scroller is a pane's scroll position over lines it draws itself, kept by
+// bubbles/viewport. The viewport is given only the line count: handed the
+// lines, it measures the width of every one on each update, which costs
+// more than drawing them (12 ms per streamed chunk at 13k lines).
+type scroller struct {
+	vp viewport.Model
+	n  int
+}
+
+// setLines sets how many lines there are; at the end is where following
+// keeps the position.
+func (s *scroller) setLines(n int, follow bool) {
+	if n != s.n || s.vp.TotalLineCount() == 0 {
+		s.n = n
+		s.vp.SetContent(strings.Repeat("\n", max(0, n-1)))
+	}
+	if follow {
+		s.vp.GotoBottom()
+	} else {
+		s.vp.SetYOffset(s.vp.YOffset)
+	}
+}
+
+// setHeight sets how many lines fit.
+func (s *scroller) setHeight(h int) {
+	s.vp.Height = max(0, h)
+	s.vp.SetYOffset(s.vp.YOffset)
+}
+
+// window is the range of lines in view.
+func (s *scroller) window() (from, to int) {
+	from = min(max(0, s.vp.YOffset), s.n)
+	return from, min(s.n, from+s.vp.Height)
+}
+
+// atEnd reports whether the last line is in view.
+func (s *scroller) atEnd() bool { return s.vp.AtBottom() }

@@ -360,9 +360,9 @@ func backendOfKey(key string) string {
 func (m *Model) onBackground(msg tea.Msg) {
 	switch msg := msg.(type) {
 	case cellOutputMsg:
-		buf := &msg.run.stdout
+		buf, wrapped := &msg.run.stdout, &msg.run.out
 		if msg.stream == "stderr" {
-			buf = &msg.run.stderr
+			buf, wrapped = &msg.run.stderr, &msg.run.errOut
 		}
 		buf.WriteString(msg.text)
 		if buf.Len() > maxStreamKept {
@@ -371,6 +371,7 @@ func (m *Model) onBackground(msg tea.Msg) {
 			tail := buf.String()[buf.Len()-maxStreamKept/2:]
 			buf.Reset()
 			buf.WriteString("… (earlier output not kept here)\n" + tail)
+			*wrapped = wrapCache{}
 		}
 		m.output.changed(msg.run)
 	case cellResultMsg:

@@ -42,6 +42,9 @@ type wrapCache struct {
 // wrap returns text as display lines of width w, as wrapLines does,
 // wrapping only what follows the complete lines it wrapped before.
 func (c *wrapCache) wrap(text string, w int) []string {
+	if c.done > len(text) {
+		*c = wrapCache{} // the stream lost its head: wrap it afresh
+	}
 	if i := strings.LastIndexByte(text[c.done:], '\n'); i >= 0 {
 		end := c.done + i
 		for line := range strings.SplitSeq(text[c.done:end], "\n") {
@@ -75,26 +78,27 @@ type OutputPane struct {
 	target Target
 	runs   []*cellRun // of every target, oldest first
 	lines  []string   // of the current target, at the current width
-	view   viewport.Model
+	scroll scroller
 	follow bool
 	keys   actions
 }
 
 func newOutputPane(ctx *Context) *OutputPane {
-	p := &OutputPane{pane: pane{ctx: ctx}, follow: true, view: viewport.New(0, 0)}
+	p := &OutputPane{pane: pane{ctx: ctx}, follow: true, scroll: scroller{vp: viewport.New(0, 0)}}
 	k := ctx.Keys
+	vp := &p.scroll.vp
 	p.keys = actions{
-		{k.Up, run(func() tea.Cmd { p.view.LineUp(1); return p.scrolled() })},
-		{k.Down, run(func() tea.Cmd { p.view.LineDown(1); return p.scrolled() })},
-		{k.PageUp, run(func() tea.Cmd { p.view.PageUp(); return p.scrolled() })},
-		{k.PageDown, run(func() tea.Cmd { p.view.PageDown(); return p.scrolled() })},
+		{k.Up, run(func() tea.Cmd { vp.LineUp(1); return p.scrolled() })},
+		{k.Down, run(func() tea.Cmd { vp.LineDown(1); return p.scrolled() })},
+		{k.PageUp, run(func() tea.Cmd { vp.PageUp(); return p.scrolled() })},
+		{k.PageDown, run(func() tea.Cmd { vp.PageDown(); return p.scrolled() })},
 	}
 	return p
 }
 
 // scrolled follows the output again once scrolled to its end.
 func (p *OutputPane) scrolled() tea.Cmd {
-	p.follow = p.view.AtBottom()
+	p.follow = p.scroll.atEnd()
 	return nil
 }
 
@@ -114,12 +118,12 @@ func (p *OutputPane) FullHelp() [][]key.Binding { return [][]key.Binding{p.keys.
 func (p *OutputPane) SetSize(w, h int) {
 	resized := w != p.width
 	p.width, p.height = w, h
-	p.view.Width, p.view.Height = max(0, w-2), max(0, h-2)
+	p.scroll.setHeight(h - 2)
 	if resized {
 		p.render()
 		return
 	}
-	p.settle()
+	p.scroll.setLines(len(p.lines), p.follow)
 }
 
 // setTarget shows the cells of t.
@@ -158,17 +162,7 @@ func (p *OutputPane) render() {
 		}
 	}
 	p.lines = lines
-	p.view.SetContent(strings.Join(lines, "\n"))
-	p.settle()
-}
-
-// settle keeps the view at the end while it follows, and in range always.
-func (p *OutputPane) settle() {
-	if p.follow {
-		p.view.GotoBottom()
-	} else {
-		p.view.SetYOffset(p.view.YOffset)
-	}
+	p.scroll.setLines(len(lines), p.follow)
 }
 
 func (p *OutputPane) runLines(r *cellRun, w int) []string {
@@ -250,8 +244,9 @@ func (p *OutputPane) View() string {
 	var lines []string
 	if len(p.lines) == 0 {
 		lines = []string{p.ctx.Theme.Muted.Render("no cells run in this target yet")}
-	} else if p.view.Height > 0 {
-		lines = strings.Split(p.view.View(), "\n")
+	} else {
+		from, to := p.scroll.window()
+		lines = p.lines[from:to]
 	}
 	return p.ctx.box(p.Title(), lines, p.width, p.height, p.focused)
 }

@@ -2,9 +2,11 @@ package ui
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/kerneldeck/kerneldeck/engine"
 )
 
 // benchFixture is the dashboard with n kernels over owners owners and 200
@@ -89,5 +91,32 @@ func BenchmarkTick10kKernels(b *testing.B) {
 	for b.Loop() {
 		f.m.refresh()
 		_ = f.m.View()
+	}
+}
+
+// BenchmarkStreamChunk: one chunk of streamed output arriving for a cell
+// that already printed 200 KB, in a target with 20 finished cells: only the
+// running cell's tail is wrapped again.
+//
+//	go test ./ui -run XXX -bench StreamChunk
+func BenchmarkStreamChunk(b *testing.B) {
+	f := newFixture(b, fixtureOpts{})
+	f.update(tea.WindowSizeMsg{Width: 200, Height: 60})
+	target := f.m.editor.Target()
+	for i := range 20 {
+		r := &cellRun{seq: i + 1, target: target, code: "print(1)", res: &engine.Result{Status: engine.StatusSuccess,
+			Stdout: strings.Repeat("finished output line\n", 500)}}
+		f.m.output.add(r)
+	}
+	run := &cellRun{seq: 21, target: target, code: "loop()", running: true}
+	f.m.output.add(run)
+	line := strings.Repeat("x", 99) + "\n"
+	for range 2000 {
+		f.m.onBackground(cellOutputMsg{run: run, stream: "stdout", text: line})
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		f.m.onBackground(cellOutputMsg{run: run, stream: "stdout", text: line})
 	}
 }
