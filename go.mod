@@ -13,6 +13,7 @@ require (
 	github.com/charmbracelet/x/term v0.2.2
 	github.com/kevinburke/ssh_config v1.6.0
 	github.com/muesli/termenv v0.16.0
+	github.com/skeema/knownhosts v1.3.3
 	go.uber.org/goleak v1.3.0
 	golang.org/x/crypto v0.59.0
 )

@@ -3,8 +3,6 @@ package backends
 import (
 	"cmp"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	skeema "github.com/skeema/knownhosts"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -371,7 +370,8 @@ func (s *SSH) authMethods(t sshTarget) (methods []ssh.AuthMethod, problems []str
 // hostKeyCheck verifies host keys against known_hosts, always. It also
 // returns the key algorithms known_hosts holds for the host, so the server
 // presents one of those (golang/go#29286) instead of another that would be
-// wrongly reported as changed.
+// wrongly reported as changed: for an @cert-authority line, the certificate
+// algorithms (skeema/knownhosts knows which lines are CAs).
 func (s *SSH) hostKeyCheck(t sshTarget) (ssh.HostKeyCallback, []string, error) {
 	var existing []string
 	for _, f := range t.knownHosts {
@@ -382,20 +382,26 @@ func (s *SSH) hostKeyCheck(t sshTarget) (ssh.HostKeyCallback, []string, error) {
 			existing = append(existing, f)
 		}
 	}
+	hostname := knownhosts.Normalize(t.addr())
 	var cb ssh.HostKeyCallback
+	var algos []string
 	if len(existing) > 0 {
-		var err error
-		if cb, err = knownhosts.New(existing...); err != nil {
+		db, err := skeema.NewDB(existing...)
+		if err != nil {
 			return nil, nil, fmt.Errorf("read known_hosts %s: %w", strings.Join(existing, ", "), err)
 		}
+		cb, algos = db.HostKeyCallback(), db.HostKeyAlgorithms(hostname)
 	} else {
 		cb = func(string, net.Addr, ssh.PublicKey) error { return &knownhosts.KeyError{} }
 	}
-	hostname := knownhosts.Normalize(t.addr())
-	algos := knownAlgorithms(cb, hostname)
 	check := func(host string, remote net.Addr, key ssh.PublicKey) error {
 		err := cb(host, remote, key)
 		var ke *knownhosts.KeyError
+		var revoked *knownhosts.RevokedError
+		if cert, ok := key.(*ssh.Certificate); ok && err != nil && !errors.As(err, &ke) && !errors.As(err, &revoked) {
+			return fmt.Errorf("REFUSED: the host certificate of %s (signed by %s %s) is not trusted: %v; if you trust that CA, add a line \"@cert-authority %s <its public key>\" to %s",
+				hostname, cert.SignatureKey.Type(), ssh.FingerprintSHA256(cert.SignatureKey), err, hostname, t.knownHosts[0])
+		}
 		if !errors.As(err, &ke) {
 			return err
 		}
@@ -416,43 +422,6 @@ func (s *SSH) hostKeyCheck(t sshTarget) (ssh.HostKeyCallback, []string, error) {
 		return appendKnownHost(t.knownHosts[0], hostname, key)
 	}
 	return check, algos, nil
-}
-
-// knownAlgorithms asks the known_hosts callback about a throwaway key: the
-// KeyError it returns lists the keys on file for the host.
-func knownAlgorithms(cb ssh.HostKeyCallback, hostname string) []string {
-	_, priv, _ := ed25519.GenerateKey(rand.Reader)
-	probe, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		return nil
-	}
-	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}
-	var ke *knownhosts.KeyError
-	if !errors.As(cb(hostname, addr, probe.PublicKey()), &ke) {
-		return nil
-	}
-	var algos []string
-	seen := map[string]bool{}
-	for _, k := range ke.Want {
-		for _, a := range algorithmsFor(k.Key.Type()) {
-			if !seen[a] {
-				seen[a] = true
-				algos = append(algos, a)
-			}
-		}
-	}
-	return algos
-}
-
-func algorithmsFor(keyType string) []string {
-	switch keyType {
-	case ssh.KeyAlgoRSA:
-		return []string{ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA}
-	case ssh.CertAlgoRSAv01:
-		return []string{ssh.CertAlgoRSASHA512v01, ssh.CertAlgoRSASHA256v01, ssh.CertAlgoRSAv01}
-	default:
-		return []string{keyType}
-	}
 }
 
 // recordableHost reports whether accept-new may write host into

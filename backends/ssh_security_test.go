@@ -886,3 +886,44 @@ func TestSSHAfterRestart(t *testing.T) {
 		t.Fatalf("output %q", got)
 	}
 }
+
+// A host whose key is certified by a CA listed with @cert-authority is
+// trusted (the certificate algorithms are asked for, not the CA's own key
+// type); a certificate from another CA is not, and @revoked still wins.
+func TestSSHHostCertificateFromKnownCA(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Options{HostCertificates: true})
+	u := srv.User(t, "", sshdtest.UserOptions{})
+	_, other, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCA, _ := ssh.NewSignerFromKey(other)
+	host := knownhosts.Normalize(srv.Addr())
+	for _, tc := range []struct {
+		name, knownHosts string
+		ok               bool
+		refusal          string
+	}{
+		{"known CA", srv.CAKnownHostsLine() + "\n", true, ""},
+		{"another CA", "@cert-authority " + host + " " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(otherCA.PublicKey()))) + "\n", false, "not trusted"},
+		{"known CA, revoked host key", srv.CAKnownHostsLine() + "\n@revoked * " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(srv.HostKey(sshdtest.ED25519)))) + "\n", false, "revoked"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kh := writeFile(t, "known_hosts", tc.knownHosts, 0o600)
+			env := openSSH(t, "ssh://kdbox", backends.Options{SSHConfig: srv.WriteSSHConfig(t, "kdbox", u), SSHKnownHosts: kh})
+			marker := filepath.Join(t.TempDir(), "ran")
+			before := logins(srv)
+			res, err := try(t, env, "touch "+marker+"; echo certified")
+			if tc.ok {
+				if err != nil || !strings.Contains(res.Output, "certified") {
+					t.Fatalf("a host certified by a known CA: %+v, %v", res, err)
+				}
+				return
+			}
+			requireRefused(t, srv, err, marker, before)
+			if !strings.Contains(strings.ToLower(err.Error()), tc.refusal) {
+				t.Errorf("the refusal does not say %q: %v", tc.refusal, err)
+			}
+		})
+	}
+}

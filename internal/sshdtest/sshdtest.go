@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 )
 
 // SSHDPath is where the OpenSSH server must be installed (sshd re-executes
@@ -75,6 +76,11 @@ type Options struct {
 	// {ED25519, RSA} with a known_hosts that lists only the RSA key.
 	HostKeyTypes []KeyType
 
+	// HostCertificates makes a host certificate for every host key, signed
+	// by a CA of the server's own (CAKnownHostsLine vouches for it) for the
+	// principal 127.0.0.1, and has sshd present it.
+	HostCertificates bool
+
 	// Config holds extra sshd_config lines, e.g. "MaxSessions 2" or
 	// "ClientAliveInterval 1". sshd keeps the first value it reads for a
 	// keyword, so these lines are written before the generated defaults and
@@ -101,6 +107,7 @@ type Server struct {
 	knownHosts string // known_hosts listing every host key, in dir
 	port       int
 	hostKeys   []hostKey
+	ca         ssh.Signer // signs the host certificates, if any
 	sshdPath   string
 	timeout    time.Duration
 
@@ -117,6 +124,7 @@ type hostKey struct {
 	typ  KeyType
 	path string
 	pub  ssh.PublicKey
+	cert string // its certificate's path, or ""
 }
 
 // sshdProc is one listener process.
@@ -281,9 +289,46 @@ func (s *Server) prepare(opts Options) error {
 		if err != nil {
 			return err
 		}
-		s.hostKeys = append(s.hostKeys, hostKey{typ: typ, path: path, pub: pub})
+		hk := hostKey{typ: typ, path: path, pub: pub}
+		if opts.HostCertificates {
+			if hk.cert, err = s.certify(path, pub); err != nil {
+				return err
+			}
+		}
+		s.hostKeys = append(s.hostKeys, hk)
 	}
 	return nil
+}
+
+// certify signs pub as a host certificate of 127.0.0.1 with the server's CA
+// (made on first use) and writes it beside the key; it returns its path.
+func (s *Server) certify(keyPath string, pub ssh.PublicKey) (string, error) {
+	if s.ca == nil {
+		_, k, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return "", err
+		}
+		if s.ca, err = ssh.NewSignerFromKey(k); err != nil {
+			return "", err
+		}
+	}
+	cert := &ssh.Certificate{Key: pub, Serial: 1, CertType: ssh.HostCert, KeyId: "sshdtest host",
+		ValidPrincipals: []string{"127.0.0.1"}, ValidAfter: uint64(time.Now().Add(-time.Hour).Unix()),
+		ValidBefore: uint64(time.Now().Add(24 * time.Hour).Unix())}
+	if err := cert.SignCert(rand.Reader, s.ca); err != nil {
+		return "", err
+	}
+	path := keyPath + "-cert.pub"
+	return path, os.WriteFile(path, ssh.MarshalAuthorizedKey(cert), 0o644)
+}
+
+// CAKnownHostsLine is a known_hosts line trusting the server's host
+// certificate authority for its address; "" without HostCertificates.
+func (s *Server) CAKnownHostsLine() string {
+	if s.ca == nil {
+		return ""
+	}
+	return "@cert-authority " + knownhosts.Normalize(s.Addr()) + " " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(s.ca.PublicKey())))
 }
 
 func generateKey(typ KeyType) (crypto.PrivateKey, error) {
@@ -340,6 +385,9 @@ func (s *Server) writeConfig(opts Options) error {
 	fmt.Fprintf(&b, "ListenAddress 127.0.0.1:%d\n", s.port)
 	for _, k := range s.hostKeys {
 		fmt.Fprintf(&b, "HostKey %s\n", k.path)
+		if k.cert != "" {
+			fmt.Fprintf(&b, "HostCertificate %s\n", k.cert)
+		}
 	}
 	fmt.Fprintf(&b, "PidFile %s\n", s.pidFile)
 	fmt.Fprintf(&b, "AuthorizedKeysFile %s/%%u\n", s.akDir)
