@@ -381,3 +381,24 @@ func TestTracerRefusesFIFOWithoutBlocking(t *testing.T) {
 		t.Error("OpenTracer accepted a FIFO")
 	}
 }
+
+// A trace file of another user is refused, however private its mode: it
+// could be read by that user, or point where they want.
+func TestTracerRefusesAnotherUsersFile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a file of another user")
+	}
+	path := filepath.Join(t.TempDir(), "trace.jsonl")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(path, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if tr, err := backends.OpenTracer(path); err == nil || !strings.Contains(err.Error(), "belongs to another user") {
+		if tr != nil {
+			tr.Close()
+		}
+		t.Fatalf("OpenTracer of another user's file: %v, want a refusal", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -41,6 +42,10 @@ func OpenTracer(path string) (*Tracer, error) {
 	if !st.Mode().IsRegular() || st.Mode().Perm()&0o077 != 0 {
 		f.Close()
 		return nil, fmt.Errorf("trace file %s has mode %v; it must be a regular file with mode 0600 (chmod 600 it or pick a new path)", path, st.Mode())
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || int(sys.Uid) != os.Geteuid() {
+		f.Close()
+		return nil, fmt.Errorf("trace file %s belongs to another user; it must be yours (pick a new path)", path)
 	}
 	return &Tracer{f: f}, nil
 }
