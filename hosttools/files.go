@@ -158,9 +158,17 @@ func (b *Builtins) writeFile(_ context.Context, call Call) (Result, error) {
 		return Result{}, err
 	}
 	if appendMode {
-		f, _, abs, err := b.openRegular(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE)
+		f, st, abs, err := b.openRegular(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE)
 		if err != nil {
 			return Result{}, err
+		}
+		// A hard link planted in the workspace can name a file outside it;
+		// appending writes into that file, so a file with another name is
+		// refused (replacing it is fine: the rename makes a new file).
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink > 1 {
+			f.Close()
+			return Result{}, fmt.Errorf("%s has %d hard links, and another of them may name a file outside the workspace %s, so appending is refused; write the whole file instead (append false makes a file of its own)",
+				abs, sys.Nlink, b.Workspace.root)
 		}
 		n, werr := f.WriteString(content)
 		if cerr := f.Close(); werr == nil {

@@ -258,3 +258,30 @@ func TestListFilesDefaultCap(t *testing.T) {
 		t.Errorf("default cap: %d entries of %d, truncated %v; want 10000 of 10001", len(got.Entries), got.Total, got.Truncated)
 	}
 }
+
+// TestAppendRefusesHardLinks: a hard link planted in the workspace names a
+// file outside it; appending through it is refused and the outside file
+// stays as it was, while replacing the link makes a file of its own.
+func TestAppendRefusesHardLinks(t *testing.T) {
+	w := newTestWorkspace(t)
+	root := w.Root()
+	r := newBuiltins(t, &Builtins{Workspace: w})
+	outside := filepath.Join(t.TempDir(), "outside.txt")
+	writeFile(t, outside, "outside")
+	if err := os.Link(outside, filepath.Join(root, "planted")); err != nil {
+		t.Skipf("cannot make a hard link across these dirs: %v", err)
+	}
+	_, err := dispatch(t, r, "write_file", map[string]any{"path": "planted", "content": " pwned", "append": true})
+	if err == nil || !strings.Contains(err.Error(), "2 hard links") {
+		t.Fatalf("append through a hard link: %v, want a refusal naming the links", err)
+	}
+	if _, err := dispatch(t, r, "write_file", map[string]any{"path": "planted", "content": "mine"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "outside" {
+		t.Errorf("the outside file was changed through the link: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "planted")); string(b) != "mine" {
+		t.Errorf("the replaced file holds %q", b)
+	}
+}
