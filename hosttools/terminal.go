@@ -91,7 +91,7 @@ func runGroup(ctx context.Context, command, dir string, timeout time.Duration, l
 		return TerminalResult{}, fmt.Errorf("run command: output pipe: %w", err)
 	}
 	defer pr.Close()
-	cmd := exec.Command("bash", "-c", command)
+	cmd := terminalCommand(command)
 	cmd.Dir = dir
 	cmd.Env = childEnv(os.Environ())
 	cmd.Stdout, cmd.Stderr = pw, pw // one pipe: the output stays interleaved as written
@@ -115,15 +115,24 @@ func runGroup(ctx context.Context, command, dir string, timeout time.Duration, l
 	defer timer.Stop()
 	var timedOut bool
 	var reap func() error
+	// Stopping asks the reaper first (it kills what escaped the group),
+	// then kills the group.
+	stopAll := func() {
+		syscall.Kill(pgid, syscall.SIGTERM)
+		select {
+		case reap = <-exited:
+		case <-time.After(2 * time.Second):
+			syscall.Kill(-pgid, syscall.SIGKILL)
+			reap = <-exited
+		}
+	}
 	select {
 	case reap = <-exited:
 	case <-timer.C:
 		timedOut = true
-		syscall.Kill(-pgid, syscall.SIGKILL)
-		reap = <-exited
+		stopAll()
 	case <-ctx.Done():
-		syscall.Kill(-pgid, syscall.SIGKILL)
-		reap = <-exited
+		stopAll()
 	}
 	// bash has exited but is not reaped yet (see awaitExit), so the group
 	// id cannot have been reused: this kill reaches only what it left behind.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -263,5 +264,32 @@ func TestTerminalOutputCap(t *testing.T) {
 			t.Errorf("limit %d: output %d bytes, clipped %v, exit %d; want %d bytes, clipped, exit 4", tc.limit, len(v.Output), v.OutputClipped, v.ExitCode, tc.want)
 		}
 		mustContain(t, "note", res.Note, "output clipped to its first "+strconv.Itoa(tc.want)+" bytes")
+	}
+}
+
+// TestTerminalKillsDaemons: processes that leave the command's group and
+// session (setsid, nohup, a double fork) still end with the call.
+func TestTerminalKillsDaemons(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the child subreaper is Linux's")
+	}
+	w := newTestWorkspace(t)
+	r := newBuiltins(t, &Builtins{Workspace: w})
+	for _, f := range []string{"setsid.pid", "nohup.pid", "double.pid"} {
+		killOnCleanup(t, filepath.Join(w.Root(), f))
+	}
+	res, err := dispatch(t, r, "terminal", map[string]any{"command": `setsid sh -c 'echo $$ > setsid.pid; exec sleep 300' </dev/null >/dev/null 2>&1 &
+nohup setsid sh -c 'echo $$ > nohup.pid; exec sleep 300' </dev/null >/dev/null 2>&1 &
+( setsid sh -c '( echo $$ > double.pid; exec sleep 300 ) &' </dev/null >/dev/null 2>&1 & )
+while [ ! -s setsid.pid ] || [ ! -s nohup.pid ] || [ ! -s double.pid ]; do sleep 0.01; done
+echo daemonized`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := terminalValue(t, res); v.Output != "daemonized\n" || v.ExitCode != 0 {
+		t.Fatalf("result = %+v", v)
+	}
+	for _, f := range []string{"setsid.pid", "nohup.pid", "double.pid"} {
+		waitGone(t, readPid(t, filepath.Join(w.Root(), f)))
 	}
 }
