@@ -1,6 +1,7 @@
 package hosttools
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,16 +11,20 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Storage defaults: the result limit matches the cell streams' clip.
 const (
-	DefaultStoreLimit   = 50000 // bytes of output returned inline
-	DefaultPreviewChars = 2000  // characters of stored output returned as preview
+	DefaultStoreLimit     = 50000              // bytes of output returned inline
+	DefaultPreviewChars   = 2000               // characters of stored output returned as preview
+	DefaultStoreMaxBytes  = 256 << 20          // bytes of stored output kept in all
+	DefaultStoreRetention = 7 * 24 * time.Hour // how long stored output is kept
 )
 
 // StoredOutput says where Storage kept a tool's full output.
@@ -39,8 +44,82 @@ type Storage struct {
 	limit    int
 	preview  int
 
-	mu   sync.Mutex
-	next map[string]int // per output dir: the next seq to try
+	mu        sync.Mutex
+	next      map[string]int // per output dir: the next seq to try
+	maxBytes  int64
+	retention time.Duration
+	now       func() time.Time
+}
+
+// SetQuota changes how much stored output is kept in all (maxBytes) and for
+// how long (retention); zero keeps the default. The oldest output goes first.
+func (s *Storage) SetQuota(maxBytes int64, retention time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.maxBytes = cmp.Or(maxBytes, DefaultStoreMaxBytes)
+	s.retention = cmp.Or(retention, DefaultStoreRetention)
+}
+
+// Forget removes what was stored for one kernel (its kernel is gone).
+func (s *Storage) Forget(owner, kernelID string) error {
+	o, err := PathComponent(owner)
+	if err != nil {
+		return err
+	}
+	k, err := PathComponent(kernelID)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dir := filepath.Join("tool-output", o, k)
+	delete(s.next, dir)
+	if err := s.root.RemoveAll(dir); err != nil {
+		return fmt.Errorf("forget tool output of %s: %w", filepath.Join(s.stateDir, dir), err)
+	}
+	return nil
+}
+
+// pruneLocked removes stored files past the retention, then the oldest ones
+// until room bytes more fit the quota. It reports whether they do.
+func (s *Storage) pruneLocked(room int64) bool {
+	type file struct {
+		rel  string
+		size int64
+		mod  time.Time
+	}
+	var files []file
+	var total int64
+	now := s.now()
+	fs.WalkDir(s.root.FS(), "tool-output", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		st, err := d.Info()
+		if err != nil || !st.Mode().IsRegular() {
+			return nil
+		}
+		if now.Sub(st.ModTime()) > s.retention {
+			s.root.Remove(p)
+			return nil
+		}
+		files = append(files, file{p, st.Size(), st.ModTime()})
+		total += st.Size()
+		return nil
+	})
+	if room > s.maxBytes {
+		return false
+	}
+	slices.SortFunc(files, func(a, b file) int { return a.mod.Compare(b.mod) })
+	for _, f := range files {
+		if total+room <= s.maxBytes {
+			break
+		}
+		if s.root.Remove(f.rel) == nil {
+			total -= f.size
+		}
+	}
+	return total+room <= s.maxBytes
 }
 
 // NewStorage checks (or creates, 0700) stateDir and returns a Storage that
@@ -74,7 +153,7 @@ func NewStorage(stateDir string, limit, preview int) (*Storage, error) {
 	return &Storage{
 		stateDir: abs, root: root,
 		limit: orDefault(limit, DefaultStoreLimit), preview: orDefault(preview, DefaultPreviewChars),
-		next: make(map[string]int),
+		next: make(map[string]int), maxBytes: DefaultStoreMaxBytes, retention: DefaultStoreRetention, now: time.Now,
 	}, nil
 }
 
@@ -135,6 +214,12 @@ func (s *Storage) Store(owner, kernelID, text string) (StoredOutput, error) {
 		if err := s.ensurePrivateDir(d); err != nil {
 			return StoredOutput{}, fmt.Errorf("store tool output: %w", err)
 		}
+	}
+	s.mu.Lock()
+	fits := s.pruneLocked(int64(len(text)))
+	s.mu.Unlock()
+	if !fits {
+		return StoredOutput{}, fmt.Errorf("store tool output: %d bytes are more than the storage quota of %d bytes: %w", len(text), s.maxBytes, ErrOverQuota)
 	}
 	var nonce [8]byte
 	if _, err := rand.Read(nonce[:]); err != nil {
@@ -201,17 +286,31 @@ func (s *Storage) Offload(call Call, res Result) (Result, error) {
 		return res, nil
 	}
 	stored, err := s.Store(call.Owner, call.KernelID, text)
+	if errors.Is(err, ErrOverQuota) {
+		out := Result{Text: preview(text, s.preview), Note: res.Note, Dropped: res.Dropped}
+		out.addNote(fmt.Sprintf("the output was %d bytes, over the %d-byte limit and too large to store (quota %d bytes): this is its first %d characters; ask for less",
+			len(text), s.limit, s.maxBytes, len([]rune(out.Text))))
+		return out, nil
+	}
 	if err != nil {
 		return Result{}, err
 	}
-	preview := text
-	if r := []rune(text); len(r) > s.preview {
-		preview = string(r[:s.preview])
-	}
-	out := Result{Text: preview, Note: res.Note, Dropped: res.Dropped, Stored: &stored}
+	head := preview(text, s.preview)
+	out := Result{Text: head, Note: res.Note, Dropped: res.Dropped, Stored: &stored}
 	out.addNote(fmt.Sprintf("the output was %d bytes, over the %d-byte limit: the full output is stored on the host at %s and this is its first %d characters",
-		len(text), s.limit, stored.Path, len([]rune(preview))))
+		len(text), s.limit, stored.Path, len([]rune(head))))
 	return out, nil
+}
+
+// ErrOverQuota: tool output larger than the whole storage quota.
+var ErrOverQuota = errors.New("over the storage quota")
+
+// preview is the first n characters of text.
+func preview(text string, n int) string {
+	if r := []rune(text); len(r) > n {
+		return string(r[:n])
+	}
+	return text
 }
 
 // PathComponent maps an owner name or kernel id to a single directory name.

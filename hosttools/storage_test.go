@@ -2,11 +2,13 @@ package hosttools
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func newTestStorage(t *testing.T, limit, preview int) (*Storage, string) {
@@ -238,5 +240,57 @@ func TestPathComponent(t *testing.T) {
 		if got, err := PathComponent(in); err != nil || got != want {
 			t.Errorf("PathComponent(%q) = %q, %v; want %q", in, got, err, want)
 		}
+	}
+}
+
+// TestStorageQuotaRetentionForget: stored output is bounded in bytes (the
+// oldest goes first) and in age, output larger than the whole quota is
+// returned as a preview only, and a kernel's output goes with the kernel.
+func TestStorageQuotaRetentionForget(t *testing.T) {
+	s, _ := newTestStorage(t, 10, 5)
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	s.SetQuota(100_000, time.Hour)
+	big := strings.Repeat("x", 40_000)
+	var paths []string
+	for i := range 3 {
+		res, err := s.Offload(Call{Owner: "o", KernelID: "k1", Tool: "t"}, Result{Text: big + fmt.Sprint(i)})
+		if err != nil || res.Stored == nil {
+			t.Fatalf("store %d: %+v, %v", i, res, err)
+		}
+		paths = append(paths, res.Stored.Path)
+	}
+	if _, err := os.Stat(paths[0]); !os.IsNotExist(err) {
+		t.Errorf("the oldest output is still there over the quota: %v", err)
+	}
+	for _, p := range paths[1:] {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	// Too large for the whole quota: a preview, stored nowhere.
+	res, err := s.Offload(Call{Owner: "o", KernelID: "k1", Tool: "t"}, Result{Text: strings.Repeat("y", 200_000)})
+	if err != nil || res.Stored != nil || res.Text != "yyyyy" || !strings.Contains(res.Note, "too large to store") {
+		t.Fatalf("over the quota: %+v, %v", res, err)
+	}
+	// Past the retention, stored output goes at the next store.
+	now = now.Add(2 * time.Hour)
+	for _, p := range paths[1:] {
+		os.Chtimes(p, now.Add(-90*time.Minute), now.Add(-90*time.Minute))
+	}
+	res, err = s.Offload(Call{Owner: "o", KernelID: "k2", Tool: "t"}, Result{Text: big})
+	if err != nil || res.Stored == nil {
+		t.Fatal(err)
+	}
+	for _, p := range paths[1:] {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s outlived the retention: %v", p, err)
+		}
+	}
+	if err := s.Forget("o", "k2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(res.Stored.Path)); !os.IsNotExist(err) {
+		t.Errorf("the kernel's output dir outlived Forget: %v", err)
 	}
 }
