@@ -24,6 +24,7 @@ type engineFlags struct {
 	stateDir    string
 	keep        bool
 	adopt       bool
+	noConfine   bool
 	ssh         backends.Options // --ssh-config, --identity, --known-hosts, --accept-new-host-key
 	// Host tools.
 	workspace       string
@@ -74,6 +75,9 @@ func (f *engineFlags) register(fs *flagSet) {
 		"themselves once idle for --idle-exit); default: exiting kills every kernel")
 	fs.Bool(&f.adopt, "adopt", "take over the kernels an earlier kerneldeck left running with --keep-kernels, even without "+
 		"--keep-kernels (default: only a kerneldeck started with --keep-kernels does)")
+	fs.Bool(&f.noConfine, "no-confine", "let runners skip confining themselves with Landlock (confine_kernels = false in "+
+		"the config does the same). Confined, a kernel cannot reach other kernels' dirs, nor files created directly "+
+		"in the temp dir after it started (its TMPDIR is a private dir); the other protections between kernels hold either way")
 	fs.Path(&f.config, "config", "TOML config `FILE` (default $XDG_CONFIG_HOME/kerneldeck/config.toml, or "+
 		"~/.config/kerneldeck/config.toml); it must exist when given here")
 	fs.Path(&f.stateDir, "state-dir", "where the full output of clipped cells (spill/), large tool results "+

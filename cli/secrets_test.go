@@ -8,7 +8,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -26,6 +25,7 @@ import (
 	"github.com/charmbracelet/x/exp/teatest"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/headless"
 	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
 	"github.com/kerneldeck/kerneldeck/ui"
@@ -38,8 +38,8 @@ import (
 // listing; then the dashboard, in process on the real engine, through the
 // same requests plus a cell typed into its editor. Every channel that
 // leaves the engine is read back and must be non-empty and hold neither
-// secret: any kernel's RPC token (taken from the runner's
-// /proc/PID/environ, or from engine.Kept, never from a cell) and the ssh
+// secret: any kernel's secret (from the kept-kernels record of a run with
+// --keep-kernels, or from engine.Kept, never from a cell) and the ssh
 // private key (its base64 body lines and its seed in every encoding). The
 // channels: stdout, the event lines, stderr, the --trace file, every file
 // under the state dir, each kernel's runner.log (read while the kernel
@@ -159,8 +159,13 @@ func secretsSetup(t *testing.T, backend, sshConfig, identity string) (args []str
 	if err := os.WriteFile(filepath.Join(ws, "small.txt"), []byte("a small file\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Stored tool output goes with its kernel; keep it so the scan reads it.
+	cfg := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfg, []byte("keep_tool_output = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	state, trace = filepath.Join(dir, "state"), filepath.Join(dir, "trace.jsonl")
-	return []string{"--backend", backend, "--events", "--trace", trace, "--state-dir", state, "--workspace", ws,
+	return []string{"--config", cfg, "--backend", backend, "--events", "--trace", trace, "--state-dir", state, "--workspace", ws,
 		"--approve", "all", "--ssh-config", sshConfig, "--identity", identity, "--cell-timeout", "60s"}, state, trace
 }
 
@@ -169,7 +174,9 @@ func secretsSetup(t *testing.T, backend, sshConfig, identity string) (args []str
 func secretsHeadless(t *testing.T, bin, backend, sshConfig, identity string) (map[string][]byte, []string) {
 	isolate(t)
 	args, state, trace := secretsSetup(t, backend, sshConfig, identity)
-	p := startPiped(t, bin, append([]string{"headless"}, args...)...)
+	// --keep-kernels: at the signal the kernels' secrets are recorded in the
+	// state dir, the one place they may be kept, where the test reads them.
+	p := startPiped(t, bin, append([]string{"headless", "--keep-kernels"}, args...)...)
 	cmd, in, outPipe, stderr := p.cmd, p.in, p.out, p.stderr
 
 	var mu sync.Mutex
@@ -240,18 +247,16 @@ func secretsHeadless(t *testing.T, bin, backend, sshConfig, identity string) (ma
 	secretsWantResults(t, res, state)
 	await("rpc_rejected event", func() bool { return strings.Contains(events.String(), `"type":"rpc_rejected"`) })
 
-	// The kernels' tokens, as root sees them in the runners' environment,
-	// and their logs while they still run.
+	// The kernels' logs, while they still run.
 	ch := map[string][]byte{}
-	var tokens []string
+	var ids []string
+	var pids []int
 	for _, id := range []string{"out", "tools"} {
 		k, _ := res[id]["kernel"].(map[string]any)
 		pid, _ := k["pid"].(float64)
 		dir, _ := k["dir"].(string)
-		tokens = append(tokens, runnerToken(t, int(pid)))
-		if _, err := os.Stat(filepath.Join(dir, "kernel.env")); !os.IsNotExist(err) {
-			t.Errorf("%s/kernel.env (with the token) is still there: %v", dir, err)
-		}
+		kid, _ := k["id"].(string)
+		ids, pids = append(ids, kid), append(pids, int(pid))
 		log := filepath.Join(dir, "runner.log")
 		if id == "out" {
 			deadline := time.Now().Add(10 * time.Second)
@@ -270,11 +275,8 @@ func secretsHeadless(t *testing.T, bin, backend, sshConfig, identity string) (ma
 			ch["runner.log of "+id] = data
 		}
 	}
-	if tokens[0] == tokens[1] {
-		t.Fatalf("two kernels share the token %q", tokens[0])
-	}
-
-	// SIGTERM while stdin is open: the binary kills its kernels and says so on stderr.
+	// SIGTERM while stdin is open: the binary keeps its kernels (and records
+	// them) and says so on stderr.
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -289,6 +291,10 @@ func secretsHeadless(t *testing.T, bin, backend, sshConfig, identity string) (ma
 		t.Fatal("kerneldeck did not exit within 60s of SIGTERM")
 	}
 	in.Close()
+	if !strings.Contains(stderr.String(), "the kernels keep running") {
+		t.Errorf("stderr after SIGTERM: %q", stderr.String())
+	}
+	tokens := keptSecrets(t, state, ids, pids)
 
 	ch["stdout"], ch["events"], ch["stderr"] = stdout.Bytes(), events.Bytes(), stderr.Bytes()
 	trData, err := os.ReadFile(trace)
@@ -301,25 +307,35 @@ func secretsHeadless(t *testing.T, bin, backend, sshConfig, identity string) (ma
 	return ch, tokens
 }
 
-// runnerToken reads KERNELDECK_RPC_TOKEN from a runner's initial
-// environment (the runner pops it from os.environ, which leaves
-// /proc/PID/environ as it was).
-func runnerToken(t *testing.T, pid int) string {
+// keptSecrets takes the secrets of kernels ids from the state dir's record
+// of kept kernels (0600; taking removes it) and kills their runners (pids),
+// which the signal left running.
+func keptSecrets(t *testing.T, state string, ids []string, pids []int) []string {
 	t.Helper()
-	if pid <= 0 {
-		t.Fatalf("no runner pid")
+	store := engine.KeptStoreIn(state)
+	if st, err := os.Stat(store.Path); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("kept kernels record %s: %v %v, want a 0600 file", store.Path, st, err)
 	}
-	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	kept, err := engine.LoadKept(store.Path)
 	if err != nil {
-		t.Fatalf("read the environment of runner %d (needs root for another user's runner): %v", pid, err)
+		t.Fatal(err)
 	}
-	for kv := range bytes.SplitSeq(env, []byte{0}) {
-		if v, ok := bytes.CutPrefix(kv, []byte("KERNELDECK_RPC_TOKEN=")); ok && len(v) >= 32 {
-			return string(v)
+	for _, pid := range pids {
+		syscall.Kill(-pid, syscall.SIGKILL)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	var tokens []string
+	for _, id := range ids {
+		for _, k := range kept {
+			if k.ID == id && len(k.Token) >= 32 {
+				tokens = append(tokens, k.Token)
+			}
 		}
 	}
-	t.Fatalf("runner %d has no KERNELDECK_RPC_TOKEN in /proc/%d/environ", pid, pid)
-	return ""
+	if len(tokens) != len(ids) || tokens[0] == tokens[1] {
+		t.Fatalf("secrets of %v: %d found, the same twice or missing", ids, len(tokens))
+	}
+	return tokens
 }
 
 // secretsWantResults checks that each request did what the scenario needs,

@@ -197,6 +197,7 @@ func openEngine(f *engineFlags, s *settings) (eng *engine.Engine, cleanup func()
 	if err != nil {
 		return fail(exitFail, fmt.Errorf("state dir: %w", err))
 	}
+	toolOutput.SetQuota(s.cfg.ToolOutputMaxBytes, s.cfg.ToolOutputRetention)
 	closers = append(closers, toolOutput.Close)
 	var tracer *backends.Tracer
 	if f.trace != "" {
@@ -221,6 +222,8 @@ func openEngine(f *engineFlags, s *settings) (eng *engine.Engine, cleanup func()
 		MaxToolCalls:    s.maxToolCalls,
 		Approvals:       s.approvals,
 		ApprovalTimeout: s.cfg.ApprovalTimeout,
+		KeepToolOutput:  s.cfg.KeepToolOutput,
+		NoConfine:       s.cfg.NoConfine || f.noConfine,
 	})
 	if err != nil {
 		return fail(exitFail, err)

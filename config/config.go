@@ -66,6 +66,14 @@ type Config struct {
 	// HTTPAllow is where http_get may connect; nil means the default,
 	// hosttools.DefaultAllowList (loopback only). Empty allows nothing.
 	HTTPAllow *hosttools.AllowList
+	// ToolOutputMaxBytes and ToolOutputRetention bound the stored output of
+	// tool calls (0: the defaults); KeepToolOutput keeps a kernel's stored
+	// output after the kernel is gone.
+	ToolOutputMaxBytes  int64
+	ToolOutputRetention time.Duration
+	KeepToolOutput      bool
+	// NoConfine asks runners not to confine themselves with Landlock.
+	NoConfine bool
 	// Path is the file that was loaded, or "" when there was none.
 	Path string
 }
@@ -122,10 +130,15 @@ type file struct {
 	HTTPAllow       any            `toml:"http_allow"`
 	Backends        map[string]any `toml:"backends"`
 	Approvals       any            `toml:"approvals"`
+	ToolOutputMaxMB any            `toml:"tool_output_max_mb"`
+	ToolOutputKeep  any            `toml:"tool_output_retention"`
+	KeepToolOutput  any            `toml:"keep_tool_output"`
+	ConfineKernels  any            `toml:"confine_kernels"`
 }
 
 const knownKeys = "max_kernels, idle_exit, cell_timeout, max_tool_calls, theme, default_backend, " +
-	"workspace, approve, approval_timeout, http_allow, [backends], [approvals]"
+	"workspace, approve, approval_timeout, http_allow, tool_output_max_mb, tool_output_retention, keep_tool_output, " +
+	"confine_kernels, [backends], [approvals]"
 
 // Load reads the config file at path over the defaults. An empty path means
 // DefaultPath, which may be missing; a path the caller named must exist.
@@ -283,6 +296,38 @@ func parse(data, path string, cfg *Config) error {
 			return fail("http_allow", "is invalid: %v", err)
 		}
 		cfg.HTTPAllow = &allow
+	}
+	if f.ToolOutputMaxMB != nil {
+		n, ok := f.ToolOutputMaxMB.(int64)
+		if !ok || n < 1 || n > 1<<20 {
+			return fail("tool_output_max_mb", "= %s is invalid: it must be a whole number of megabytes >= 1, e.g. tool_output_max_mb = 256", tomlValue(f.ToolOutputMaxMB))
+		}
+		cfg.ToolOutputMaxBytes = n << 20
+	}
+	if f.ToolOutputKeep != nil {
+		d, err := duration(f.ToolOutputKeep)
+		if err == nil && d < time.Minute {
+			err = errors.New("it must be at least 1m")
+		}
+		if err != nil {
+			return fail("tool_output_retention", "= %s is invalid: %v; write a duration string such as tool_output_retention = \"168h\"", tomlValue(f.ToolOutputKeep), err)
+		}
+		cfg.ToolOutputRetention = d
+	}
+	for _, b := range []struct {
+		key string
+		v   any
+		dst *bool
+		neg bool
+	}{{"keep_tool_output", f.KeepToolOutput, &cfg.KeepToolOutput, false}, {"confine_kernels", f.ConfineKernels, &cfg.NoConfine, true}} {
+		if b.v == nil {
+			continue
+		}
+		v, ok := b.v.(bool)
+		if !ok {
+			return fail(b.key, "= %s is invalid: it must be true or false, e.g. %s = true", tomlValue(b.v), b.key)
+		}
+		*b.dst = v != b.neg
 	}
 	if f.Approvals != nil {
 		a, err := parseApprovals(f.Approvals)

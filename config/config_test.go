@@ -57,6 +57,19 @@ box = "docker://box"
 	}
 }
 
+func TestLoadStorageAndConfineKeys(t *testing.T) {
+	cfg, err := Load(writeFile(t, "tool_output_max_mb = 8\ntool_output_retention = \"2h\"\nkeep_tool_output = true\nconfine_kernels = false\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ToolOutputMaxBytes != 8<<20 || cfg.ToolOutputRetention != 2*time.Hour || !cfg.KeepToolOutput || !cfg.NoConfine {
+		t.Errorf("Load = %+v", cfg)
+	}
+	if d := Defaults(); d.NoConfine || d.KeepToolOutput || d.ToolOutputMaxBytes != 0 {
+		t.Errorf("defaults %+v: kernels are confined and tool output goes with its kernel", d)
+	}
+}
+
 func TestLoadPartialFileKeepsDefaults(t *testing.T) {
 	cfg, err := Load(writeFile(t, "theme = \"light\"\n"))
 	if err != nil {
@@ -262,6 +275,12 @@ func TestLoadRejects(t *testing.T) {
 		{"owner star bad policy", "[approvals.owners.alice]\n\"*\" = \"always\"\n", []string{`approvals.owners.alice."*" = "always" is invalid`, `"*" = "ask"`}},
 		{"owner bad tool name", "[approvals.owners.alice]\n\"2fast\" = \"ask\"\n", []string{`approvals.owners.alice.2fast`, "not a tool name", `"*"`}},
 		{"owner empty name", "[approvals.owners.\"\"]\nterminal = \"ask\"\n", []string{`[approvals.owners.""] is invalid`, "name an owner"}},
+
+		{"tool output quota zero", "tool_output_max_mb = 0\n", []string{"tool_output_max_mb = 0 is invalid", "megabytes"}},
+		{"tool output quota string", `tool_output_max_mb = "1G"` + "\n", []string{`tool_output_max_mb = "1G" is invalid`}},
+		{"tool output retention short", `tool_output_retention = "10s"` + "\n", []string{"tool_output_retention", "at least 1m"}},
+		{"keep tool output not a bool", `keep_tool_output = "yes"` + "\n", []string{`keep_tool_output = "yes" is invalid`, "true or false"}},
+		{"confine kernels not a bool", "confine_kernels = 0\n", []string{"confine_kernels = 0 is invalid"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := writeFile(t, tc.body)

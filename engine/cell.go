@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/internal/kernelauth"
 )
 
 // sockPathMax mirrors the runner's SOCK_PATH_MAX: longer socket paths do not
@@ -298,19 +299,30 @@ func (e *Engine) runCell(ctx context.Context, k *Kernel, c *cellRun) outcome {
 // Execute path then finds out what happened on the host.
 func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.StreamDialer, c *cellRun) (outcome, bool) {
 	e.mu.Lock()
-	conn, dir := k.conn, k.dir
+	conn, dir, token := k.conn, k.dir, k.token
 	e.mu.Unlock()
 	if conn == nil || conn.closed() {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		nc, err := d.DialUnix(dctx, dir+"/sock")
+		if err != nil {
+			cancel()
+			return outcome{}, false
+		}
+		fresh, err := dialRunner(dctx, nc, token, &e.wg, func(n int64) {
+			e.emit(kernelEvent(EventRunnerFlood, k, fmt.Sprintf(
+				"the runner sent %d MB that no cell asked for (kernel code writing to the engine's stream); the stream was closed", n>>20)))
+		})
 		cancel()
 		if err != nil {
+			if errors.Is(err, errNotRunner) {
+				e.emit(kernelEvent(EventTransportError, k, "stream to "+dir+"/sock refused: "+err.Error()))
+			}
 			return outcome{}, false
 		}
 		if conn != nil {
 			e.emit(kernelEvent(EventReconnected, k, "stream to the runner re-opened"))
 		}
-		conn = startConn(nc, &e.wg)
+		conn = fresh
 		e.mu.Lock()
 		if k.state == phaseGone {
 			e.mu.Unlock()
@@ -322,6 +334,8 @@ func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.Stream
 	}
 	start := time.Now()
 	c.maybePublished = true
+	conn.want(c.id)
+	defer conn.unwant()
 	err := conn.send(map[string]any{"op": "cell", "id": c.id, "code": c.code, "stream": c.onOutput != nil, "timeout": c.timeoutSec})
 	if err != nil {
 		conn.close()
@@ -339,6 +353,7 @@ func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.Stream
 			if !ok {
 				return outcome{}, false
 			}
+			conn.consumed(f)
 			switch {
 			case f.Op == "result" && f.ID == c.id:
 				e.traceStream(k, "cell "+c.id, start)
@@ -379,7 +394,7 @@ func (e *Engine) traceStream(k *Kernel, what string, start time.Time) {
 // when the cell finishes within one wait window.
 func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome {
 	e.mu.Lock()
-	dir, pid := k.dir, k.pid
+	dir, pid, token := k.dir, k.pid, k.token
 	e.mu.Unlock()
 	publish := true
 	var answers []rpcAnswer
@@ -423,11 +438,12 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 		sendAnswers := !publish && len(answers) > 0
 		switch {
 		case publish:
-			opts.Stdin = c.reqJSON
+			opts.Stdin = signed(token, kernelauth.Request, c.reqJSON)
 		case sendAnswers:
-			opts.Stdin = encodeAnswers(answers)
+			opts.Stdin = encodeAnswers(token, answers)
 		}
-		res, err := k.env.Execute(ctx, cellScript(dir, c.id, pid, secs, publish, ring, sendAnswers), opts)
+		res, err := k.env.Execute(ctx, cellScript(dir, c.id, pid, secs, publish, ring, sendAnswers,
+			kernelauth.MAC(token, kernelauth.Interrupt, c.id)), opts)
 		if err != nil {
 			if ctx.Err() != nil {
 				return outcome{kind: outCanceled, detail: ctx.Err().Error()}
@@ -457,9 +473,15 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 			answers = nil // written on the host (a retry would write them again, harmlessly)
 		}
 		if line, ok := findLine(res.Output, "KD:RESULT "); ok {
+			mac, body, _ := strings.Cut(line, " ")
+			if !kernelauth.Valid(token, mac, kernelauth.Result, body) {
+				// Not the runner's: it is not believed, and the runner's own
+				// result (or its death) is what the cell waits for.
+				return outcome{kind: outLost, detail: "malformed result from the runner: not signed with the kernel's secret"}
+			}
 			var f runnerFrame
-			if err := json.Unmarshal([]byte(line), &f); err != nil || f.ID != c.id {
-				return outcome{kind: outLost, detail: fmt.Sprintf("malformed result from the runner: %.200q", line)}
+			if err := json.Unmarshal([]byte(body), &f); err != nil || f.ID != c.id {
+				return outcome{kind: outLost, detail: fmt.Sprintf("malformed result from the runner: %.200q", body)}
 			}
 			return outcome{kind: outDone, frame: &f, interrupted: c.interrupted}
 		}
@@ -501,7 +523,10 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 // their own round trip, for answers that were not ready when the cell script
 // went back to waiting, or that a broken stream may have lost.
 func (e *Engine) deliverAnswers(ctx context.Context, k *Kernel, dir string, answers []rpcAnswer) error {
-	res, err := k.env.Execute(ctx, answerScript(dir), backends.ExecOptions{Stdin: encodeAnswers(answers), Timeout: 30 * time.Second})
+	e.mu.Lock()
+	token := k.token
+	e.mu.Unlock()
+	res, err := k.env.Execute(ctx, answerScript(dir), backends.ExecOptions{Stdin: encodeAnswers(token, answers), Timeout: 30 * time.Second})
 	if err != nil {
 		return fmt.Errorf("deliver %d tool answer(s) to kernel %s: %w", len(answers), dir, err)
 	}

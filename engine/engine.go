@@ -15,6 +15,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/hosttools"
+	"github.com/kerneldeck/kerneldeck/internal/kernelauth"
 )
 
 // Defaults for Config fields left zero.
@@ -59,6 +60,12 @@ type Config struct {
 	SweepEvery time.Duration
 	// Now is the clock; tests inject a fake one.
 	Now func() time.Time
+	// NoConfine asks runners not to confine themselves with Landlock (the
+	// other layers still hold); for hosts where Landlock gets in the way.
+	NoConfine bool
+	// KeepToolOutput keeps a kernel's stored tool output after the kernel
+	// is gone; by default it goes with the kernel.
+	KeepToolOutput bool
 
 	// Tools serves kernels' tool calls; nil means no host tools (every call
 	// gets an error answer).
@@ -94,6 +101,9 @@ type Engine struct {
 	// idle_exit: a release only moves lastUsed later. Zero forces a scan.
 	idleSince time.Time
 	pythons   map[string]string // backend URI -> interpreter path its runners reported
+	// unconfined holds, per backend URI, why its runners are not confined
+	// ("" once one was), so the event is said once per host.
+	unconfined map[string]string
 	// lost says, per key, why the key's last kernel left the registry with
 	// its state; the call that creates the key's next kernel reports it as
 	// state_lost instead of looking like a first call. Bounded by
@@ -139,19 +149,20 @@ func New(cfg Config) (*Engine, error) {
 			cfg.MaxKernels, cfg.IdleExit, cfg.CellTimeout)
 	}
 	e := &Engine{
-		cfg:       cfg,
-		backends:  map[string]backends.Env{},
-		bus:       newBus(),
-		kernels:   map[Key]*Kernel{},
-		byID:      map[string]*Kernel{},
-		pythons:   map[string]string{},
-		lost:      map[Key]string{},
-		unkilled:  map[string]*pendingKill{},
-		approvals: map[string]*pendingApproval{},
-		grants:    map[string]bool{},
-		max:       cfg.MaxKernels,
-		idleExit:  cfg.IdleExit,
-		stop:      make(chan struct{}),
+		cfg:        cfg,
+		backends:   map[string]backends.Env{},
+		bus:        newBus(),
+		kernels:    map[Key]*Kernel{},
+		byID:       map[string]*Kernel{},
+		pythons:    map[string]string{},
+		unconfined: map[string]string{},
+		lost:       map[Key]string{},
+		unkilled:   map[string]*pendingKill{},
+		approvals:  map[string]*pendingApproval{},
+		grants:     map[string]bool{},
+		max:        cfg.MaxKernels,
+		idleExit:   cfg.IdleExit,
+		stop:       make(chan struct{}),
 	}
 	for _, b := range cfg.Backends {
 		if _, dup := e.backends[b.URI()]; dup {
@@ -483,6 +494,9 @@ func (e *Engine) killRunner(ctx context.Context, r runnerRef, retry *killRetry) 
 	if r.dir == "" || r.pid <= 0 {
 		return
 	}
+	if e.cfg.ToolOutput != nil && !e.cfg.KeepToolOutput && retry == nil {
+		e.cfg.ToolOutput.Forget(r.key.Owner, r.id)
+	}
 	res, err := r.env.Execute(ctx, killScript(r.dir, r.pid), backends.ExecOptions{Timeout: killTimeout})
 	if err != nil {
 		e.emit(r.event(EventTransportError, "kill: "+err.Error()))
@@ -571,22 +585,22 @@ func (e *Engine) Interrupt(ctx context.Context, id string) error {
 		e.mu.Unlock()
 		return fmt.Errorf("%w %q", ErrUnknownKernel, id)
 	}
-	cell, conn, dir := k.runningCell, k.conn, k.dir
+	cell, conn, dir, token := k.runningCell, k.conn, k.dir, k.token
 	e.mu.Unlock()
 	if cell == "" {
 		return fmt.Errorf("kernel %s %w", id, ErrNoRunningCell)
 	}
-	return e.sendInterrupt(ctx, k, conn, dir, cell)
+	return e.sendInterrupt(ctx, k, conn, dir, token, cell)
 }
 
-func (e *Engine) sendInterrupt(ctx context.Context, k *Kernel, conn *runnerConn, dir, cell string) error {
+func (e *Engine) sendInterrupt(ctx context.Context, k *Kernel, conn *runnerConn, dir, token, cell string) error {
 	e.emit(kernelEvent(EventInterrupted, k, "cell "+cell))
 	if conn != nil && !conn.closed() {
 		if err := conn.send(map[string]string{"op": "interrupt", "id": cell}); err == nil {
 			return nil
 		}
 	}
-	res, err := k.env.Execute(ctx, ringScript(dir, "int "+cell), backends.ExecOptions{Timeout: killTimeout})
+	res, err := k.env.Execute(ctx, ringScript(dir, signedLine(token, kernelauth.Interrupt, cell)), backends.ExecOptions{Timeout: killTimeout})
 	if err != nil {
 		return fmt.Errorf("interrupt kernel %s: %w", k.id, err)
 	}
@@ -598,7 +612,7 @@ func (e *Engine) sendInterrupt(ctx context.Context, k *Kernel, conn *runnerConn,
 
 func (e *Engine) configureRunner(ctx context.Context, k *Kernel, idle time.Duration) {
 	e.mu.Lock()
-	conn, dir, state := k.conn, k.dir, k.state
+	conn, dir, state, token := k.conn, k.dir, k.state, k.token
 	e.mu.Unlock()
 	if state != phaseReady {
 		return
@@ -609,7 +623,13 @@ func (e *Engine) configureRunner(ctx context.Context, k *Kernel, idle time.Durat
 			return
 		}
 	}
-	k.env.Execute(ctx, ringScript(dir, "cfg "+secs), backends.ExecOptions{Timeout: killTimeout})
+	k.env.Execute(ctx, ringScript(dir, signedLine(token, kernelauth.Config, secs)), backends.ExecOptions{Timeout: killTimeout})
+}
+
+// signedLine is a control line for k's wake FIFO: "int CELL MAC" or "cfg
+// SECONDS MAC".
+func signedLine(token string, kind kernelauth.Kind, arg string) string {
+	return string(kind) + " " + arg + " " + kernelauth.MAC(token, kind, arg)
 }
 
 // Kernels returns a snapshot of every registered kernel, ordered by owner,

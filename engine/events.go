@@ -37,6 +37,12 @@ const (
 	// (Engine.Approve); EventApprovalDecided tells how it was answered.
 	EventApprovalRequest EventType = "approval_request"
 	EventApprovalDecided EventType = "approval_decided"
+	// EventUnconfined: runners on a host cannot confine themselves with
+	// Landlock (said once per host).
+	EventUnconfined EventType = "unconfined"
+	// EventRunnerFlood: a runner sent the engine more than it may outside a
+	// cell, and its stream was closed.
+	EventRunnerFlood EventType = "runner_flood"
 	// EventMissed tells a subscriber that Detail events were dropped because
 	// it fell behind.
 	EventMissed EventType = "missed"
@@ -49,7 +55,7 @@ func EventTypes() []EventType {
 		EventCellStarted, EventCellFinished, EventCellTimeout, EventInterrupted, EventKilled,
 		EventReapedIdle, EventEvictedCap, EventEvictSkippedBusy, EventOwnerShutdown, EventRPCCall,
 		EventRPCRejected, EventFallbackPerCall, EventTransportError, EventReconnected, EventLimits,
-		EventAdopted, EventApprovalRequest, EventApprovalDecided, EventMissed}
+		EventAdopted, EventApprovalRequest, EventApprovalDecided, EventUnconfined, EventRunnerFlood, EventMissed}
 }
 
 // Event is one lifecycle event. It never carries a token, key material or

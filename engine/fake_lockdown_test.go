@@ -19,15 +19,25 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/enginetest"
 	"github.com/kerneldeck/kerneldeck/internal/fakeenv"
 )
 
-var tokenLine = regexp.MustCompile(`(?m)^KERNELDECK_RPC_TOKEN=([0-9a-f]{64})$`)
+// spawnSecret is the kernel secret on a spawn's stdin (its config line).
+func spawnSecret(t *testing.T, a fakeenv.SpawnArgs) string {
+	t.Helper()
+	cfg, err := a.RunnerConfig()
+	if err != nil || len(cfg.Secret) != 64 {
+		t.Fatalf("spawn stdin config %q: %+v, %v", a.Config, cfg, err)
+	}
+	return cfg.Secret
+}
 
-// The RPC token reaches the host only in the env file on spawn's stdin: never
-// in a command string, an event or a result. Tool calls bring it back from
-// the host (in each request); it goes no further: not into the answers, a
-// refusal, or the quote of a host answer the engine could not make sense of.
+// The kernel's secret reaches the host only in the config line on spawn's
+// stdin: never in a command string, an event or a result. Tool calls bring
+// back per-request MACs under it, never it; those go no further either: not
+// into the answers, a refusal, or the quote of a host answer the engine
+// could not make sense of.
 func TestLockdownTokenNeverInCommands(t *testing.T) {
 	reg, _ := fakeEchoTools(t)
 	r := newRig(t, fakeToolsAllowed(reg))
@@ -70,14 +80,7 @@ func TestLockdownTokenNeverInCommands(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := tokenLine.FindStringSubmatch(string(a.EnvFile))
-		if m == nil {
-			t.Fatalf("spawn stdin env file has no token: %q", a.EnvFile)
-		}
-		tokens = append(tokens, m[1])
-		if strings.Contains(c.Command, "KERNELDECK_RPC_TOKEN") {
-			t.Fatal("the spawn command names the token variable itself")
-		}
+		tokens = append(tokens, spawnSecret(t, a))
 	}
 	// Five spawns: a, a after the reset, b, c's failed one, and the
 	// transient kernel of c's per-call run (the per-call run used to be one
@@ -93,15 +96,32 @@ func TestLockdownTokenNeverInCommands(t *testing.T) {
 		t.Fatalf("the scenario must cover a served and a refused tool call: %+v, %d rpc_call, %d rpc_rejected",
 			results[3], len(r.ev.of(engine.EventRPCCall)), len(r.ev.of(engine.EventRPCRejected)))
 	}
-	if bk := hostKernel(t, r.host, results[3].Kernel.ID); !slices.ContainsFunc(r.env.CallsOf("cell"), func(c fakeenv.Call) bool {
-		return strings.Contains(c.Result.Output, bk.Token) && !strings.Contains(c.Result.Output, "KD:RPCWAIT")
+	// The request MACs the host forwarded are credentials too.
+	var macs []string
+	for _, k := range r.host.Kernels() {
+		for _, f := range k.Forwarded {
+			if m := regexp.MustCompile(`"token":"([0-9a-f]{64})"`).FindStringSubmatch(f); m != nil {
+				macs = append(macs, m[1])
+			}
+		}
+	}
+	if len(macs) < 3 || !slices.ContainsFunc(r.env.CallsOf("cell"), func(c fakeenv.Call) bool {
+		return slices.ContainsFunc(macs, func(m string) bool { return strings.Contains(c.Result.Output, m) }) &&
+			!strings.Contains(c.Result.Output, "KD:RPCWAIT")
 	}) {
-		t.Fatal("no cut-off answer brought the token back from the host; the test proves nothing about it")
+		t.Fatalf("no cut-off answer brought a request MAC back from the host (%d forwarded); the test proves nothing about it", len(macs))
 	}
 	if res := results[5]; res.Kernel == nil || !res.Kernel.StateLost || !strings.Contains(res.Traceback, "unexpected answer from the host") {
 		t.Fatalf("the cut-off answer must lose the kernel with a quote of the host: %+v", res)
 	}
-	for _, tok := range tokens {
+	for _, c := range r.env.Calls() {
+		for _, tok := range tokens {
+			if strings.Contains(c.Result.Output, tok) {
+				t.Fatalf("a kernel secret came back from the host in a %s answer", c.Marker)
+			}
+		}
+	}
+	for _, tok := range append(tokens, macs...) {
 		for _, c := range r.env.Calls() {
 			if strings.Contains(c.Command, tok) {
 				t.Fatalf("token in the %s command line (seq %d)", c.Marker, c.Seq)
@@ -126,8 +146,9 @@ func TestLockdownTokenNeverInCommands(t *testing.T) {
 // The recorded spawn command, replayed through a real bash with the recorded
 // stdin under a private temp dir, refuses a symlinked kernel root (nothing
 // written, named in the error), repairs a permissive one, and otherwise
-// yields 0700 dirs and 0600 files, a runner that got the token from the
-// sourced env file (then deleted) and never on its argv.
+// yields 0700 dirs and 0600 files, and a runner that holds the secret (it
+// answers the socket challenge with it) though no file, argv or environment
+// ever held it.
 func TestLockdownSpawnReplayRealBash(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the replay checks /proc and GNU stat")
@@ -150,7 +171,7 @@ func TestLockdownSpawnReplayRealBash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	token := tokenLine.FindStringSubmatch(string(args.EnvFile))[1]
+	token := spawnSecret(t, args)
 	if filepath.Base(res.Kernel.Dir) != args.ID {
 		t.Fatalf("kernel dir %s does not end in the spawned id %s", res.Kernel.Dir, args.ID)
 	}
@@ -235,27 +256,11 @@ func TestLockdownSpawnReplayRealBash(t *testing.T) {
 			t.Errorf("%s missing from %s (have %v)", want, kd, files)
 		}
 	}
-	if slices.Contains(files, "kernel.env") {
-		t.Error("kernel.env (with the token) was left on disk after sourcing")
-	}
 	tools, _ := os.ReadFile(kd + "/kerneldeck_tools.py")
 	if !bytes.Equal(tools, args.Tools) || !bytes.Contains(tools, []byte("def read_file(")) {
 		t.Error("kerneldeck_tools.py is not the shipped stub module")
 	}
-
-	// The sourced env reached the runner; its argv never held the token.
-	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Contains(environ, []byte("KERNELDECK_RPC_TOKEN="+token)) {
-		t.Error("the runner did not start with the token from the sourced env file")
-	}
-	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if bytes.Contains(cmdline, []byte(token)) || len(cmdline) == 0 {
-		t.Errorf("runner argv %q", cmdline)
-	}
-
+	wantSecretOnlyInMemory(t, pid, kd, token)
 	killRunner(t, pid)
 }
 
@@ -289,7 +294,7 @@ func replayBash(t *testing.T, c fakeenv.Call) (string, int) {
 // its dir is <TempDir>/kerneldeck-once-<id>, outside any kernel root.
 // Anything already at that path (here a planted symlink) fails it closed
 // with nothing written through it; otherwise it yields 0700 dirs, 0600
-// files and a runner with the token in its environment only.
+// files and a runner that holds the secret in its memory only.
 func TestLockdownTransientSpawnReplayRealBash(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the replay checks /proc and GNU stat")
@@ -315,7 +320,7 @@ func TestLockdownTransientSpawnReplayRealBash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	token := tokenLine.FindStringSubmatch(string(args.EnvFile))[1]
+	token := spawnSecret(t, args)
 	kd := args.Dir("")
 	if kd != filepath.Join(tmp, "kerneldeck-once-"+args.ID) {
 		t.Fatalf("transient dir %s", kd)
@@ -373,22 +378,38 @@ func TestLockdownTransientSpawnReplayRealBash(t *testing.T) {
 		if st, err := os.Lstat(p); err != nil || st.Mode().Perm() != 0o600 {
 			t.Errorf("%s: mode %v, want 0600", p, st.Mode().Perm())
 		}
-		if d.Name() == "kernel.env" {
-			t.Error("kernel.env (with the token) was left on disk after sourcing")
+		return nil
+	})
+	wantSecretOnlyInMemory(t, pid, kd, token)
+	killRunner(t, pid)
+}
+
+// wantSecretOnlyInMemory checks that the runner pid in kd holds secret (it
+// answers the socket's challenge with it) while no file under kd, nor its
+// argv or environment, does.
+func wantSecretOnlyInMemory(t *testing.T, pid int, kd, secret string) {
+	t.Helper()
+	filepath.WalkDir(kd, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		if data, _ := os.ReadFile(p); bytes.Contains(data, []byte(secret)) {
+			t.Errorf("%s holds the kernel's secret", p)
 		}
 		return nil
 	})
-	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	if err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"environ", "cmdline"} {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, f))
+		if err == nil && bytes.Contains(data, []byte(secret)) {
+			t.Errorf("/proc/%d/%s holds the kernel's secret", pid, f)
+		}
 	}
-	if !bytes.Contains(environ, []byte("KERNELDECK_RPC_TOKEN="+token)) {
-		t.Error("the runner did not start with the token from the sourced env file")
+	if err := enginetest.Handshake(kd+"/sock", secret); err != nil {
+		t.Errorf("the runner does not hold the secret shipped on its stdin: %v", err)
 	}
-	if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); bytes.Contains(cmdline, []byte(token)) || len(cmdline) == 0 {
-		t.Errorf("runner argv %q", cmdline)
+	if err := enginetest.Handshake(kd+"/sock", strings.Repeat("ab", 32)); err == nil {
+		t.Error("the runner accepted a handshake under another secret")
 	}
-	killRunner(t, pid)
 }
 
 // killRunner kills the runner's process group (it runs in its own session)

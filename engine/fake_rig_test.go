@@ -198,7 +198,7 @@ func (r *rig) publishedCodes() []string {
 func requestCode(t *testing.T, stdin []byte) string {
 	t.Helper()
 	var req struct{ Code string }
-	if err := json.Unmarshal(stdin, &req); err != nil {
+	if err := json.Unmarshal(fakeenv.RequestBody(stdin), &req); err != nil {
 		t.Fatalf("cell request on stdin is not JSON: %v", err)
 	}
 	return req.Code

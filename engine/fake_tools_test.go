@@ -104,7 +104,7 @@ func TestToolCallsOverExecute(t *testing.T) {
 		t.Fatalf("the first cell command must publish: %+v %v", first, err)
 	}
 	var req struct{ Timeout float64 }
-	if err := json.Unmarshal(cells[0].Stdin, &req); err != nil || req.Timeout <= 0 || req.Timeout > r.cfg.CellTimeout.Seconds() {
+	if err := json.Unmarshal(fakeenv.RequestBody(cells[0].Stdin), &req); err != nil || req.Timeout <= 0 || req.Timeout > r.cfg.CellTimeout.Seconds() {
 		t.Fatalf("the cell request must carry the cell's timeout: %q", cells[0].Stdin)
 	}
 	for i, want := range []string{`{"ok":true,"value":1}`, `{"ok":true,"value":2}`} {

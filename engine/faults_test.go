@@ -323,7 +323,7 @@ func TestSSHCutDuringToolCall(t *testing.T) {
 			if first.Status != "success" || first.Kernel == nil {
 				t.Fatalf("first call: %+v", first)
 			}
-			marker := filepath.Join(ssh.TempDir(), "ran-tool.txt")
+			marker := filepath.Join(first.Kernel.Dir, "ran-tool.txt")
 			code := fmt.Sprintf(`import kerneldeck_tools as kt
 with open(%q, "a") as f:
     f.write("ran\n")
@@ -424,4 +424,19 @@ func fcWaitNewCellScript(t *testing.T, dir string, old map[int]bool, call *stCal
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// Kernel code flooding the stream cannot make the engine hold gigabytes:
+// one frame being read (8 MiB at most) and the budget of the running cell
+// (16 MiB); the bound asserted leaves room for the race detector.
+func TestLocalFloodIsBounded(t *testing.T) {
+	enginetest.FloodBound(t, backends.NewLocal(enginetest.ShortTempDir(t)), 64<<20)
+}
+
+// The same flood over a real sshd: the engine holds no more than over a
+// local socket (the channel's window is the ssh library's).
+func TestSSHFloodIsBounded(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Options{})
+	u := faultUser(t, srv)
+	enginetest.FloodBound(t, sshEnv(t, srv, u, nil), 64<<20)
 }

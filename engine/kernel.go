@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"path"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine/runner"
+	"github.com/kerneldeck/kerneldeck/internal/kernelauth"
 )
 
 // phase is where a registry entry is in its life.
@@ -51,6 +53,9 @@ type Kernel struct {
 	// transient marks a per-call kernel: never in the registry, killed
 	// after its one cell.
 	transient bool
+	// confinement is how the runner confined itself: "landlock:ABI" or
+	// "none:reason".
+	confinement string
 	// lostNote, on a kernel just created for a key whose previous kernel
 	// left the registry, says why; only the creating call reads it.
 	lostNote string
@@ -94,6 +99,9 @@ type KernelInfo struct {
 	ExecutionCount int           `json:"execution_count"`
 	// NextEvict marks the kernel the cap would evict next.
 	NextEvict bool `json:"next_evict"`
+	// Confinement is how the runner confined itself: "landlock:ABI", or
+	// "none:reason" when it could not.
+	Confinement string `json:"confinement,omitempty"`
 }
 
 func (k *Kernel) infoLocked(now time.Time, next bool) KernelInfo {
@@ -114,7 +122,7 @@ func (k *Kernel) infoLocked(now time.Time, next bool) KernelInfo {
 		ID: k.id, Owner: k.key.Owner, Task: k.key.Task, Backend: k.key.Backend, Child: k.key.Child,
 		Tools: k.key.ToolList(), PID: k.pid, Dir: k.dir, State: state, Attached: k.attachedLocked(),
 		Queued: len(k.waiters), RunningCell: k.runningCell, RunningSince: k.runningSince, LastUsed: k.lastUsed,
-		Idle: idle, ExecutionCount: k.execCount, NextEvict: next,
+		Idle: idle, ExecutionCount: k.execCount, NextEvict: next, Confinement: k.confinement,
 	}
 }
 
@@ -229,7 +237,7 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) error {
 	if k.pid != 0 {
 		id = newKernelID() // a respawn is a new kernel
 	}
-	token := randomHex(32)
+	token := kernelauth.NewSecret()
 	e.mu.Lock()
 	idle := e.idleExit
 	e.mu.Unlock()
@@ -238,11 +246,14 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) error {
 		// A per-call kernel outlives a lost engine by a minute at most.
 		idle = time.Minute
 	}
-	envFile := fmt.Sprintf("KERNELDECK_RPC_TOKEN=%s\nKERNELDECK_IDLE_EXIT=%g\nKERNELDECK_CLIP=%d\nKERNELDECK_SPILL_MAX=%d\nPYTHONDONTWRITEBYTECODE=1\n",
-		token, idle.Seconds(), e.cfg.ClipChars, e.cfg.SpillMax)
-	stdin := make([]byte, 0, len(runner.Source)+len(tools)+len(envFile))
-	stdin = append(append(append(stdin, runner.Source...), tools...), envFile...)
-	script := spawnScript(k.env.TempDir(), id, e.python(k.env), [3]int{len(runner.Source), len(tools), len(envFile)}, 20, k.transient)
+	// The runner's own stdin: its secret never touches a file, an
+	// environment or a command line.
+	config, _ := json.Marshal(runnerConfig{Secret: token, IdleExit: idle.Seconds(), Clip: e.cfg.ClipChars,
+		SpillMax: e.cfg.SpillMax, Confine: !e.cfg.NoConfine})
+	config = append(config, '\n')
+	stdin := make([]byte, 0, len(runner.Source)+len(tools)+len(config))
+	stdin = append(append(append(stdin, runner.Source...), tools...), config...)
+	script := spawnScript(k.env.TempDir(), id, e.python(k.env), [2]int{len(runner.Source), len(tools)}, 20, k.transient)
 	res, err := k.env.Execute(ctx, script, backends.ExecOptions{Stdin: stdin, Timeout: spawnTimeout})
 	if err != nil {
 		return &transportError{fmt.Errorf("spawn kernel %s on %s: %w", id, k.env.URI(), err)}
@@ -265,6 +276,11 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) error {
 	if len(fields) > 2 && strings.HasPrefix(fields[2], "/") {
 		e.pythons[k.env.URI()] = fields[2]
 	}
+	confinement := "none:unknown"
+	if len(fields) > 3 {
+		confinement = fields[3]
+	}
+	e.noteConfinementLocked(k, confinement)
 	if e.byID[k.id] == k {
 		delete(e.byID, k.id)
 	}
@@ -296,6 +312,34 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) error {
 	}
 	e.emit(kernelEvent(EventSpawned, k, detail))
 	return nil
+}
+
+// runnerConfig is the line a runner reads on its stdin at start.
+type runnerConfig struct {
+	Secret   string  `json:"secret"`
+	IdleExit float64 `json:"idle_exit"`
+	Clip     int     `json:"clip"`
+	SpillMax int     `json:"spill_max"`
+	Confine  bool    `json:"confine"`
+}
+
+// noteConfinementLocked records how k's runner is confined and says once
+// per host when runners there are not.
+func (e *Engine) noteConfinementLocked(k *Kernel, confinement string) {
+	uri := k.env.URI()
+	k.confinement = confinement
+	if strings.HasPrefix(confinement, "landlock:") {
+		e.unconfined[uri] = ""
+		return
+	}
+	why := strings.TrimPrefix(confinement, "none:")
+	if old, seen := e.unconfined[uri]; seen && old != "" {
+		return
+	}
+	e.unconfined[uri] = why
+	e.emit(Event{Type: EventUnconfined, Kernel: k.id, Owner: k.key.Owner, Key: k.key.String(), Detail: fmt.Sprintf(
+		"runners on %s are not confined by Landlock (%s): kernels of one login there are kept apart only by their secrets and by being non-dumpable",
+		uri, why)})
 }
 
 // transportError marks a failure to reach the host at all, as opposed to a

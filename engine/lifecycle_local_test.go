@@ -31,3 +31,7 @@ func TestLocalToolCalls(t *testing.T) {
 		enginetest.ToolCalls(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(backends.NewLocal(t.TempDir())) })
 	})
 }
+
+func TestLocalIsolation(t *testing.T) {
+	enginetest.Isolation(t, func(t *testing.T) backends.Env { return backends.NewLocal(enginetest.ShortTempDir(t)) })
+}

@@ -75,3 +75,16 @@ func TestSSHToolCalls(t *testing.T) {
 		enginetest.ToolCalls(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(sshEnv(t, srv, u, nil)) })
 	})
 }
+
+// One owner's kernel attacks another's of the same login over a real sshd,
+// as a plain user (for whom being non-dumpable holds without Landlock) and
+// as root.
+func TestSSHIsolation(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Options{})
+	for _, name := range []string{"kdtest1", ""} {
+		u := srv.User(t, name, sshdtest.UserOptions{})
+		t.Run(u.Name, func(t *testing.T) {
+			enginetest.Isolation(t, func(t *testing.T) backends.Env { return sshEnv(t, srv, u, nil) })
+		})
+	}
+}

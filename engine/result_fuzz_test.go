@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -18,6 +20,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/hosttools"
 	"github.com/kerneldeck/kerneldeck/internal/fakeenv"
+	"github.com/kerneldeck/kerneldeck/internal/kernelauth"
 )
 
 // What a runner sends back (cells/<id>.res printed as "KD:RESULT <json>" by
@@ -27,10 +30,11 @@ import (
 // runCellStream, finishCell, resultFromFrame) and check what the caller
 // gets.
 
-// FuzzRunnerConn writes arbitrary bytes into a runner connection: the reader
-// never panics, delivers exactly the complete lines that decode as frames,
-// in order and intact, drops a last line without its newline, and closes
-// the frame channel and the connection when the runner's side ends.
+// FuzzRunnerConn writes arbitrary bytes into a runner connection while cell
+// c1 runs: the reader never panics, delivers exactly the complete lines that
+// decode as frames of c1 (or tool requests), in order and intact, drops a
+// last line without its newline, and closes the frame channel and the
+// connection when the runner's side ends.
 func FuzzRunnerConn(f *testing.F) {
 	for _, s := range []string{
 		`{"op":"result","id":"c1","status":"ok","stdout":"42\n","execution_count":1}` + "\n",
@@ -47,7 +51,8 @@ func FuzzRunnerConn(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, chunk uint16) {
 		conn := &scriptedConn{r: bytes.NewReader(data), chunk: int(chunk)%(80<<10) + 1}
 		var wg sync.WaitGroup
-		rc := startConn(conn, &wg)
+		rc := startConn(conn, bufio.NewReaderSize(conn, 64<<10), &wg, nil)
+		rc.want("c1")
 		var got []runnerFrame
 		timeout := time.After(10 * time.Second)
 	collect:
@@ -57,6 +62,8 @@ func FuzzRunnerConn(f *testing.F) {
 				if !ok {
 					break collect
 				}
+				rc.consumed(fr)
+				fr.size = 0
 				got = append(got, fr)
 			case <-timeout:
 				t.Fatalf("the frame channel did not close after the runner's side ended (input %q)", data)
@@ -76,7 +83,7 @@ func FuzzRunnerConn(f *testing.F) {
 				t.Fatalf("a fuzz input cannot hold a line over maxFrame")
 			}
 			var fr runnerFrame
-			if json.Unmarshal(l, &fr) == nil {
+			if json.Unmarshal(l, &fr) == nil && (fr.ID == "c1" || fr.Op == "rpc") {
 				want = append(want, fr)
 			}
 		}
@@ -134,16 +141,16 @@ func (c *scriptedConn) SetWriteDeadline(time.Time) error { return nil }
 // A line longer than maxFrame closes the connection without being delivered,
 // however close to the limit, and the engine's buffer stays bounded; a line
 // of exactly maxFrame bytes still arrives. Not a fuzz target: a fuzzer never
-// writes 64 MiB.
+// writes 8 MiB.
 func TestRunnerConnFrameLimit(t *testing.T) {
 	if testing.Short() {
-		t.Skip("streams more than 64 MiB")
+		t.Skip("streams more than 8 MiB")
 	}
 	frame := func(n int) []byte { // a valid frame line of n bytes before its newline
 		head, tail := `{"op":"output","id":"c1","text":"`, `"}`
 		return []byte(head + strings.Repeat("x", n-len(head)-len(tail)) + tail + "\n")
 	}
-	after := []byte(`{"op":"pong","pid":1}` + "\n")
+	after := []byte(`{"op":"output","id":"c1","stream":"after"}` + "\n")
 	for _, tc := range []struct {
 		name    string
 		size    int
@@ -157,7 +164,8 @@ func TestRunnerConnFrameLimit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			engineSide, runnerSide := net.Pipe()
 			var wg sync.WaitGroup
-			rc := startConn(engineSide, &wg)
+			rc := startConn(engineSide, bufio.NewReaderSize(engineSide, 64<<10), &wg, nil)
+			rc.want("c1")
 			go func() {
 				defer runnerSide.Close()
 				runnerSide.SetWriteDeadline(time.Now().Add(time.Minute))
@@ -168,6 +176,7 @@ func TestRunnerConnFrameLimit(t *testing.T) {
 			}()
 			var got []runnerFrame
 			for fr := range rc.frames {
+				rc.consumed(fr)
 				if len(fr.Text) > maxFrame {
 					t.Errorf("delivered a frame with %d bytes of text, over maxFrame (%d)", len(fr.Text), maxFrame)
 				}
@@ -176,8 +185,8 @@ func TestRunnerConnFrameLimit(t *testing.T) {
 			}
 			wg.Wait()
 			switch {
-			case tc.deliver && (len(got) != 2 || got[0].Op != "output" || got[1].Op != "pong"):
-				t.Errorf("a line of %d bytes: frames %+v, want the output frame and the pong after it", tc.size, got)
+			case tc.deliver && (len(got) != 2 || got[0].Op != "output" || got[1].Stream != "after"):
+				t.Errorf("a line of %d bytes: frames %+v, want the output frame and the one after it", tc.size, got)
 			case !tc.deliver && len(got) != 0:
 				t.Errorf("a line of %d bytes (maxFrame %d): frames %+v, want none and the connection closed", tc.size, maxFrame, got)
 			}
@@ -217,17 +226,32 @@ func newCellFuzzHost(stream bool) *cellFuzzHost {
 	return h
 }
 
-// fill puts the cell id and the kernel's token into the template.
+// fill puts the cell id and the kernel's token into the template, and signs
+// each "KD:RESULT $MAC " line with the MAC of the rest of that line, as the
+// runner signs its result file.
 func (h *cellFuzzHost) fill(dir, id string) []byte {
-	token := ""
-	for _, k := range h.host.Kernels() {
-		if k.Dir == dir {
-			token = k.Token
-		}
-	}
+	token := h.token(dir)
 	out := bytes.ReplaceAll(h.tmpl, []byte("$ID"), []byte(id))
 	out = bytes.ReplaceAll(out, []byte("$DIR"), []byte(dir))
-	return bytes.ReplaceAll(out, []byte("$TOKEN"), []byte(token))
+	out = bytes.ReplaceAll(out, []byte("$TOKEN"), []byte(token))
+	lines := bytes.SplitAfter(out, []byte("\n"))
+	for i, l := range lines {
+		if body, ok := bytes.CutPrefix(l, []byte("KD:RESULT $MAC ")); ok {
+			body = bytes.TrimRight(body, "\r\n")
+			lines[i] = bytes.Replace(l, []byte("$MAC"), []byte(kernelauth.MAC(token, kernelauth.Result, string(body))), 1)
+		}
+	}
+	return bytes.Join(lines, nil)
+}
+
+// token is the secret of the kernel in dir.
+func (h *cellFuzzHost) token(dir string) string {
+	for _, k := range h.host.Kernels() {
+		if k.Dir == dir {
+			return k.Token
+		}
+	}
+	return ""
 }
 
 // first reports whether id has not been answered yet, and marks it.
@@ -266,7 +290,18 @@ func (h *cellFuzzHost) DialUnix(_ context.Context, sock string) (net.Conn, error
 		defer h.conns.Done()
 		defer runnerSide.Close()
 		runnerSide.SetDeadline(time.Now().Add(10 * time.Second))
+		// The runner's side of the handshake, with the kernel's secret.
+		h.mu.Lock()
+		token := h.token(dir)
+		h.mu.Unlock()
+		nonce := kernelauth.NewNonce()
+		fmt.Fprintf(runnerSide, "{\"op\":\"hello\",\"nonce\":%q}\n", nonce)
 		dec := json.NewDecoder(runnerSide)
+		var auth struct{ Op, MAC, Nonce string }
+		if dec.Decode(&auth) != nil || auth.Op != "auth" || !kernelauth.Valid(token, auth.MAC, kernelauth.Engine, nonce) {
+			return
+		}
+		fmt.Fprintf(runnerSide, "{\"op\":\"auth_ok\",\"mac\":%q}\n", kernelauth.MAC(token, kernelauth.Runner, auth.Nonce))
 		var req struct {
 			Op string `json:"op"`
 			ID string `json:"id"`
@@ -338,8 +373,9 @@ func expectExec(out, id, token string) cellExpect {
 	}
 	for _, l := range strings.Split(out, "\n") {
 		if rest, ok := strings.CutPrefix(l, "KD:RESULT "); ok {
+			mac, body, _ := strings.Cut(strings.TrimRight(rest, "\r"), " ")
 			var fr fuzzFrame
-			if json.Unmarshal([]byte(strings.TrimRight(rest, "\r")), &fr) == nil && fr.ID == id {
+			if kernelauth.Valid(token, mac, kernelauth.Result, body) && json.Unmarshal([]byte(body), &fr) == nil && fr.ID == id {
 				x.frame = &fr
 			}
 			return x
@@ -398,18 +434,20 @@ func tokenOutsideTokenField(req, token string) bool {
 }
 
 var cellResultSeeds = []string{
-	`KD:RESULT {"op":"result","id":"$ID","status":"ok","stdout":"42\n","stderr":"","traceback":"","execution_count":1,"duration_ms":0.5}` + "\n",
-	`KD:RESULT {"op":"result","id":"$ID","status":"error","stderr":"e","traceback":"Traceback...\nZeroDivisionError\n","execution_count":3}` + "\n",
-	`KD:RESULT {"op":"result","id":"$ID","status":"exit","traceback":"SystemExit: 3\n"}` + "\n",
-	`KD:RESULT {"op":"result","id":"$ID","status":"exit"}` + "\r\n",
-	`KD:RESULT {"op":"result","id":"$ID","status":"interrupted","traceback":"KeyboardInterrupt\n"}` + "\n",
-	`KD:RESULT {"op":"result","id":"$ID","status":"weird","stdout":"x"}` + "\n",
-	`KD:RESULT {"op":"result","id":"$ID","status":"ok","stdout":"head","stdout_clipped":true,"stdout_spill":"$DIR/cells/$ID.out","stderr_clipped":true,"stderr_spill":"/etc/passwd"}` + "\n",
-	`KD:RESULT {"op":"result","id":"$ID","stdout_clipped":true,"stdout_spill":"$DIR/cells/../../x"}` + "\n",
-	`KD:RESULT {"op":"result","id":"someone-else","status":"ok"}` + "\n",
-	`KD:RESULT {"op":"result","id":"$ID","status":"ok","execution_count":"1"}` + "\n",
-	"KD:RESULT {truncated\n",
-	"KD:RESULT \n",
+	`KD:RESULT $MAC {"op":"result","id":"$ID","status":"ok","stdout":"42\n","stderr":"","traceback":"","execution_count":1,"duration_ms":0.5}` + "\n",
+	`KD:RESULT $MAC {"op":"result","id":"$ID","status":"error","stderr":"e","traceback":"Traceback...\nZeroDivisionError\n","execution_count":3}` + "\n",
+	`KD:RESULT $MAC {"op":"result","id":"$ID","status":"exit","traceback":"SystemExit: 3\n"}` + "\n",
+	`KD:RESULT $MAC {"op":"result","id":"$ID","status":"exit"}` + "\r\n",
+	`KD:RESULT $MAC {"op":"result","id":"$ID","status":"interrupted","traceback":"KeyboardInterrupt\n"}` + "\n",
+	`KD:RESULT $MAC {"op":"result","id":"$ID","status":"weird","stdout":"x"}` + "\n",
+	`KD:RESULT $MAC {"op":"result","id":"$ID","status":"ok","stdout":"head","stdout_clipped":true,"stdout_spill":"$DIR/cells/$ID.out","stderr_clipped":true,"stderr_spill":"/etc/passwd"}` + "\n",
+	`KD:RESULT $MAC {"op":"result","id":"$ID","stdout_clipped":true,"stdout_spill":"$DIR/cells/../../x"}` + "\n",
+	`KD:RESULT $MAC {"op":"result","id":"someone-else","status":"ok"}` + "\n",
+	`KD:RESULT $MAC {"op":"result","id":"$ID","status":"ok","execution_count":"1"}` + "\n",
+	"KD:RESULT $MAC {truncated\n",
+	"KD:RESULT $MAC \n",
+	`KD:RESULT {"op":"result","id":"$ID","status":"ok","stdout":"unsigned"}` + "\n",
+	`KD:RESULT 00 {"op":"result","id":"$ID","status":"ok","stdout":"wrongly signed"}` + "\n",
 	"noise\nKD:PENDING\n",
 	"KD:DEAD\n",
 	"KD:GONE\n",

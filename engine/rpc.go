@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/hosttools"
 	"github.com/kerneldeck/kerneldeck/internal/jsonobj"
+	"github.com/kerneldeck/kerneldeck/internal/kernelauth"
 )
 
 // The host side of tool calls. A kernel's call writes rpc/SEQ.req; the
@@ -47,12 +47,13 @@ type rpcItem struct {
 
 // rpcRequest is a parsed request file.
 type rpcRequest struct {
-	Seq   int64
-	Tool  string
-	Args  json.RawMessage // as sent; a JSON object once checked
-	Token string
-	Cell  string
-	args  hosttools.Args // Args decoded, set by the check
+	Seq    int64
+	Tool   string
+	Args   json.RawMessage // as sent; a JSON object once checked
+	Token  string
+	Cell   string
+	args   hosttools.Args  // Args decoded, set by the check
+	rawSeq json.RawMessage // seq as written, which the MAC covers
 }
 
 // rpcResponse is the answer a kernel's call receives.
@@ -110,6 +111,7 @@ func parseRPCRequest(data []byte) (rpcRequest, error) {
 		}
 	}
 	req.Args = obj["args"]
+	req.rawSeq = obj["seq"]
 	seq, err := parseSeq(obj["seq"])
 	if err != nil {
 		return req, err
@@ -222,9 +224,10 @@ func (s *rpcSession) authenticate(item rpcItem) (rpcRequest, error) {
 	}
 	s.e.mu.Lock()
 	defer s.e.mu.Unlock()
-	token := s.k.token
-	// An empty server token fails closed: no request can match it.
-	if token == "" || req.Token == "" || subtle.ConstantTimeCompare([]byte(req.Token), []byte(token)) != 1 {
+	// The request's token is the MAC of its fields as written, under the
+	// kernel's secret: only the kernel's own runner can make one. An empty
+	// secret fails closed.
+	if req.Token == "" || !kernelauth.Valid(s.k.token, req.Token, kernelauth.RPC, string(req.rawSeq), req.Cell, req.Tool, string(req.Args)) {
 		what := "wrong token"
 		if req.Token == "" {
 			what = "missing token"
@@ -433,17 +436,23 @@ func (s *rpcSession) takeUnsent() []rpcAnswer {
 }
 
 // encodeAnswers renders answers for the cell script's stdin: one line per
-// answer, "SEQ JSON".
-func encodeAnswers(answers []rpcAnswer) []byte {
+// answer, "SEQ MAC JSON", the MAC under the kernel's token.
+func encodeAnswers(token string, answers []rpcAnswer) []byte {
 	var b bytes.Buffer
 	for _, a := range answers {
 		line, err := json.Marshal(a.resp)
 		if err != nil {
 			line, _ = json.Marshal(rpcResponse{Error: "the tool's result could not be encoded: " + err.Error()})
 		}
-		fmt.Fprintf(&b, "%d %s\n", a.seq, line)
+		seq := strconv.FormatInt(a.seq, 10)
+		fmt.Fprintf(&b, "%s %s %s\n", seq, kernelauth.MAC(token, kernelauth.Answer, seq, string(line)), line)
 	}
 	return b.Bytes()
+}
+
+// signed is body as a runner reads a signed file: "MAC BODY".
+func signed(token string, kind kernelauth.Kind, body []byte) []byte {
+	return append([]byte(kernelauth.MAC(token, kind, string(body))+" "), body...)
 }
 
 // rpcItemsFromOutput collects the request files a cell script printed:

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/hosttools"
+	"github.com/kerneldeck/kerneldeck/internal/jsonobj"
+	"github.com/kerneldeck/kerneldeck/internal/kernelauth"
 )
 
 // Request files are written by code in the kernel, or by anyone who can
@@ -50,19 +53,27 @@ func FuzzParseRPCRequest(f *testing.F) {
 }
 
 // The whole check, fuzzed: whatever a request file holds, a tool runs only
-// if the file carries the kernel's token, the running cell's id, a fresh
-// positive integer seq and an args object under the limit.
+// if its token is the MAC of its fields under the kernel's secret, it names
+// the running cell, and it has a fresh positive integer seq and an args
+// object under the limit. With sign set, the harness signs what the fuzzer
+// wrote (as the kernel's own runner would), so the checks after the MAC are
+// reached too.
 func FuzzServeRPC(f *testing.F) {
 	const token = rpcToken
-	f.Add([]byte(`{"seq":1,"tool":"noop","args":{},"token":"` + token + `","cell":"c1"}`))
-	f.Add([]byte(`{"seq":2,"tool":"noop","args":{},"token":"` + token[:63] + `0","cell":"c1"}`))
-	f.Add([]byte(`{"seq":3,"tool":"noop","args":{},"token":"` + token + `","cell":"c0"}`))
-	f.Add([]byte(`{"seq":4.0,"tool":"noop","token":"` + token + `","cell":"c1"}`))
-	f.Add([]byte(`{"seq":5,"tool":"noop","args":"x","token":"` + token + `","cell":"c1"}`))
-	f.Add([]byte(`{"seq":6,"tool":"noop","args":null,"token":"","cell":"c1"}`))
-	f.Add([]byte(`{"seq":7,"tool":"noop","args":{"a":"x","b":2,"path":null},"token":"` + token + `","cell":"c1"}`))
-	f.Add([]byte(`{"seq":8,"tool":"noop","args":{"a":"x","a":"y"},"token":"` + token + `","cell":"c1"}`))
-	f.Add([]byte(`{"seq":9,"tool":"noop","args":{"A":"x"},"TOKEN":"` + token + `","cell":"c1"}`))
+	for _, s := range []string{
+		`{"seq":1,"tool":"noop","args":{},"cell":"c1"}`,
+		`{"seq":3,"tool":"noop","args":{},"cell":"c0"}`,
+		`{"seq":4.0,"tool":"noop","cell":"c1"}`,
+		`{"seq":5,"tool":"noop","args":"x","cell":"c1"}`,
+		`{"seq":6,"tool":"noop","args":null,"cell":"c1"}`,
+		`{"seq":7,"tool":"noop","args":{"a":"x","b":2,"path":null},"cell":"c1"}`,
+		`{"seq":8,"tool":"noop","args":{"a":"x","a":"y"},"cell":"c1"}`,
+		`{"seq":9,"tool":"noop","args":{"A":"x"},"TOKEN":"0","cell":"c1"}`,
+	} {
+		f.Add([]byte(s), true)
+		f.Add([]byte(s), false)
+	}
+	f.Add([]byte(`{"seq":2,"tool":"noop","args":{},"token":"`+token+`","cell":"c1"}`), false)
 	var ran atomic.Int64
 	var lastArgs atomic.Pointer[hosttools.Args]
 	r := newRPCRig(f, hosttools.Tool{Name: "noop", Description: "Count calls.", Params: fuzzParams, Handler: func(_ context.Context, c hosttools.Call) (hosttools.Result, error) {
@@ -70,7 +81,10 @@ func FuzzServeRPC(f *testing.F) {
 		ran.Add(1)
 		return hosttools.Result{Text: "ok"}, nil
 	}}, PolicyAllow)
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(t *testing.T, data []byte, sign bool) {
+		if sign {
+			data = signRequest(data)
+		}
 		s := r.session(time.Minute)
 		defer s.close()
 		before := ran.Load()
@@ -89,7 +103,8 @@ func FuzzServeRPC(f *testing.F) {
 			t.Fatalf("dispatched an undecodable request %q: %v", data, err)
 		}
 		str := func(k string) string { var v string; json.Unmarshal(raw[k], &v); return v }
-		if str("token") != token || str("cell") != "c1" || strings.ContainsAny(string(raw["seq"]), ".eE-") || len(raw["args"]) > MaxToolArgs {
+		mac := kernelauth.MAC(token, kernelauth.RPC, string(raw["seq"]), str("cell"), str("tool"), string(raw["args"]))
+		if str("token") != mac || str("cell") != "c1" || strings.ContainsAny(string(raw["seq"]), ".eE-") || len(raw["args"]) > MaxToolArgs {
 			t.Fatalf("dispatched a request that fails a check: %q", data)
 		}
 		// The tool got the args the file holds, each parameter once.
@@ -143,4 +158,31 @@ func keysWritten(args json.RawMessage) int {
 		n++
 	}
 	return n
+}
+
+// signRequest rewrites a request the way the kernel's runner writes one:
+// its seq, tool, cell and args as given, with the MAC of those as token. Data
+// that is no object of those fields is left as it is.
+func signRequest(data []byte) []byte {
+	obj, err := jsonobj.Decode(data)
+	if err != nil {
+		return data
+	}
+	str := func(k string) (string, bool) {
+		var v string
+		return v, obj[k] == nil || json.Unmarshal(obj[k], &v) == nil
+	}
+	tool, ok1 := str("tool")
+	cell, ok2 := str("cell")
+	if !ok1 || !ok2 || obj["seq"] == nil {
+		return data
+	}
+	args := obj["args"]
+	if args == nil {
+		args = json.RawMessage("null")
+	}
+	toolJSON, _ := json.Marshal(tool)
+	cellJSON, _ := json.Marshal(cell)
+	mac := kernelauth.MAC(rpcToken, kernelauth.RPC, string(obj["seq"]), cell, tool, string(args))
+	return []byte(fmt.Sprintf(`{"seq":%s,"tool":%s,"cell":%s,"args":%s,"token":%q}`, obj["seq"], toolJSON, cellJSON, args, mac))
 }

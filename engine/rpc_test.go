@@ -10,6 +10,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/hosttools"
+	"github.com/kerneldeck/kerneldeck/internal/kernelauth"
 )
 
 func TestParseRPCRequest(t *testing.T) {
@@ -187,7 +188,8 @@ func (r *rpcRig) session(deadline time.Duration) *rpcSession {
 	return r.e.newRPCSession(context.Background(), k, &cellRun{id: "c1", deadline: time.Now().Add(deadline)})
 }
 
-// request is a well-formed request of cell c1 with the right token.
+// request is a well-formed request of cell c1 signed with the kernel's secret.
 func rpcRequestFor(seq int, tool, args string) []byte {
-	return []byte(fmt.Sprintf(`{"seq":%d,"tool":%q,"token":%q,"cell":"c1","args":%s}`, seq, tool, rpcToken, args))
+	mac := kernelauth.MAC(rpcToken, kernelauth.RPC, fmt.Sprint(seq), "c1", tool, args)
+	return []byte(fmt.Sprintf(`{"seq":%d,"tool":%q,"token":%q,"cell":"c1","args":%s}`, seq, tool, mac, args))
 }

@@ -8,8 +8,8 @@ import (
 
 // The host-side half of the protocol: each function returns one bash script
 // that runs as a single backend command. Scripts carry paths, ids and sizes
-// only; every payload (runner source, env file with the token, cell code)
-// arrives on stdin. Lines the engine reads start with "KD:"; anything else a
+// only; every payload (runner source, the config with the kernel's secret,
+// cell code) arrives on stdin. Lines the engine reads start with "KD:"; anything else a
 // host prints (warnings, shell noise) is kept only for error messages.
 
 // aliveFn defines alive PID: the process exists and is not a zombie (a killed
@@ -21,13 +21,15 @@ const aliveFn = `alive() { kill -0 "$1" 2>/dev/null || return 1; [ -r "/proc/$1/
 var shq = backends.ShellQuote
 
 // spawnScript sets up the owner-only kernel dir, writes the shipped files
-// (sizes: runner.py, kerneldeck_tools.py, kernel.env on stdin) and starts
-// the runner detached, in one round trip. It prints "KD:SPAWNED <pid> <dir>
-// <python>" or "KD:ERR <reason>". python, learnt from an earlier spawn,
-// skips PATH wrappers such as pyenv shims, which cost more than the spawn.
-// A transient kernel gets an unpredictable dir of its own outside the root
-// (the fallback when the root is unusable): mkdir fails on anything planted.
-func spawnScript(tempDir, id, python string, sizes [3]int, readyTimeoutSec int, transient bool) string {
+// (sizes: runner.py and kerneldeck_tools.py on stdin) and starts the runner
+// detached, in one round trip; the rest of stdin, the config line with the
+// kernel's secret, is the runner's own stdin and never touches a file. It
+// prints "KD:SPAWNED <pid> <dir> <python> <confinement>" or "KD:ERR
+// <reason>". python, learnt from an earlier spawn, skips PATH wrappers such
+// as pyenv shims, which cost more than the spawn. A transient kernel gets an
+// unpredictable dir of its own outside the root (the fallback when the root
+// is unusable): mkdir fails on anything planted.
+func spawnScript(tempDir, id, python string, sizes [2]int, readyTimeoutSec int, transient bool) string {
 	rootSetup := `login=$(id -un 2>/dev/null) || login="uid$EUID"
 root="$t/kerneldeck-$login"
 kd="$root/"` + shq(id) + `
@@ -48,7 +50,7 @@ set -u
 export LC_ALL=C
 umask 077
 fail() { printf 'KD:ERR %%s\n' "$*"; exit 3; }
-py=%[7]s
+py=%[6]s
 [ -n "$py" ] && [ -x "$py" ] || py=python3
 command -v "$py" >/dev/null 2>&1 || fail "python3 was not found on PATH on this host; install Python 3.8 or newer"
 t=%[1]s
@@ -60,20 +62,21 @@ while IFS= read -r line; do
   case "$line" in "700 $EUID directory:"*) ;; *) rm -rf -- "$kd"; fail "not owner-only (want 700 $EUID directory): $line";; esac
 done <<<"$modes"
 # head's own message names the cause (e.g. "No space left on device").
-werr=$( { head -c %[3]d >"$kd/runner.py" && head -c %[4]d >"$kd/kerneldeck_tools.py" && head -c %[5]d >"$kd/kernel.env"; } 2>&1 ) || { rm -rf -- "$kd"; fail "cannot write the runner files into $kd: ${werr//$'\n'/; }"; }
+werr=$( { head -c %[3]d >"$kd/runner.py" && head -c %[4]d >"$kd/kerneldeck_tools.py"; } 2>&1 ) || { rm -rf -- "$kd"; fail "cannot write the runner files into $kd: ${werr//$'\n'/; }"; }
 mkfifo "$kd/wake" "$kd/done" "$kd/ready" || { rm -rf -- "$kd"; fail "cannot create FIFOs in $kd"; }
 exec 5<>"$kd/ready"
-( set -a; . "$kd/kernel.env"; set +a; rm -f -- "$kd/kernel.env"; exec "$py" "$kd/runner.py" </dev/null >>"$kd/runner.log" 2>&1 5>&- ) &
+# The runner reads the config line (its secret) from what is left of stdin.
+( PYTHONDONTWRITEBYTECODE=1 exec "$py" "$kd/runner.py" >>"$kd/runner.log" 2>&1 5>&- ) <&0 &
 pid=$!
-if read -r -t %[6]d -u 5 word rpid exe && [ "$word $rpid" = "READY $pid" ]; then
-  printf 'KD:SPAWNED %%s %%s %%s\n' "$pid" "$kd" "$exe"
+if read -r -t %[5]d -u 5 word rpid exe conf && [ "$word $rpid" = "READY $pid" ]; then
+  printf 'KD:SPAWNED %%s %%s %%s %%s\n' "$pid" "$kd" "$exe" "$conf"
   exit 0
 fi
 kill -KILL -- "-$pid" "$pid" 2>/dev/null
 log=$(tail -c 1500 -- "$kd/runner.log" 2>/dev/null | tr '\n' ' ')
 rm -rf -- "$kd"
-fail "runner did not start within %[6]ds: $log"
-`, shq(tempDir), rootSetup, sizes[0], sizes[1], sizes[2], readyTimeoutSec, shq(python))
+fail "runner did not start within %[5]ds: $log"
+`, shq(tempDir), rootSetup, sizes[0], sizes[1], readyTimeoutSec, shq(python))
 }
 
 // cellScript publishes a cell (when publish is set and the cell is not yet
@@ -86,11 +89,13 @@ fail "runner did not start within %[6]ds: $log"
 // tool-call requests: one "KD:RPC <name> <json>" or "KD:RPCBAD <name>
 // <reason>" per request file (each file is removed once printed), then
 // "KD:RPCWAIT".
-func cellScript(dir, cellID string, pid, windowSec int, publish, interrupt, answers bool) string {
+//
+// interruptMAC is the MAC the runner wants on the interrupt line.
+func cellScript(dir, cellID string, pid, windowSec int, publish, interrupt, answers bool, interruptMAC string) string {
 	b2i := map[bool]int{false: 0, true: 1}
 	return fmt.Sprintf(`# kerneldeck:cell
 export LC_ALL=C
-kd=%s; id=%s; pid=%d; w=%d; pub=%d; intr=%d; ans=%d
+kd=%s; id=%s; pid=%d; w=%d; pub=%d; intr=%d; ans=%d; imac=%s
 %s
 cd "$kd/cells" 2>/dev/null || { echo KD:GONE; exit 0; }
 published=0; [ -e "$id.req" ] || [ -e "$id.res" ] && published=1
@@ -108,9 +113,9 @@ elif [ "$pub" = 1 ] && [ ! -e "$id.res" ]; then
 fi
 if [ "$ans" = 1 ]; then
   exec 3<>../wake || { echo KD:LOST; exit 0; }
-  %[11]s
+  %[12]s
 fi
-if [ "$intr" = 1 ]; then exec 3<>../wake && printf 'int %%s\n' "$id" >&3; fi
+if [ "$intr" = 1 ]; then exec 3<>../wake && printf 'int %%s %%s\n' "$id" "$imac" >&3; fi
 exec 4<>../done || { echo KD:LOST; exit 0; }
 n=0
 while :; do
@@ -119,8 +124,8 @@ while :; do
     for f in ../rpc/*.req; do
       nm=${f##*/}; [[ $nm =~ ^[A-Za-z0-9_.-]{1,80}$ ]] || nm='?'
       if [ -f "$f" ] && [ ! -L "$f" ]; then
-        data=; IFS= read -r -N %[9]d data <"$f"
-        if [ ${#data} -gt %[10]d ]; then printf 'KD:RPCBAD %%s oversized:-more-than-%[10]d-bytes\n' "$nm"
+        data=; IFS= read -r -N %[10]d data <"$f"
+        if [ ${#data} -gt %[11]d ]; then printf 'KD:RPCBAD %%s oversized:-more-than-%[11]d-bytes\n' "$nm"
         else data=${data//$'\n'/ }; printf 'KD:RPC %%s %%s\n' "$nm" "${data//$'\r'/ }"; fi
       else printf 'KD:RPCBAD %%s not-a-regular-file\n' "$nm"; fi
       rm -f -- "$f"
@@ -133,7 +138,7 @@ while :; do
   # a byte from the runner wakes us early without using it up.
   IFS= read -r -t 1 -n 1 -u 4 _; [ $? -gt 128 ] && n=$((n + 1))
 done
-`, shq(dir), shq(cellID), pid, windowSec, b2i[publish], b2i[interrupt], b2i[answers], aliveFn, maxRPCFile+1, maxRPCFile, answerLoop)
+`, shq(dir), shq(cellID), pid, windowSec, b2i[publish], b2i[interrupt], b2i[answers], shq(interruptMAC), aliveFn, maxRPCFile+1, maxRPCFile, answerLoop)
 }
 
 // answerLoop writes each tool-call answer on stdin ("SEQ JSON" lines) to
@@ -193,7 +198,7 @@ export LC_ALL=C
 kd=%[1]s; pid=%[2]d
 %[3]s
 gone() { echo "KD:GONE $*"; exit 0; }
-[ -d "$kd" ] && [ ! -L "$kd" ] && [ -O "$kd" ] || gone "no kernel dir $kd"
+[ -d "$kd" ] && [ ! -L "$kd" ] && [ -O "$kd" ] || gone "the runner has exited: no kernel dir $kd"
 for d in "$kd" "$kd/cells" "$kd/rpc"; do
   [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] || gone "$d is not an owner-only dir"
   m=$(stat -c %%a -- "$d") && [ "$m" = 700 ] || gone "$d has mode $m, not 700"

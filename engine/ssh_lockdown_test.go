@@ -119,7 +119,7 @@ func TestSSHLockdownCoTenantCannotReachKernel(t *testing.T) {
 		files = append(files, req)
 	}
 	control := fmt.Sprintf("set -e; ls %[1]s %[2]s %[2]s/cells %[2]s/rpc >/dev/null; cat %[3]s >/dev/null; grep -q %[4]s %[5]s; "+
-		"test -w %[2]s/rpc; test -w %[2]s/cells; test -p %[2]s/wake; test -S %[2]s/sock; test -r /proc/%[6]d/environ; echo CONTROL-OK",
+		"test -w %[2]s/rpc; test -w %[2]s/cells; test -p %[2]s/wake; test -S %[2]s/sock; test -r /proc/%[6]d/stat; echo CONTROL-OK",
 		root, kd, strings.Join(files, " "), secret, spill, pid)
 	if out := h.Host(control); !strings.Contains(out, "CONTROL-OK") {
 		t.Fatalf("A cannot reach its own files, so B's refusals prove nothing: %q", out)
@@ -285,17 +285,16 @@ func (s *argvScanner) matching(sub string) []string {
 	return out
 }
 
-// runnerToken reads a runner's RPC token from its environment, as the
-// kernel's own user through the backend (root could read it directly, but
-// the point is that its owner can and nobody else needs to).
+// runnerToken is the secret of the kernel whose runner is pid, as the
+// engine holds it (no file, environment or argv on the host does).
 func runnerToken(t *testing.T, h *enginetest.Harness, pid int) string {
 	t.Helper()
-	for line := range strings.SplitSeq(h.Host(fmt.Sprintf("tr '\\0' '\\n' </proc/%d/environ", pid)), "\n") {
-		if v, ok := strings.CutPrefix(line, "KERNELDECK_RPC_TOKEN="); ok && len(v) >= 32 {
-			return v
+	for _, k := range h.Eng.Kept() {
+		if k.PID == pid && len(k.Token) >= 32 {
+			return k.Token
 		}
 	}
-	t.Fatalf("no RPC token in the environment of runner %d", pid)
+	t.Fatalf("the engine holds no secret for runner %d", pid)
 	return ""
 }
 
@@ -401,8 +400,8 @@ func TestSSHSecretsStayOutOfTraceEventsAndArgv(t *testing.T) {
 					return nil
 				})
 			}
-			for _, l := range scanner.matching("KERNELDECK_RPC_TOKEN=") {
-				t.Errorf("a process on the host has the token variable in its argv: %q", l)
+			for _, l := range scanner.matching(`"secret"`) {
+				t.Errorf("a process on the host has the runner's config in its argv: %q", l)
 			}
 		})
 	}
@@ -410,7 +409,8 @@ func TestSSHSecretsStayOutOfTraceEventsAndArgv(t *testing.T) {
 
 // A co-tenant cannot make A's kernel call a tool: B (another OS user on the
 // same sshd) tries to plant a request in A's rpc dir and to ring A's wake
-// FIFO, with A's real token even (as if it had leaked). The OS refuses both,
+// FIFO, with a request A's secret really signed even (as if it had leaked).
+// The OS refuses both,
 // nothing B wrote reaches the engine (no rejection, no dispatch), and A's
 // own tool calls go on working.
 func TestSSHLockdownCoTenantCannotPlantToolCalls(t *testing.T) {
@@ -420,7 +420,7 @@ func TestSSHLockdownCoTenantCannotPlantToolCalls(t *testing.T) {
 	tools := []string{"read_file", "write_file"}
 	first := h.Call("a", tools, `import kerneldeck_tools as kt, sys
 R = sys.modules["__main__"].RUNNER
-print(kt.read_file("f"), R.token, R.running)`)
+print(kt.read_file("f"), R.auth.mac("rpc", "77", R.running, "write_file", '{"path": "pwned", "content": "B"}'), R.running)`)
 	fields := strings.Fields(first.Stdout)
 	if first.Status != "success" || len(fields) != 3 || fields[0] != "mine" {
 		t.Fatalf("first cell: %q %q", first.Stdout, first.Traceback)

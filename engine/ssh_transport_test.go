@@ -283,7 +283,7 @@ func TestSSHDropMidCell(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			r := stNewRig(t, srv, u, mode.executeOnly, nil)
 			first := rtExec(t, r.eng, engine.Request{Owner: "drop", Code: "x = 1"})
-			marker := filepath.Join(r.ssh.TempDir(), "ran-"+mode.name+".txt")
+			marker := filepath.Join(first.Kernel.Dir, "ran-"+mode.name+".txt")
 			before := rtSnapshot(r.c)
 			dialsBefore := r.c.Dials()
 
@@ -350,7 +350,7 @@ func TestSSHDropMidCellRepeated(t *testing.T) {
 	u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
 	r := stNewRig(t, srv, u, true, nil)
 	first := rtExec(t, r.eng, engine.Request{Owner: "again", Code: "x = 0"})
-	marker := filepath.Join(r.ssh.TempDir(), "ran-again.txt")
+	marker := filepath.Join(first.Kernel.Dir, "ran-again.txt")
 	const rounds = 8
 	for i := 1; i <= rounds; i++ {
 		code := fmt.Sprintf("import time\nwith open(%q, \"a\") as f:\n    f.write(\"%d\\n\")\ntime.sleep(1.5)\nx += 1\nprint(x)", marker, i)
@@ -424,7 +424,7 @@ func TestSSHHostUnreachable(t *testing.T) {
 	u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
 	r := stNewRig(t, srv, u, false, nil)
 	first := rtExec(t, r.eng, engine.Request{Owner: "away", Code: "x = 1"})
-	marker := filepath.Join(r.ssh.TempDir(), "ran-away.txt")
+	marker := filepath.Join(first.Kernel.Dir, "ran-away.txt")
 	code := fmt.Sprintf("import time\nwith open(%q, \"a\") as f:\n    f.write(\"ran\\n\")\ntime.sleep(8)\nprint(\"late\")", marker)
 	const timeout = 3 * time.Second
 

@@ -388,7 +388,11 @@ func (s *server) parseExecute(f fields, r *request) error {
 		x.Timeout = time.Duration(math.Ceil(secs * float64(time.Second)))
 	}
 	if _, err := engine.NewKey(x.Owner, x.Backend, x.Task, x.Child, x.Tools); err != nil {
-		return fmt.Errorf(`"tools": %w`, err)
+		var ke *engine.KeyError
+		if errors.As(err, &ke) {
+			return fmt.Errorf("%q: %w", ke.Field, err)
+		}
+		return err
 	}
 	r.exec = x
 	return nil

@@ -407,6 +407,8 @@ func build(name string, p palette, b builder) *Theme {
 		engine.EventApprovalRequest:  attention,
 		engine.EventApprovalDecided:  info,
 		engine.EventAdopted:          info,
+		engine.EventUnconfined:       t.Warn,
+		engine.EventRunnerFlood:      t.Error,
 		engine.EventMissed:           t.Warn,
 	}
 

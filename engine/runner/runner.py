@@ -13,9 +13,16 @@ Tool calls (kerneldeck_tools) go the other way: the call writes rpc/SEQ.req
 forwards every request file in rpc/ to the engine over the socket of the
 running cell and removes it; with no socket it rings the done FIFO so that
 the engine's host-side wait collects the files instead. The engine validates
-each request (token, seq, cell) and answers over the socket ("rpc_result")
+each request (its MAC, seq, cell) and answers over the socket ("rpc_result")
 or by writing rpc/SEQ.res and ringing "rpcres SEQ". The calling thread
 blocks on an Event until then: no polling on either side.
+
+Every door authenticates the engine with the kernel's secret, which reaches
+the runner on its stdin and lives only in its memory (see Auth): a socket
+must answer a challenge, and request files, answer files and control lines
+carry a MAC. Other processes of the same login, other kernels included, can
+neither drive this runner nor read it: it is non-dumpable and, where the
+host offers Landlock, confined away from every other kernel's dir.
 
 Each cell id runs at most once, whatever door or how often it is sent: a
 repeated id only waits for (or returns) the one result. Every result is
@@ -42,6 +49,8 @@ import threading
 import time
 import traceback
 import types
+from stat import S_ISDIR as stat_is_dir
+from stat import S_ISLNK as stat_is_link
 from stat import S_ISREG as stat_is_regular
 
 CELL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -52,18 +61,63 @@ RPC_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 RPC_SLACK = 5.0  # seconds a tool call waits past its cell's timeout for the engine's interrupt
 
 
-def _env_int(name, default):
+try:  # the builtin module is far cheaper to import than hashlib (OpenSSL)
+    from _sha2 import sha256 as _sha256
+except ImportError:
     try:
-        return int(os.environ.pop(name, default))
-    except ValueError:
-        return default
+        from _sha256 import sha256 as _sha256
+    except ImportError:
+        from hashlib import sha256 as _sha256
 
 
-def _env_float(name, default):
-    try:
-        return float(os.environ.pop(name, default))
-    except ValueError:
-        return default
+class Auth:
+    """HMAC-SHA256 under the kernel's secret, as internal/kernelauth computes
+    it: kind, a NUL, then each part as "LEN:" and its bytes."""
+
+    def __init__(self, secret):
+        key = bytes(secret)
+        if len(key) > 64:
+            key = _sha256(key).digest()
+        key = key.ljust(64, b"\0")
+        self._inner = bytes(b ^ 0x36 for b in key)
+        self._outer = bytes(b ^ 0x5C for b in key)
+        self.ok = bool(secret)
+
+    def mac(self, kind, *parts):
+        h = _sha256(self._inner)
+        h.update(kind.encode() + b"\0")
+        for p in parts:
+            if isinstance(p, str):
+                p = p.encode("utf-8", "surrogateescape")
+            h.update(b"%d:" % len(p))
+            h.update(p)
+        return _sha256(self._outer + h.digest()).hexdigest()
+
+    def valid(self, mac, kind, *parts):
+        if not self.ok or not isinstance(mac, str) or not mac:
+            return False
+        return _compare(mac.encode(), self.mac(kind, *parts).encode())
+
+    def sign(self, kind, body):
+        """A file's content: its MAC, a space, the body (one line)."""
+        return (self.mac(kind, body) + " ").encode() + body
+
+    def open_signed(self, data, kind, *prefix):
+        """The body of a signed file, or None if its MAC is wrong."""
+        mac, sep, body = data.partition(b" ")
+        if not sep or not self.valid(mac.decode("ascii", "replace"), kind, *(prefix + (body,))):
+            return None
+        return body
+
+
+def _compare(a, b):
+    """Constant-time equality of two byte strings."""
+    if len(a) != len(b):
+        return False
+    diff = 0
+    for x, y in zip(a, b):
+        diff |= x ^ y
+    return diff == 0
 
 
 def write_private(path, data):
@@ -105,13 +159,16 @@ def read_head(path, limit):
 
 
 class Conn:
-    """One engine connection: JSON lines in both directions."""
+    """One engine connection: JSON lines in both directions. Nothing but the
+    challenge is answered until the peer proved it holds the secret."""
 
     def __init__(self, sock):
         self.sock = sock
         self.buf = b""
         self.wlock = threading.Lock()
         self.alive = True
+        self.authed = False
+        self.nonce = os.urandom(16).hex()
 
     def send(self, frame):
         """Send one frame; False if the connection is gone."""
@@ -154,8 +211,8 @@ class RPC:
         (a dict with "ok") or raises TimeoutError."""
         r = self.runner
         try:
-            body = {"tool": tool, "args": args, "token": r.token, "cell": r.running or ""}
-            json.dumps(body)
+            args_json = json.dumps(args)
+            tool_json = json.dumps(tool)
         except (TypeError, ValueError) as e:
             return {"ok": False, "error": "the arguments are not JSON-serializable: %s" % e}
         with self.lock:
@@ -163,9 +220,13 @@ class RPC:
             seq = self.seq
             waiter = [threading.Event(), None]
             self.calls[seq] = waiter
-        body["seq"] = seq
+        cell = r.running or ""
+        # The MAC covers the fields as written, args byte for byte.
+        token = r.auth.mac("rpc", str(seq), cell, tool, args_json)
+        text = '{"seq": %d, "tool": %s, "args": %s, "cell": %s, "token": "%s"}' % (
+            seq, tool_json, args_json, json.dumps(cell), token)
         try:
-            write_private(os.path.join(r.kdir, "rpc", "%d.req" % seq), json.dumps(body).encode())
+            write_private(os.path.join(r.kdir, "rpc", "%d.req" % seq), text.encode())
             os.write(r.wake_fd, b"rpc\n")
             wait = max(1.0, r.cell_deadline - time.monotonic() + RPC_SLACK)
             if not waiter[0].wait(wait):
@@ -210,12 +271,22 @@ class Runner:
         self.ns = {"__name__": "__main__", "__builtins__": builtins}
         self.main_ident = threading.get_ident()
         self.log_fd = None
-        self.token = ""
+        self.auth = Auth(b"")
+        self.confinement = "none:not-tried"
         self.cell_deadline = 0.0
         self.rpc = RPC(self)
         self.rpc_dir = os.path.join(kdir, "rpc")
 
     # ---- lifecycle -------------------------------------------------------
+
+    def log(self, msg):
+        """A line for runner.log: never into a cell's output, which fd 1 is
+        while a cell runs."""
+        fd = self.log_fd if self.log_fd is not None else 1
+        try:
+            os.write(fd, ("kerneldeck runner: %s\n" % msg).encode("utf-8", "replace"))
+        except OSError:
+            pass
 
     def idle_deadline(self):
         return self.last_activity + self.idle_exit + self.margin
@@ -234,7 +305,7 @@ class Runner:
             self.listener.listen(16)
         else:
             # Too long for sun_path: the engine uses the FIFO door only.
-            print("kerneldeck runner: %s is too long for a socket; FIFO only" % sock_path, flush=True)
+            self.log("%s is too long for a socket; FIFO only" % sock_path)
         self.wake_fd = os.open(os.path.join(self.kdir, "wake"), os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         threading.Thread(target=self.io_loop, name="kerneldeck-io", daemon=True).start()
         self.signal_ready()
@@ -262,13 +333,13 @@ class Runner:
         try:
             # sys.executable lets the engine skip PATH wrappers (pyenv shims)
             # on the next spawn; a path with blanks is not reported.
-            exe = sys.executable if sys.executable and " " not in sys.executable else ""
-            os.write(fd, ("READY %d %s\n" % (os.getpid(), exe)).encode())
+            exe = sys.executable if sys.executable and " " not in sys.executable else "-"
+            os.write(fd, ("READY %d %s %s\n" % (os.getpid(), exe, self.confinement)).encode())
         finally:
             os.close(fd)
 
     def exit_idle(self):
-        print("kerneldeck runner: idle for %ds, exiting" % self.idle_exit, flush=True)
+        self.log("idle for %ds, exiting" % self.idle_exit)
         import shutil
 
         shutil.rmtree(self.kdir, ignore_errors=True)
@@ -321,7 +392,9 @@ class Runner:
         except (OSError, AttributeError):
             pass
         sock.settimeout(30)
-        sel.register(sock, selectors.EVENT_READ, Conn(sock))
+        conn = Conn(sock)
+        sel.register(sock, selectors.EVENT_READ, conn)
+        conn.send({"op": "hello", "nonce": conn.nonce})
 
     def on_conn(self, sel, conn):
         try:
@@ -343,7 +416,27 @@ class Runner:
             except ValueError as e:
                 conn.send({"op": "error", "error": "bad frame: %s" % e})
                 continue
+            if not conn.authed:
+                if not self.authenticate(msg, conn):
+                    self.log("refused a connection that did not answer the challenge")
+                    sel.unregister(conn.sock)
+                    conn.alive = False
+                    conn.sock.close()
+                    return
+                continue
             self.on_message(msg, conn)
+
+    def authenticate(self, msg, conn):
+        """The engine answers our challenge with the MAC of our nonce and sends
+        its own, whose MAC we return: both sides prove they hold the secret."""
+        if msg.get("op") != "auth" or not self.auth.valid(msg.get("mac"), "engine", conn.nonce):
+            return False
+        theirs = msg.get("nonce")
+        if not isinstance(theirs, str) or not 16 <= len(theirs) <= 128:
+            return False
+        conn.authed = True
+        conn.send({"op": "auth_ok", "mac": self.auth.mac("runner", theirs)})
+        return True
 
     def on_message(self, msg, conn):
         op = msg.get("op")
@@ -365,16 +458,21 @@ class Runner:
             conn.send({"op": "error", "error": "unknown op %r" % (op,)})
 
     def on_wake(self, line):
-        verb, _, arg = line.partition(" ")
+        verb, _, rest = line.partition(" ")
+        arg, _, mac = rest.partition(" ")
         if verb == "cell" and CELL_ID.match(arg):
             try:
                 with open(os.path.join(self.cells, arg + ".req"), "rb") as f:
-                    req = json.loads(f.read())
+                    body = self.auth.open_signed(f.read(), "req")
+                if body is None:
+                    self.log("refused request %s: not signed by the engine" % arg)
+                    return
+                req = json.loads(body)
                 code = req["code"]
-                if not isinstance(code, str):
-                    raise ValueError("code is not a string")
+                if not isinstance(code, str) or req.get("id") != arg:
+                    raise ValueError("code is not a string, or the id is not the file's")
             except (OSError, ValueError, KeyError, TypeError) as e:
-                print("kerneldeck runner: bad request %s: %s" % (arg, e), flush=True)
+                self.log("bad request %s: %s" % (arg, e))
                 return
             self.submit(Cell(arg, code, False, req.get("timeout")), None)
         elif verb == "rpc":
@@ -383,16 +481,24 @@ class Runner:
             path = os.path.join(self.rpc_dir, arg + ".res")
             try:
                 with open(path, "rb") as f:
-                    response = json.loads(f.read())
+                    body = self.auth.open_signed(f.read(), "ans", arg)
                 os.unlink(path)
+                if body is None:
+                    self.log("refused tool answer %s: not signed by the engine" % arg)
+                    return
+                response = json.loads(body)
             except (OSError, ValueError) as e:
-                print("kerneldeck runner: bad tool response %s: %s" % (arg, e), flush=True)
+                self.log("bad tool response %s: %s" % (arg, e))
                 return
             self.rpc.deliver(int(arg), response)
-        elif verb == "int":
-            self.interrupt(arg)
-        elif verb == "cfg":
-            self.configure(arg)
+        elif verb in ("int", "cfg"):
+            if not self.auth.valid(mac, verb, arg):
+                self.log("refused %s: not signed by the engine" % verb)
+                return
+            if verb == "int":
+                self.interrupt(arg)
+            else:
+                self.configure(arg)
 
     def sweep_rpc(self):
         """Forward every request file in rpc/ to the engine over the running
@@ -497,8 +603,8 @@ class Runner:
                 # The .req file is the record that this id was published, for
                 # whichever door the engine uses next (see cellScript).
                 try:
-                    write_private(os.path.join(self.cells, cell.id + ".req"),
-                                  json.dumps({"id": cell.id, "code": cell.code}).encode())
+                    body = json.dumps({"id": cell.id, "code": cell.code}).encode()
+                    write_private(os.path.join(self.cells, cell.id + ".req"), self.auth.sign("req", body))
                 except OSError as e:
                     self.seen.discard(cell.id)
                     self.pending.discard(cell.id)
@@ -651,8 +757,8 @@ class Runner:
         return "".join(lines)
 
     def finish(self, cid, frame):
-        data = json.dumps(frame)
-        write_private(os.path.join(self.cells, cid + ".res"), data.encode())
+        data = json.dumps(frame).encode()
+        write_private(os.path.join(self.cells, cid + ".res"), self.auth.sign("res", data))
         with self.lock:
             self.last = (cid, frame)
             self.pending.discard(cid)
@@ -685,24 +791,193 @@ def setup_streams():
     sys.path.insert(0, "")  # like the interactive interpreter: the cwd is importable
 
 
+def read_config():
+    """The engine's config line, the rest of the spawn command's stdin: the
+    kernel's secret and settings. stdin is then /dev/null, so nothing of it
+    stays reachable through this process's fds."""
+    data = b""
+    while not data.endswith(b"\n") and len(data) < 4096:
+        try:
+            chunk = os.read(0, 4096 - len(data))
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    try:
+        cfg = json.loads(data)
+        if not isinstance(cfg, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        cfg = {}
+    return cfg
+
+
+def _num(cfg, name, default, kind=float):
+    v = cfg.get(name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        return default
+    return kind(v)
+
+
+# Landlock access rights (linux/landlock.h), by the ABI that added them.
+_LL_FS_ABI1 = (1 << 13) - 1  # execute .. make_sym
+_LL_FS_REFER, _LL_FS_TRUNCATE, _LL_FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+_LL_SCOPE_ABSTRACT_UNIX, _LL_SCOPE_SIGNAL = 1, 2
+_LL_FILE_RIGHTS = (1 << 0) | (1 << 1) | (1 << 2) | _LL_FS_TRUNCATE | _LL_FS_IOCTL_DEV
+
+
+def _unconfined(why):
+    return "none:" + re.sub(r"[^A-Za-z0-9._-]+", "-", why)[:60]
+
+
+def confine(kdir):
+    """Confine this process (and what it starts) with Landlock, before any
+    thread exists: everything stays reachable but the other kernels' dirs
+    under the kernel root (and the temp dir's other kerneldeck-* dirs), and
+    from ABI 6 no signals or abstract sockets leave the domain. Returns
+    "landlock:ABI" or "none:reason"."""
+    try:
+        import ctypes
+    except ImportError:
+        return _unconfined("no ctypes")
+    libc = ctypes.CDLL(None, use_errno=True)
+    sc = libc.syscall
+    sc.restype = ctypes.c_long
+    abi = sc(ctypes.c_long(444), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    if abi < 0:
+        return _unconfined(os.strerror(ctypes.get_errno()))
+    fs = _LL_FS_ABI1 | (_LL_FS_REFER if abi >= 2 else 0) | (_LL_FS_TRUNCATE if abi >= 3 else 0) | (
+        _LL_FS_IOCTL_DEV if abi >= 5 else 0)
+    scoped = (_LL_SCOPE_ABSTRACT_UNIX | _LL_SCOPE_SIGNAL) if abi >= 6 else 0
+
+    class RulesetAttr(ctypes.Structure):
+        _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed", ctypes.c_uint64), ("fd", ctypes.c_int32)]
+
+    attr = RulesetAttr(fs, 0, scoped)
+    size = 24 if abi >= 6 else (16 if abi >= 4 else 8)
+    rs = sc(ctypes.c_long(444), ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if rs < 0:
+        return _unconfined("create ruleset: " + os.strerror(ctypes.get_errno()))
+    try:
+        def allow(path, follow=False):
+            flags = os.O_PATH | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+            try:
+                fd = os.open(path, flags)
+            except OSError:
+                return
+            try:
+                st = os.fstat(fd)
+                if stat_is_link(st.st_mode):
+                    return  # a planted link must not open another kernel's dir
+                rights = fs if stat_is_dir(st.st_mode) else fs & _LL_FILE_RIGHTS
+                rule = PathBeneath(rights, fd)
+                sc(ctypes.c_long(445), ctypes.c_int(rs), ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0))
+            finally:
+                os.close(fd)
+
+        # Walk from / to the kernel dir: at each level allow every entry but
+        # the next one on the way. In the temp dir no kerneldeck-* dir is
+        # allowed, and in the kernel root nothing (its entries are kernels).
+        target = os.path.realpath(kdir)
+        parent = os.path.dirname(target)
+        transient = os.path.basename(target).startswith("kerneldeck-once-")
+        temp = parent if transient else os.path.dirname(parent)
+        here = "/"
+        for name in [p for p in target.split("/") if p][:-1]:
+            if transient or here != parent:
+                try:
+                    entries = os.listdir(here)
+                except OSError as e:
+                    return _unconfined("list %s: %s" % (here, e.strerror))
+                for e in entries:
+                    if e == name or (here == temp and e.startswith("kerneldeck-")):
+                        continue
+                    allow(os.path.join(here, e))
+            here = os.path.join(here, name)
+        if here != parent:
+            return _unconfined("unexpected layout")
+        allow(target, follow=True)
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            return _unconfined("no_new_privs: " + os.strerror(ctypes.get_errno()))
+        if sc(ctypes.c_long(446), ctypes.c_int(rs), ctypes.c_uint32(0)) != 0:
+            return _unconfined("restrict self: " + os.strerror(ctypes.get_errno()))
+    finally:
+        os.close(rs)
+    return "landlock:%d" % abi
+
+
+def start_dir_watcher(kdir):
+    """A small unconfined shell that removes the kernel dir once this runner
+    is gone, however it ends: confined, the runner cannot remove its own dir
+    (that is a change to the kernel root, which is out of its reach). It
+    blocks on a pipe only this process holds open; nothing polls."""
+    r, w = os.pipe()  # both ends close on exec: no cell's child holds w
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        os.posix_spawn("/bin/sh", ["sh", "-c", 'read -r _; rm -rf -- "$1"', "kerneldeck-dir-watch", kdir],
+                       os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, r, 0), (os.POSIX_SPAWN_DUP2, null, 1),
+                                                 (os.POSIX_SPAWN_DUP2, null, 2)])
+    except (OSError, AttributeError):
+        os.close(w)
+        w = -1
+    finally:
+        os.close(r)
+        os.close(null)
+    return w
+
+
+def not_dumpable():
+    """Other processes of this login may not read this runner's memory, fds
+    or environment, nor ptrace it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    except (ImportError, OSError, AttributeError):
+        pass
+
+
 def main():
     global RUNNER
     if sys.version_info < (3, 8):
         sys.stderr.write("kerneldeck runner needs Python >= 3.8, found %s\n" % sys.version.split()[0])
         sys.exit(2)
+    not_dumpable()
+    cfg = read_config()
     setup_streams()
     kdir = os.path.dirname(os.path.abspath(__file__))
-    idle_exit = _env_float("KERNELDECK_IDLE_EXIT", 1800)
+    idle_exit = _num(cfg, "idle_exit", 1800.0)
     runner = Runner(
         kdir,
         idle_exit,
         min(30.0, max(1.0, idle_exit / 4)),
-        _env_int("KERNELDECK_CLIP", 50000),
-        _env_int("KERNELDECK_SPILL_MAX", 5 << 20),
+        _num(cfg, "clip", 50000, int),
+        _num(cfg, "spill_max", 5 << 20, int),
     )
-    # The token stays in this process for the tool module; cells and their
-    # subprocesses never see it in os.environ.
-    runner.token = os.environ.pop("KERNELDECK_RPC_TOKEN", "")
+    secret = cfg.get("secret")
+    try:
+        runner.auth = Auth(bytes.fromhex(secret) if isinstance(secret, str) else b"")
+    except ValueError:
+        runner.auth = Auth(b"")
+    runner.dir_watch = start_dir_watcher(kdir)
+    if cfg.get("confine", True) is False:
+        runner.confinement = _unconfined("turned off by the engine")
+    else:
+        runner.confinement = confine(kdir)
+    tmp = os.path.join(kdir, "tmp")
+    try:
+        os.mkdir(tmp, 0o700)
+    except OSError:
+        pass
+    os.environ["TMPDIR"] = tmp  # the shared temp dir may be out of reach
     try:
         os.setsid()
     except OSError:

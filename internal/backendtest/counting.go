@@ -36,7 +36,7 @@ type Counting interface {
 	// Commands lists the commands in call order (never the stdin payloads).
 	Commands() []string
 	// Frames is the number of frames written on streams dialed through this
-	// Env.
+	// Env, the handshake's excepted (FramesByOp("auth") counts those).
 	Frames() int
 	// FramesByOp counts the written frames whose JSON "op" field is op.
 	FramesByOp(op string) int
@@ -161,7 +161,9 @@ func (c *counting) frame(line []byte) {
 	}
 	json.Unmarshal(line, &f)
 	c.mu.Lock()
-	c.frames++
+	if f.Op != "auth" { // the handshake is per connection, not per cell
+		c.frames++
+	}
 	c.frameOps[f.Op]++
 	c.mu.Unlock()
 }

@@ -232,7 +232,7 @@ func Lifecycle(t *testing.T, newEnv func(t *testing.T) backends.Env) {
 		done := make(chan *engine.Result, 1)
 		// The marker proves the cell runs in the runner, not just that the
 		// engine is about to publish it (a kill before publishing respawns).
-		marker := h.Env.TempDir() + "/started-" + first.Kernel.ID
+		marker := first.Kernel.Dir + "/started"
 		go func() {
 			res, _ := h.Eng.Execute(context.Background(), engine.Request{Owner: "a",
 				Code: fmt.Sprintf("import time\nopen(%q, 'w').close()\ntime.sleep(60)", marker), Timeout: 120 * time.Second})
@@ -268,20 +268,24 @@ func Lifecycle(t *testing.T, newEnv func(t *testing.T) backends.Env) {
 		h := New(t, newEnv(t), nil)
 		res := h.Run("a", "print('hi')", 0)
 		dir := res.Kernel.Dir
-		// The token is in the runner's exec-time environment, readable only by its owner.
-		env := h.Host(fmt.Sprintf("tr '\\0' '\\n' </proc/%d/environ", res.Kernel.PID))
+		// The secret lives in the engine's and the runner's memory only: not
+		// in the runner's environment, argv or any file of its dir.
 		token := ""
-		for line := range strings.SplitSeq(env, "\n") {
-			if v, ok := strings.CutPrefix(line, "KERNELDECK_RPC_TOKEN="); ok {
-				token = v
-			}
+		for _, k := range h.Eng.Kept() {
+			token = k.Token
 		}
 		if len(token) < 32 {
-			t.Fatalf("no RPC token in the runner's environment")
+			t.Fatalf("the engine lists no secret for the kernel")
 		}
-		inCell := h.Run("a", "import os\nprint(os.environ.get('KERNELDECK_RPC_TOKEN'))", 0)
-		if inCell.Stdout != "None\n" {
-			t.Fatalf("cells can read the token from os.environ: %q", inCell.Stdout)
+		if env := h.Host(fmt.Sprintf("cat /proc/%d/environ /proc/%d/cmdline 2>/dev/null; true", res.Kernel.PID, res.Kernel.PID)); strings.Contains(env, token) {
+			t.Fatalf("the secret is in the runner's environment or argv")
+		}
+		if files := strings.TrimSpace(h.Host(fmt.Sprintf("grep -rl %s %s 2>/dev/null; true", token, dir))); files != "" {
+			t.Fatalf("the secret is in files of the kernel dir: %s", files)
+		}
+		inCell := h.Run("a", "import os\nprint('\\n'.join(k + '=' + v for k, v in os.environ.items()))", 0)
+		if inCell.Status != "success" || strings.Contains(inCell.Stdout, token) {
+			t.Fatalf("cells see the secret in os.environ (status %s)", inCell.Status)
 		}
 		modes := h.Host(fmt.Sprintf("cd %s && stat -c '%%a %%n' .. . cells rpc runner.py kerneldeck_tools.py runner.log cells/* sock; ls -a", dir))
 		for line := range strings.SplitSeq(strings.TrimSpace(modes), "\n") {
@@ -393,7 +397,7 @@ func Lifecycle(t *testing.T, newEnv func(t *testing.T) backends.Env) {
 		// Busy until the test interrupts it, not for a fixed time that a
 		// loaded machine could outlast; the marker says the loop (and its
 		// handler) is entered, so the interrupt cannot land before it.
-		marker := h.Env.TempDir() + "/busy-" + busy.Kernel.ID
+		marker := busy.Kernel.Dir + "/busy"
 		go func() {
 			res, _ := h.Eng.Execute(context.Background(), engine.Request{Owner: "busy",
 				Code: fmt.Sprintf("try:\n    open(%q, 'w').close()\n    while True: time.sleep(0.01)\nexcept KeyboardInterrupt:\n    print('survived')", marker)})

@@ -76,18 +76,25 @@ func (h *ToolHarness) WriteWorkspace(name, content string) {
 }
 
 // forgePy defines forge(name, body) in a cell: it writes a request file into
-// the kernel's rpc/ dir the way a forger inside the kernel could, with the
-// runner's real token (TOKEN) and running cell id (CELL) at hand.
+// the kernel's rpc/ dir the way a forger inside the kernel could, holding the
+// runner's own secret: a body whose "token" is TOKEN gets the real MAC of
+// its fields; forge_raw signs raw JSON texts (for arguments no dict holds).
 const forgePy = `
 import json as _j, os as _o, sys as _s
 _R = _s.modules["__main__"].RUNNER
-TOKEN, CELL = _R.token, _R.running
-def forge(name, body):
-    data = body if isinstance(body, str) else _j.dumps(body)
+TOKEN, CELL = "@TOKEN@", _R.running
+def _write(name, data):
     p = _o.path.join(_R.rpc_dir, name)
     with open(p + ".tmp", "w") as f:
         f.write(data)
     _o.replace(p + ".tmp", p)
+def forge_raw(name, seq_raw, tool, args_raw, cell):
+    mac = _R.auth.mac("rpc", seq_raw, cell, tool, args_raw)
+    _write(name, '{"seq": %s, "tool": %s, "args": %s, "cell": %s, "token": "%s"}' % (seq_raw, _j.dumps(tool), args_raw, _j.dumps(cell), mac))
+def forge(name, body):
+    if isinstance(body, dict) and body.get("token") == TOKEN:
+        return forge_raw(name, _j.dumps(body["seq"]), body["tool"], _j.dumps(body["args"]), body["cell"])
+    _write(name, body if isinstance(body, str) else _j.dumps(body))
 import kerneldeck_tools as kt
 `
 
@@ -190,7 +197,7 @@ forge("replay.req", {"seq": 1, "tool": "write_file", "args": {"path": "pwned-rep
 forge("stale.req", {"seq": 902, "tool": "write_file", "args": {"path": "pwned-stale", "content": "x"}, "token": TOKEN, "cell": "c0123456789abcdef"})
 forge("bigargs.req", {"seq": 903, "tool": "write_file", "args": {"path": "pwned-big", "content": "x" * (1 << 20)}, "token": TOKEN, "cell": CELL})
 forge("huge.req", "x" * (3 << 20))
-forge("dupargs.req", '{"seq": 904, "tool": "write_file", "args": {"path": "in.txt", "path": "pwned-dup", "content": "x"}, "token": "%s", "cell": "%s"}' % (TOKEN, CELL))
+forge_raw("dupargs.req", "904", "write_file", '{"path": "in.txt", "path": "pwned-dup", "content": "x"}', CELL)
 forge("casekey.req", '{"seq": 905, "tool": "write_file", "args": {"path": "pwned-case", "content": "x"}, "TOKEN": "%s", "token": "%s", "cell": "%s"}' % ("0" * 64, TOKEN, CELL))
 print(kt.read_file("in.txt"))  # a real call again: the sweep forwards everything
 `)
@@ -418,6 +425,11 @@ print(kt.last_result["stored"]["path"])`)
 			if st.Mode().Perm() != want {
 				t.Fatalf("%s has mode %v, want %v", p, st.Mode().Perm(), want)
 			}
+		}
+		// The stored output goes with its kernel.
+		h.Eng.ShutdownOwner(context.Background(), "a")
+		if _, err := os.Stat(filepath.Dir(stored)); !os.IsNotExist(err) {
+			t.Fatalf("the kernel is gone but its stored output stays: %v", err)
 		}
 	})
 

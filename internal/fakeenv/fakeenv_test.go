@@ -13,6 +13,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/hosttools"
 	"github.com/kerneldeck/kerneldeck/internal/fakeenv"
+	"github.com/kerneldeck/kerneldeck/internal/kernelauth"
 )
 
 func run(t *testing.T, env backends.Env, cmd string, stdin string) (backends.Result, error) {
@@ -202,17 +203,18 @@ func TestHealthyHostSpeaksTheEngineProtocol(t *testing.T) {
 }
 
 func TestParseAnswers(t *testing.T) {
-	got, err := fakeenv.ParseAnswers([]byte("1 {\"ok\":true}\n12 {\"error\":\"no\"}\n"))
-	if err != nil || len(got) != 2 || got[0] != (fakeenv.Answer{Seq: 1, JSON: `{"ok":true}`}) || got[1].Seq != 12 {
+	got, err := fakeenv.ParseAnswers([]byte("1 m1 {\"ok\":true}\n12 m2 {\"error\":\"no\"}\n"))
+	if err != nil || len(got) != 2 || got[0] != (fakeenv.Answer{Seq: 1, JSON: `{"ok":true}`, MAC: "m1"}) || got[1].Seq != 12 {
 		t.Fatalf("ParseAnswers: %+v %v", got, err)
 	}
 	for _, bad := range []string{
-		"",                // ans=1 with nothing to write
-		"1 {\"ok\":true}", // the host's read loop drops a last line without its newline
-		"x {}\n",          // the host skips a line without a numeric seq
-		"-1 {}\n",
-		"1 [1]\n", // the runner delivers objects only
-		"1 {\n",
+		"",                  // ans=1 with nothing to write
+		"1 m {\"ok\":true}", // the host's read loop drops a last line without its newline
+		"x m {}\n",          // the host skips a line without a numeric seq
+		"-1 m {}\n",
+		"1 m [1]\n", // the runner delivers objects only
+		"1 m {\n",
+		"1 {}\n", // no MAC
 	} {
 		if _, err := fakeenv.ParseAnswers([]byte(bad)); err == nil {
 			t.Errorf("ParseAnswers(%q) accepted", bad)
@@ -240,16 +242,23 @@ func TestHostToolCallWaitsAndInterrupts(t *testing.T) {
 		return fakeenv.Outcome{Calls: []fakeenv.ToolCall{{Tool: "t", Args: map[string]int{"n": 1}}}}
 	}
 	spawn := "# kerneldeck:spawn\npy=''\nt='/tmp'\n" + `kd="$t/kerneldeck-once-"'k1'` + "\n" +
-		`head -c 1 >"$kd/runner.py" && head -c 1 >"$kd/kerneldeck_tools.py" && head -c 25 >"$kd/kernel.env"` + "\n"
-	res, err := run(t, env, spawn, "rtKERNELDECK_RPC_TOKEN=tok\n")
-	if err != nil || res.Output != "KD:SPAWNED 4242 /tmp/kerneldeck-once-k1 /usr/bin/python3\n" {
+		`head -c 1 >"$kd/runner.py" && head -c 1 >"$kd/kerneldeck_tools.py";` + "\n"
+	tok := kernelauth.NewSecret()
+	res, err := run(t, env, spawn, `rt{"secret":"`+tok+`"}`+"\n")
+	if err != nil || res.Output != "KD:SPAWNED 4242 /tmp/kerneldeck-once-k1 /usr/bin/python3 landlock:6\n" {
 		t.Fatalf("transient spawn: %q %v", res.Output, err)
 	}
 	cell := func(pub, intr, ans int) string {
-		return fmt.Sprintf("# kerneldeck:cell\nkd='/tmp/kerneldeck-once-k1'; id='c1'; pid=4242; w=1; pub=%d; intr=%d; ans=%d\n", pub, intr, ans)
+		return fmt.Sprintf("# kerneldeck:cell\nkd='/tmp/kerneldeck-once-k1'; id='c1'; pid=4242; w=1; pub=%d; intr=%d; ans=%d; imac='%s'\n",
+			pub, intr, ans, kernelauth.MAC(tok, kernelauth.Interrupt, "c1"))
 	}
-	res, _ = run(t, env, cell(1, 0, 0), `{"id":"c1","code":"x","timeout":3}`)
-	want := `KD:RPC 1.req {"tool":"t","args":{"n":1},"token":"tok","cell":"c1","seq":1}` + "\nKD:RPCWAIT\n"
+	req := `{"id":"c1","code":"x","timeout":3}`
+	if res, _ = run(t, env, cell(1, 0, 0), req); res.Output == "" || strings.Contains(res.Output, "KD:RPC") {
+		t.Fatalf("an unsigned request was taken: %q", res.Output)
+	}
+	res, _ = run(t, env, cell(1, 0, 0), kernelauth.MAC(tok, kernelauth.Request, req)+" "+req)
+	mac := kernelauth.MAC(tok, kernelauth.RPC, "1", "c1", "t", `{"n":1}`)
+	want := `KD:RPC 1.req {"tool":"t","args":{"n":1},"token":"` + mac + `","cell":"c1","seq":1}` + "\nKD:RPCWAIT\n"
 	if res.Output != want {
 		t.Fatalf("publish answered %q, want %q", res.Output, want)
 	}
@@ -259,7 +268,8 @@ func TestHostToolCallWaitsAndInterrupts(t *testing.T) {
 	if res, _ = run(t, env, cell(0, 1, 0), ""); !strings.Contains(res.Output, `"status":"interrupted"`) {
 		t.Fatalf("an interrupt must end a cell waiting for an answer: %q", res.Output)
 	}
-	if res, _ = run(t, env, cell(0, 0, 1), "1 {\"ok\":true}\n"); !strings.HasPrefix(res.Output, "KD:RESULT ") {
+	answer := "1 " + kernelauth.MAC(tok, kernelauth.Answer, "1", `{"ok":true}`) + " {\"ok\":true}\n"
+	if res, _ = run(t, env, cell(0, 0, 1), answer); !strings.HasPrefix(res.Output, "KD:RESULT ") {
 		t.Fatalf("a late answer: %q", res.Output)
 	}
 	k, _ := host.Kernel("k1", 0)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/internal/kernelauth"
 )
 
 // Outcome is what the simulated runner does with one cell.
@@ -102,7 +103,7 @@ type Kernel struct {
 	TempDir string
 	// Transient: a per-call kernel, spawned in <TempDir>/kerneldeck-once-<ID>.
 	Transient bool
-	Token     string // KERNELDECK_RPC_TOKEN from the shipped env file
+	Token     string // the kernel's secret, from the config line on stdin
 	Tools     string // the shipped kerneldeck_tools.py
 	Alive     bool   // the runner process lives
 	DirGone   bool   // the kernel dir was removed (kill, or RemoveDir)
@@ -164,6 +165,8 @@ type Host struct {
 	Login string
 	// Python is the interpreter path spawn reports. Default /usr/bin/python3.
 	Python string
+	// Confinement is what spawned runners report ("landlock:6" when empty).
+	Confinement string
 	// FirstPID is the pid of the first runner; later ones count up. Default 4242.
 	FirstPID int
 	// PendingDelay stands in for the host-side wait before KD:PENDING.
@@ -220,13 +223,17 @@ func (h *Host) Spawn(_ context.Context, c Call) (backends.Result, error) {
 	if k := h.kernels[dir]; k != nil && !k.DirGone {
 		return backends.Result{Output: "KD:ERR cannot create kernel dir " + dir + " (it may already exist)\n", ReturnCode: 3}, nil
 	}
-	token, _ := a.Env("KERNELDECK_RPC_TOKEN")
+	cfg, err := a.RunnerConfig()
+	if err != nil {
+		return errResult(err)
+	}
+	token := cfg.Secret
 	k := &Kernel{ID: a.ID, PID: h.nextPID, Dir: dir, TempDir: a.TempDir, Transient: a.Transient, Token: token,
 		Tools: string(a.Tools), Alive: true, waiting: map[int64]*cellState{}}
 	h.nextPID++
 	h.kernels[dir] = k
 	h.order = append(h.order, k)
-	return backends.Result{Output: fmt.Sprintf("KD:SPAWNED %d %s %s\n", k.PID, k.Dir, h.Python)}, nil
+	return backends.Result{Output: fmt.Sprintf("KD:SPAWNED %d %s %s %s\n", k.PID, k.Dir, cmpOr(h.Python, "-"), cmpOr(h.Confinement, "landlock:6"))}, nil
 }
 
 // Cell answers a cell script the way cellScript and the runner behave.
@@ -257,7 +264,13 @@ func (h *Host) Cell(ctx context.Context, c Call) (backends.Result, error) {
 			Code    string  `json:"code"`
 			Timeout float64 `json:"timeout"`
 		}
-		if err := json.Unmarshal(c.Stdin, &req); err != nil || req.ID != a.ID {
+		mac, body, _ := strings.Cut(string(c.Stdin), " ")
+		if !kernelauth.Valid(k.Token, mac, kernelauth.Request, body) {
+			h.mu.Unlock()
+			// The runner refuses an unsigned request: nothing runs.
+			return Reply("fakeenv: cell request not signed by the engine\nKD:PENDING\n")(ctx, c)
+		}
+		if err := json.Unmarshal([]byte(body), &req); err != nil || req.ID != a.ID {
 			h.mu.Unlock()
 			return Reply("fakeenv: bad cell request on stdin\nKD:PUBFAIL\n")(ctx, c)
 		}
@@ -266,13 +279,20 @@ func (h *Host) Cell(ctx context.Context, c Call) (backends.Result, error) {
 	}
 	if a.Answers {
 		answers, err := ParseAnswers(c.Stdin)
+		if err == nil {
+			for _, an := range answers {
+				if !kernelauth.Valid(k.Token, an.MAC, kernelauth.Answer, fmt.Sprint(an.Seq), an.JSON) {
+					err = fmt.Errorf("fakeenv: answer %d not signed by the engine", an.Seq)
+				}
+			}
+		}
 		if err != nil {
 			h.mu.Unlock()
 			return errResult(err)
 		}
 		h.deliverLocked(k, answers)
 	}
-	if a.Interrupt {
+	if a.Interrupt && kernelauth.Valid(k.Token, a.InterruptMAC, kernelauth.Interrupt, a.ID) {
 		k.Rings = append(k.Rings, "int "+a.ID)
 		if cs != nil {
 			h.interruptLocked(cs)
@@ -306,7 +326,7 @@ func (h *Host) Cell(ctx context.Context, c Call) (backends.Result, error) {
 func (h *Host) answerLocked(k *Kernel, cs *cellState) (string, bool) {
 	if cs != nil && cs.result != nil {
 		line, _ := json.Marshal(cs.result)
-		return "KD:RESULT " + string(line) + "\n", true
+		return "KD:RESULT " + kernelauth.MAC(k.Token, kernelauth.Result, string(line)) + " " + string(line) + "\n", true
 	}
 	if len(k.rpcFiles) > 0 {
 		var b strings.Builder
@@ -361,17 +381,18 @@ func (h *Host) advanceLocked(cs *cellState) {
 			if args == nil {
 				args = map[string]any{}
 			}
-			b, err := json.Marshal(struct {
-				Tool  string `json:"tool"`
-				Args  any    `json:"args"`
-				Token string `json:"token"`
-				Cell  string `json:"cell"`
-				Seq   int64  `json:"seq"`
-			}{call.Tool, args, cmpOr(call.Token, k.Token), cmpOr(call.Cell, cs.rec.ID), seq})
+			argsJSON, err := json.Marshal(args)
 			if err != nil {
 				panic("fakeenv: tool call args: " + err.Error())
 			}
-			data = string(b)
+			cell := cmpOr(call.Cell, cs.rec.ID)
+			token := call.Token
+			if token == "" {
+				token = kernelauth.MAC(k.Token, kernelauth.RPC, fmt.Sprint(seq), cell, call.Tool, string(argsJSON))
+			}
+			tool, _ := json.Marshal(call.Tool)
+			cellJSON, _ := json.Marshal(cell)
+			data = fmt.Sprintf(`{"tool":%s,"args":%s,"token":%q,"cell":%s,"seq":%d}`, tool, argsJSON, token, cellJSON, seq)
 		}
 		k.rpcFiles = append(k.rpcFiles, rpcFile{name: fmt.Sprintf("%d.req", seq), data: data})
 		cs.rec.Requests++
@@ -474,8 +495,14 @@ func (h *Host) Ring(_ context.Context, c Call) (backends.Result, error) {
 	if k == nil || k.DirGone || !k.Alive {
 		return backends.Result{Output: "KD:DEAD\n"}, nil
 	}
-	k.Rings = append(k.Rings, a.Line)
-	if id, ok := strings.CutPrefix(a.Line, "int "); ok {
+	verb, rest, _ := strings.Cut(a.Line, " ")
+	arg, mac, _ := strings.Cut(rest, " ")
+	if !kernelauth.Valid(k.Token, mac, kernelauth.Kind(verb), arg) {
+		return backends.Result{Output: "KD:OK\n"}, nil // written, and refused by the runner
+	}
+	line := verb + " " + arg
+	k.Rings = append(k.Rings, line)
+	if id, ok := strings.CutPrefix(line, "int "); ok {
 		if cs := h.cells[cellKey(k.Dir, id)]; cs != nil {
 			h.interruptLocked(cs)
 		}

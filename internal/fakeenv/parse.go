@@ -33,10 +33,12 @@ type SpawnArgs struct {
 	// in the temp dir.
 	Transient bool
 	Python    string // interpreter learnt from an earlier spawn, or ""
-	Sizes     [3]int // byte lengths of runner.py, kerneldeck_tools.py, kernel.env on stdin
+	Sizes     [2]int // byte lengths of runner.py and kerneldeck_tools.py on stdin
 	Runner    []byte
 	Tools     []byte
-	EnvFile   []byte
+	// Config is the rest of stdin: the runner's config line, with the
+	// kernel's secret.
+	Config []byte
 }
 
 // Dir returns the kernel dir the script creates on a host where the login
@@ -48,14 +50,27 @@ func (a SpawnArgs) Dir(login string) string {
 	return path.Join(a.TempDir, "kerneldeck-"+login, a.ID)
 }
 
-// Env returns the value of name in the env file, and whether it is set.
-func (a SpawnArgs) Env(name string) (string, bool) {
-	for line := range strings.SplitSeq(string(a.EnvFile), "\n") {
-		if v, ok := strings.CutPrefix(line, name+"="); ok {
-			return v, true
-		}
+// RunnerConfig is the config line a runner reads on its stdin.
+type RunnerConfig struct {
+	Secret   string  `json:"secret"`
+	IdleExit float64 `json:"idle_exit"`
+	Clip     int     `json:"clip"`
+	SpillMax int     `json:"spill_max"`
+	Confine  bool    `json:"confine"`
+}
+
+// RunnerConfig parses the config line; an error means the engine shipped
+// something a runner cannot read.
+func (a SpawnArgs) RunnerConfig() (RunnerConfig, error) {
+	var c RunnerConfig
+	line, rest, ok := strings.Cut(string(a.Config), "\n")
+	if !ok || rest != "" {
+		return c, fmt.Errorf("fakeenv: the config is not one line: %q", a.Config)
 	}
-	return "", false
+	if err := json.Unmarshal([]byte(line), &c); err != nil {
+		return c, fmt.Errorf("fakeenv: config line: %w", err)
+	}
+	return c, nil
 }
 
 var (
@@ -65,7 +80,7 @@ var (
 	// ... a transient one's directly in the temp dir.
 	spawnOnceID = regexp.MustCompile(`(?m)^kd="\$t/kerneldeck-once-"` + quoted + `$`)
 	spawnPython = regexp.MustCompile(`(?m)^py=` + quoted + `$`)
-	spawnSizes  = regexp.MustCompile(`head -c (\d+) >"\$kd/runner\.py" && head -c (\d+) >"\$kd/kerneldeck_tools\.py" && head -c (\d+) >"\$kd/kernel\.env"`)
+	spawnSizes  = regexp.MustCompile(`head -c (\d+) >"\$kd/runner\.py" && head -c (\d+) >"\$kd/kerneldeck_tools\.py";`)
 )
 
 // ParseSpawn reads a "# kerneldeck:spawn" script (either dir shape) and
@@ -88,7 +103,7 @@ func ParseSpawn(command string, stdin []byte) (SpawnArgs, error) {
 	}
 	a.TempDir, a.ID, a.Python = unq(t[1]), unq(id[1]), unq(py[1])
 	total := 0
-	for i := range 3 {
+	for i := range 2 {
 		a.Sizes[i], _ = strconv.Atoi(sz[i+1])
 		total += a.Sizes[i]
 	}
@@ -97,7 +112,7 @@ func ParseSpawn(command string, stdin []byte) (SpawnArgs, error) {
 	}
 	a.Runner = stdin[:a.Sizes[0]]
 	a.Tools = stdin[a.Sizes[0] : a.Sizes[0]+a.Sizes[1]]
-	a.EnvFile = stdin[a.Sizes[0]+a.Sizes[1] : total]
+	a.Config = stdin[total:]
 	return a, nil
 }
 
@@ -109,12 +124,14 @@ type CellArgs struct {
 	Window    int // seconds the host waits for the result
 	Publish   bool
 	Interrupt bool
-	// Answers: stdin holds tool-call answers, lines "SEQ JSON" (see
+	// Answers: stdin holds tool-call answers, lines "SEQ MAC JSON" (see
 	// ParseAnswers), instead of the cell request.
 	Answers bool
+	// InterruptMAC is the MAC rung with the interrupt.
+	InterruptMAC string
 }
 
-var cellVars = regexp.MustCompile(`(?m)^kd=` + quoted + `; id=` + quoted + `; pid=(\d+); w=(\d+); pub=([01]); intr=([01]); ans=([01])$`)
+var cellVars = regexp.MustCompile(`(?m)^kd=` + quoted + `; id=` + quoted + `; pid=(\d+); w=(\d+); pub=([01]); intr=([01]); ans=([01]); imac=` + quoted + `$`)
 
 // ParseCell reads a "# kerneldeck:cell" script.
 func ParseCell(command string) (CellArgs, error) {
@@ -127,14 +144,17 @@ func ParseCell(command string) (CellArgs, error) {
 	a.PID, _ = strconv.Atoi(m[3])
 	a.Window, _ = strconv.Atoi(m[4])
 	a.Publish, a.Interrupt, a.Answers = m[5] == "1", m[6] == "1", m[7] == "1"
+	a.InterruptMAC = unq(m[8])
 	return a, nil
 }
 
 // Answer is one tool-call answer line of a cell script's stdin: the runner
-// hands JSON (an object) to the call with sequence number Seq.
+// hands JSON (an object) to the call with sequence number Seq, if MAC is
+// the engine's.
 type Answer struct {
 	Seq  int64
 	JSON string
+	MAC  string
 }
 
 var answerSeq = regexp.MustCompile(`^[0-9]{1,18}$`)
@@ -154,7 +174,8 @@ func ParseAnswers(stdin []byte) ([]Answer, error) {
 	}
 	var out []Answer
 	for line := range strings.SplitSeq(strings.TrimSuffix(s, "\n"), "\n") {
-		seq, body, _ := strings.Cut(line, " ")
+		seq, signed, _ := strings.Cut(line, " ")
+		mac, body, _ := strings.Cut(signed, " ")
 		if !answerSeq.MatchString(seq) {
 			return nil, fmt.Errorf("fakeenv: answer line %.80q has no valid seq; the host would skip it", line)
 		}
@@ -163,7 +184,7 @@ func ParseAnswers(stdin []byte) ([]Answer, error) {
 			return nil, fmt.Errorf("fakeenv: answer %s is not a JSON object: %.80q", seq, body)
 		}
 		n, _ := strconv.ParseInt(seq, 10, 64)
-		out = append(out, Answer{Seq: n, JSON: body})
+		out = append(out, Answer{Seq: n, JSON: body, MAC: mac})
 	}
 	return out, nil
 }
@@ -217,4 +238,11 @@ func ParseFetch(command string) (path string, max int, err error) {
 	}
 	max, _ = strconv.Atoi(m[1])
 	return unq(m[2]), max, nil
+}
+
+// RequestBody is the cell request a cell script's stdin publishes, without
+// its MAC ("MAC JSON").
+func RequestBody(stdin []byte) []byte {
+	_, body, _ := strings.Cut(string(stdin), " ")
+	return []byte(body)
 }
