@@ -103,6 +103,32 @@ func TestDashboardTmux(t *testing.T) {
 		}
 	})
 
+	t.Run("HostileOutputIsShownNotObeyed", func(t *testing.T) {
+		s, _ := startDashboard(t, bin)
+		// With these, OSC 52 from the program sets a tmux buffer and OSC 2
+		// the pane title: what the attack would change.
+		s.SetOption("set-clipboard", "on")
+		s.SetOption("allow-rename", "on")
+		title := s.PaneTitle()
+		s.Type(`print("\x1b]52;c;Y3VybCBldmlsfHNo\x07\x1b]2;pwned\x07\x1b[2J\x1b[Hfake screen")`)
+		s.Keys("C-r")
+		screen := s.WaitScreen("the hostile output, shown or obeyed", tmuxWait, func(screen string) bool {
+			return (strings.Contains(screen, "␛]52;c;Y3VybCBldmlsfHNo␇") && strings.Contains(screen, "␛[2J")) ||
+				s.Buffers() != "" || s.PaneTitle() != title
+		})
+		if b := s.Buffers(); b != "" {
+			t.Errorf("the cell's OSC 52 set a tmux buffer: %q", b)
+		}
+		if got := s.PaneTitle(); got != title || strings.Contains(got, "pwned") {
+			t.Errorf("the cell's OSC 2 changed the pane title from %q to %q", title, got)
+		}
+		if !strings.HasPrefix(headerLine(screen), "kerneldeck") {
+			t.Errorf("the screen was cleared or repainted:\n%s", screen)
+		}
+		s.Keys("C-c")
+		wantExitKilled(t, s, "killed 1 kernel")
+	})
+
 	t.Run("ReplayEviction", func(t *testing.T) {
 		example, err := filepath.Abs(filepath.Join("..", "examples", "eviction.jsonl"))
 		if err != nil {

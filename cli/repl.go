@@ -75,6 +75,7 @@ Examples:
 type replCmd struct {
 	eng         engineFlags
 	owner, task string
+	raw         bool
 }
 
 func (c *replCmd) flags() *flagSet {
@@ -91,6 +92,8 @@ func (c *replCmd) flags() *flagSet {
 	fs.section("REPL flags:")
 	fs.Func("owner", "the kernel's owner `O` (default $USER, else \"me\")", nonEmpty("owner", &c.owner))
 	fs.Func("task", "the kernel's task `T` (default \"default\")", nonEmpty("task", &c.task))
+	fs.Bool(&c.raw, "raw-output", "write what the kernel prints as it is, escape sequences included (default: on a "+
+		"terminal, escape sequences are shown, not obeyed, and plain colours kept)")
 	c.eng.register(fs)
 	return fs
 }
@@ -137,6 +140,12 @@ func defaultOwner() string {
 // stdinIsTerminal decides whether prompts are shown, like Python.
 func stdinIsTerminal(stdin io.Reader) bool {
 	f, ok := stdin.(*os.File)
+	return ok && term.IsTerminal(f.Fd())
+}
+
+// isTerminal reports whether w is a terminal, where escape sequences act.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(f.Fd())
 }
 
@@ -196,6 +205,7 @@ func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	}
 	runErr := repl.Run(ctx, eng, std.in, std.out, std.err, repl.Options{
 		Owner: c.owner, Task: c.task, Backend: uri, Interrupts: interrupts, Prompt: interactive,
+		CleanOut: !c.raw && isTerminal(std.out), CleanErr: !c.raw && isTerminal(std.err),
 	})
 	signaled := ctx.Err() != nil
 	stop()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/termtext"
 )
 
 // Prompts, as in Python.
@@ -44,6 +45,10 @@ type Options struct {
 	// Prompt prints the ">>> " and "... " prompts on out. Callers set it
 	// when the input is a terminal (kerneldeck repl does), like Python.
 	Prompt bool
+	// CleanOut and CleanErr show escape sequences in what is written to out
+	// and errOut instead of passing them to the terminal (plain colours are
+	// kept). Callers set each when that output is a terminal.
+	CleanOut, CleanErr bool
 }
 
 // Run reads blocks from in and runs each in the kernel until in ends, then
@@ -64,7 +69,8 @@ func Run(ctx context.Context, eng *engine.Engine, in io.Reader, out, errOut io.W
 	// One lock for both: they are often the same terminal, and the streamer
 	// writes while the session may report an interrupt.
 	var mu sync.Mutex
-	r := &session{eng: eng, opts: opts, out: &stickyWriter{mu: &mu, w: out}, errOut: &stickyWriter{mu: &mu, w: errOut}}
+	r := &session{eng: eng, opts: opts, out: &stickyWriter{mu: &mu, w: out, clean: opts.CleanOut},
+		errOut: &stickyWriter{mu: &mu, w: errOut, clean: opts.CleanErr}}
 	lines, stop := readLines(in)
 	defer stop()
 	return r.loop(ctx, lines)
@@ -447,10 +453,12 @@ func (s *streamer) close() [2]streamed {
 
 // stickyWriter remembers the first write error and drops later writes, so
 // a broken output stops the REPL at its next step rather than mid-cell.
+// With clean, escape sequences are shown rather than written.
 type stickyWriter struct {
-	mu  *sync.Mutex
-	w   io.Writer
-	err error
+	mu    *sync.Mutex
+	w     io.Writer
+	err   error
+	clean bool
 }
 
 func (w *stickyWriter) Write(p []byte) (int, error) {
@@ -458,6 +466,13 @@ func (w *stickyWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	if w.err != nil {
 		return 0, w.err
+	}
+	if w.clean {
+		if _, err := io.WriteString(w.w, termtext.Clean(string(p), true)); err != nil {
+			w.err = err
+			return 0, err
+		}
+		return len(p), nil
 	}
 	n, err := w.w.Write(p)
 	w.err = err

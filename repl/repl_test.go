@@ -296,12 +296,13 @@ func waitFile(t *testing.T, path string) {
 
 func TestInterruptRunningCell(t *testing.T) {
 	forBothPaths(t, func(t *testing.T, eng *engine.Engine) {
+		// The cell marks when its code runs, so the interrupt lands in the
+		// sleep rather than before the code starts. The dir exists before the
+		// kernel does: a confined kernel reaches only what it saw at start.
+		mark := filepath.Join(t.TempDir(), "sleeping")
 		p := startREPL(t, eng, false)
 		p.type_("x = 7; print('set')\n")
 		p.out.waitFor(t, "set\n", 20*time.Second)
-		// The cell marks when its code runs, so the interrupt lands in the
-		// sleep rather than before the code starts.
-		mark := filepath.Join(t.TempDir(), "sleeping")
 		p.type_(fmt.Sprintf("import time; open(%q, 'w').close(); time.sleep(30); print('slept')\n", mark))
 		waitFile(t, mark)
 		start := time.Now()
@@ -451,5 +452,27 @@ func TestContextEndsRun(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("Run did not return when its context ended")
+	}
+}
+
+// TestCleanOutput: with CleanOut/CleanErr (a terminal), what the kernel
+// prints reaches the writers with its escape sequences shown, not obeyed;
+// without them (a pipe), byte for byte.
+func TestCleanOutput(t *testing.T) {
+	eng := newEngine(t, true)
+	code := `import sys; print("\x1b]52;c;eA==\x07\x1b[2J\x1b[31mred\x1b[0m"); _ = sys.stderr.write("\x1b]2;t\x07\n")` + "\n"
+	for _, clean := range []bool{true, false} {
+		var out, errOut bytes.Buffer
+		err := Run(context.Background(), eng, strings.NewReader(code), &out, &errOut, Options{Owner: fmt.Sprint(clean), CleanOut: clean, CleanErr: clean})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wantErr := "\x1b]52;c;eA==\x07\x1b[2J\x1b[31mred\x1b[0m\n", "\x1b]2;t\x07\n"
+		if clean {
+			want, wantErr = "␛]52;c;eA==␇␛[2J\x1b[31mred\x1b[0m\n", "␛]2;t␇\n"
+		}
+		if out.String() != want || errOut.String() != wantErr {
+			t.Errorf("clean %v: stdout %q stderr %q, want %q and %q", clean, out.String(), errOut.String(), want, wantErr)
+		}
 	}
 }

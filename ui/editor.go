@@ -170,7 +170,7 @@ func (p *EditorPane) Update(msg tea.Msg) tea.Cmd {
 // View renders the target line and the text area, or the target form.
 func (p *EditorPane) View() string {
 	t := p.ctx.Theme
-	lines := []string{t.Muted.Render("target ") + t.Bold.Render(p.target.String())}
+	lines := []string{t.Muted.Render("target ") + t.Bold.Render(plain(p.target.String()))}
 	if p.form != nil {
 		lines = append(lines, p.form.view()...)
 	} else {

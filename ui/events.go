@@ -77,7 +77,7 @@ func (p *EventsPane) scrolled() tea.Cmd {
 // Title implements Pane.
 func (p *EventsPane) Title() string {
 	if p.filterBy != "" {
-		return "Events · " + p.filterBy
+		return "Events · " + plain(p.filterBy)
 	}
 	return "Events"
 }
@@ -172,11 +172,11 @@ func (p *EventsPane) redraw() {
 func (p *EventsPane) draw(ev engine.Event, w int) []string {
 	t := p.ctx.Theme
 	const lead = 9 + 19 + 13 // time, type, owner columns
-	detail := ev.Detail
+	detail := plain(ev.Detail)
 	if ev.Kernel != "" {
-		detail = ev.Kernel + ": " + detail
+		detail = plain(ev.Kernel) + ": " + detail
 	}
-	first := t.Muted.Render(ev.Time.Format("15:04:05")) + " " + t.EventStyle(ev.Type).Render(fit(string(ev.Type), 18)) + " " + fit(ev.Owner, 12) + " "
+	first := t.Muted.Render(ev.Time.Format("15:04:05")) + " " + t.EventStyle(ev.Type).Render(fit(plain(string(ev.Type)), 18)) + " " + fit(plain(ev.Owner), 12) + " "
 	var chunk []string
 	if w-lead >= 20 {
 		wrapped := wordWrapLines(detail, w-lead)

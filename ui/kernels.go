@@ -93,18 +93,18 @@ var kernelColumns = []kernelColumn{
 		return fmt.Sprint(k.PID), nil
 	}},
 	{"BACKEND", 14, func(_ *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
-		return k.Backend, nil
+		return plain(k.Backend), nil
 	}},
 	{"TOOLS", 0, func(_ *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
-		return strings.Join(k.Tools, ","), nil
+		return plain(strings.Join(k.Tools, ",")), nil
 	}},
 }
 
 func taskLabel(k *engine.KernelInfo) string {
 	if k.Child != "" {
-		return k.Task + "/" + k.Child
+		return plain(k.Task + "/" + k.Child)
 	}
-	return k.Task
+	return plain(k.Task)
 }
 
 // KernelsPane lists the kernels grouped by owner, with their state and
@@ -438,12 +438,12 @@ func (p *KernelsPane) renderRow(r *kernelRow, now time.Time) string {
 		g := r.gone
 		task, state, timer, reap := kernelColumns[0].width, kernelColumns[1].width, kernelColumns[2].width, kernelColumns[3].width
 		return "  " + fit(taskLabel(&g.info), task-1) + " " + t.StateDead.Render(fit(string(engine.StateDead), state-1)) + " " +
-			t.Muted.Render(fit(short(now.Sub(g.at))+" ago", timer+reap-1)+" "+g.reason)
+			t.Muted.Render(fit(short(now.Sub(g.at))+" ago", timer+reap-1)+" "+plain(g.reason))
 	default:
 		mark := "▾"
 		if r.folded {
 			mark = "▸"
 		}
-		return t.Owner.Render(fmt.Sprintf("%s %s", mark, r.owner)) + t.Muted.Render("  "+english.Count(r.count, "kernel"))
+		return t.Owner.Render(fmt.Sprintf("%s %s", mark, plain(r.owner))) + t.Muted.Render("  "+english.Count(r.count, "kernel"))
 	}
 }

@@ -7,7 +7,17 @@ import (
 
 	"github.com/charmbracelet/bubbles/viewport"
 	"github.com/charmbracelet/x/ansi"
+
+	"github.com/kerneldeck/kerneldeck/internal/termtext"
 )
+
+// output is text from a kernel (cell output, tracebacks, notes) made safe
+// for the terminal: escape sequences shown, not obeyed; plain colours kept.
+func output(s string) string { return termtext.Clean(s, true) }
+
+// plain is a name or message from outside (owners, tasks, event details,
+// errors) made safe for the terminal, with no escape kept at all.
+func plain(s string) string { return termtext.Clean(s, false) }
 
 // fit pads or cuts s (which may hold ANSI styles) to exactly w cells.
 func fit(s string, w int) string {

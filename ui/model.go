@@ -92,6 +92,7 @@ type Model struct {
 	idleExit   time.Duration
 	backends   []string
 	backendOK  map[string]string // URI -> "ok" or the last transport error
+	unconfined map[string]bool   // URI -> its runners cannot confine themselves (Landlock)
 	reasons    map[string]string // kernel id -> why it left the registry
 	approvals  []engine.Event    // pending approval requests, oldest first
 	runs       map[*cellRun]bool // cells started here and still running
@@ -126,15 +127,16 @@ func New(opts Options) *Model {
 	runCtx, cancel := context.WithCancel(context.Background())
 	m := &Model{
 		ctx: ctx, eng: opts.Engine, events: opts.Events, inbox: newInbox(), runCtx: runCtx, cancel: cancel,
-		tick:      opts.TickEvery,
-		kernels:   newKernelsPane(ctx),
-		editor:    newEditorPane(ctx, target),
-		output:    newOutputPane(ctx),
-		evPane:    newEventsPane(ctx),
-		backends:  backendsList,
-		backendOK: map[string]string{},
-		reasons:   map[string]string{},
-		runs:      map[*cellRun]bool{},
+		tick:       opts.TickEvery,
+		kernels:    newKernelsPane(ctx),
+		editor:     newEditorPane(ctx, target),
+		output:     newOutputPane(ctx),
+		evPane:     newEventsPane(ctx),
+		backends:   backendsList,
+		backendOK:  map[string]string{},
+		unconfined: map[string]bool{},
+		reasons:    map[string]string{},
+		runs:       map[*cellRun]bool{},
 	}
 	ctx.act = m.action
 	if m.tick == 0 {
@@ -303,9 +305,9 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 }
 
 func (m *Model) setStatus(s string, err error) {
-	m.status, m.statusErr = s, err != nil
+	m.status, m.statusErr = plain(s), err != nil
 	if err != nil {
-		m.status = s + ": " + err.Error()
+		m.status = plain(s + ": " + err.Error())
 	}
 }
 
@@ -335,6 +337,8 @@ func (m *Model) onEvents(evs []engine.Event) {
 		}
 		if b := backendOfKey(ev.Key); b != "" {
 			switch ev.Type {
+			case engine.EventUnconfined:
+				m.unconfined[b] = true
 			case engine.EventTransportError:
 				m.backendOK[b] = ev.Detail
 			case engine.EventSpawned, engine.EventReconnected, engine.EventCellFinished:
@@ -678,7 +682,10 @@ func (m *Model) headerView() string {
 		case ok:
 			mark = t.Error.Render("✗")
 		}
-		b.WriteString("  " + mark + " " + uri)
+		b.WriteString("  " + mark + " " + plain(uri))
+		if m.unconfined[uri] {
+			b.WriteString(t.Warn.Render(" (unconfined)"))
+		}
 	}
 	return b.String()
 }
@@ -694,10 +701,10 @@ func (m *Model) approvalView(w, h int) string {
 		t.PromptTitle.Render(fmt.Sprintf("Approval needed (%d pending)", len(m.approvals))),
 		t.HelpKey.Render("o") + " approve once  " + t.HelpKey.Render("a") + " always for this owner  " + t.HelpKey.Render("d") + " deny",
 	}
-	lines = append(lines, wordWrapLines(fmt.Sprintf("owner %s (kernel %s) wants to call %s with:", a.Owner, a.Kernel, a.Tool), inner)...)
+	lines = append(lines, wordWrapLines(plain(fmt.Sprintf("owner %s (kernel %s) wants to call %s with:", a.Owner, a.Kernel, a.Tool)), inner)...)
 	// Long runs of spaces (the only white space compact JSON leaves raw) are
 	// counted instead of drawn, so padding cannot push the rest out of view.
-	shown := spaceRun.ReplaceAllStringFunc(string(a.Args), func(run string) string {
+	shown := spaceRun.ReplaceAllStringFunc(plain(string(a.Args)), func(run string) string {
 		return fmt.Sprintf("⟪%d spaces⟫", len(run))
 	})
 	args := wrapLines(shown, inner)

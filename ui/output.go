@@ -48,13 +48,13 @@ func (c *wrapCache) wrap(text string, w int) []string {
 	if i := strings.LastIndexByte(text[c.done:], '\n'); i >= 0 {
 		end := c.done + i
 		for line := range strings.SplitSeq(text[c.done:end], "\n") {
-			c.lines = append(c.lines, wrapLine(line, w)...)
+			c.lines = append(c.lines, wrapLine(output(line), w)...)
 		}
 		c.done = end + 1
 	}
 	lines := c.lines[:len(c.lines):len(c.lines)]
 	if tail := text[c.done:]; tail != "" {
-		return append(lines, wrapLine(tail, w)...)
+		return append(lines, wrapLine(output(tail), w)...)
 	}
 	// Like wrapLines: trailing newlines make no lines, and nothing is one
 	// empty line.
@@ -103,7 +103,7 @@ func (p *OutputPane) scrolled() tea.Cmd {
 }
 
 // Title implements Pane.
-func (p *OutputPane) Title() string { return "Output · " + p.target.Owner + "/" + p.target.Task }
+func (p *OutputPane) Title() string { return "Output · " + plain(p.target.Owner+"/"+p.target.Task) }
 
 // ShortHelp implements help.KeyMap.
 func (p *OutputPane) ShortHelp() []key.Binding {
@@ -175,7 +175,7 @@ func (p *OutputPane) runLines(r *cellRun, w int) []string {
 	}
 	t := p.ctx.Theme
 	head := fmt.Sprintf("[%d] ", r.seq)
-	first, _, _ := strings.Cut(strings.TrimSpace(r.code), "\n")
+	first, _, _ := strings.Cut(strings.TrimSpace(plain(r.code)), "\n")
 	var lines []string
 	switch {
 	case r.running:
@@ -195,25 +195,25 @@ func (p *OutputPane) runLines(r *cellRun, w int) []string {
 			lines = append(lines, t.Warn.Render(l))
 		}
 	} else {
-		lines = append(lines, wrapLines(r.res.Stdout, w)...)
-		for _, l := range wrapLines(r.res.Stderr, w) {
+		lines = append(lines, wrapLines(output(r.res.Stdout), w)...)
+		for _, l := range wrapLines(output(r.res.Stderr), w) {
 			lines = append(lines, t.Warn.Render(l))
 		}
-		for _, l := range wrapLines(r.res.Traceback, w) {
+		for _, l := range wrapLines(output(r.res.Traceback), w) {
 			lines = append(lines, t.Error.Render(l))
 		}
 		if r.res.StdoutClipped || r.res.StderrClipped {
-			lines = append(lines, t.Muted.Render("clipped; full output: "+strings.TrimSpace(r.res.SpillPath+" "+r.res.StderrSpillPath)))
+			lines = append(lines, t.Muted.Render("clipped; full output: "+plain(strings.TrimSpace(r.res.SpillPath+" "+r.res.StderrSpillPath))))
 		}
 		if k := r.res.Kernel; k != nil && k.Note != "" {
-			lines = append(lines, t.Warn.Render("note: "+k.Note))
+			lines = append(lines, t.Warn.Render("note: "+plain(k.Note)))
 		}
 		if r.res.Fallback != "" {
-			lines = append(lines, t.Warn.Render("ran without a persistent kernel ("+r.res.Fallback+")"))
+			lines = append(lines, t.Warn.Render("ran without a persistent kernel ("+plain(r.res.Fallback)+")"))
 		}
 	}
 	if r.err != nil {
-		lines = append(lines, wrapLines(t.Error.Render(r.err.Error()), w)...)
+		lines = append(lines, wrapLines(t.Error.Render(plain(r.err.Error())), w)...)
 	}
 	if !r.running {
 		r.lines, r.renderedDone = lines, true

@@ -266,3 +266,33 @@ func (s *Session) waitStopped(timeout time.Duration) {
 
 // Alive reports whether pid is a live process (zombies count as dead).
 func Alive(pid int) bool { return proctest.Alive(pid) }
+
+// SetOption sets a global tmux option, e.g. set-clipboard on.
+func (s *Session) SetOption(name, value string) {
+	s.t.Helper()
+	s.run("set-option", "-g", name, value)
+}
+
+// Buffers lists the samples of tmux's paste buffers (what OSC 52 from the
+// program would set, with set-clipboard on).
+func (s *Session) Buffers() string {
+	s.t.Helper()
+	out, err := s.tmuxCmd("list-buffers", "-F", "#{buffer_sample}").CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "no buffers") {
+		s.t.Fatalf("tmux list-buffers: %v: %s", err, out)
+	}
+	if strings.Contains(string(out), "no buffers") {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// PaneTitle is the pane's title (what OSC 2 from the program sets).
+func (s *Session) PaneTitle() string {
+	s.t.Helper()
+	out, err := s.tmuxCmd("display-message", "-p", "-t", "test", "#{pane_title}").CombinedOutput()
+	if err != nil {
+		s.t.Fatalf("tmux display-message: %v: %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
