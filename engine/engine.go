@@ -277,8 +277,8 @@ func (e *Engine) sweep() {
 		case <-t.C:
 			e.reapIdle()
 			e.enforceCap()
-			for _, p := range e.takeUnkilled(false) { // a retry that fails puts it back
-				e.goAsync(func(ctx context.Context) { e.killRunner(ctx, p.runner, p.retry) })
+			if due := e.takeUnkilled(false); len(due) > 0 { // a retry that fails puts it back
+				e.goAsync(func(ctx context.Context) { e.killBatches(ctx, due) })
 			}
 		}
 	}
@@ -447,13 +447,16 @@ func (e *Engine) takeUnkilled(all bool) []*pendingKill {
 	return out
 }
 
-// killFailed keeps r for a retry after a backoff, or gives up once its
-// runner must have exited by itself (idle_exit plus its margin, after a
-// cell's timeout at most). prev is the retry record of the failed attempt.
-func (e *Engine) killFailed(r runnerRef, prev *killRetry) {
+// killFailed reports a kill that failed with err and keeps r for a retry
+// after a backoff, or gives up once its runner must have exited by itself
+// (idle_exit plus its margin, after a cell's timeout at most). prev is the
+// retry record of the failed attempt. The report and the record are made
+// under one lock, so whoever sees the report sees the retry scheduled.
+func (e *Engine) killFailed(r runnerRef, prev *killRetry, err error) {
 	now := e.cfg.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.emit(r.event(EventTransportError, "kill: "+err.Error()))
 	if prev == nil {
 		idle := e.idleExit
 		prev = &killRetry{giveUp: now.Add(e.cfg.CellTimeout + idle + runnerIdleMargin(idle))}
@@ -477,6 +480,12 @@ func (e *Engine) killAsync(victims []*Kernel) {
 // killOnHost kills k's runner and removes its dir; errors only become events,
 // because the kernel is already out of the registry.
 func (e *Engine) killOnHost(ctx context.Context, k *Kernel) {
+	e.killAll(ctx, []*Kernel{k})
+}
+
+// detach takes k's connection away (closing it) and returns what a kill
+// needs to know about k's runner.
+func (e *Engine) detach(k *Kernel) *pendingKill {
 	e.mu.Lock()
 	r := runnerRef{key: k.key, env: k.env, id: k.id, dir: k.dir, pid: k.pid, reason: k.goneReasonSafe()}
 	conn := k.conn
@@ -485,34 +494,74 @@ func (e *Engine) killOnHost(ctx context.Context, k *Kernel) {
 	if conn != nil {
 		conn.close()
 	}
-	e.killRunner(ctx, r, nil)
+	return &pendingKill{runner: r}
 }
 
 // killRunner kills one runner on its host; a kill that cannot reach the
 // host is kept for a retry (retry is the record of earlier attempts).
 func (e *Engine) killRunner(ctx context.Context, r runnerRef, retry *killRetry) {
-	if r.dir == "" || r.pid <= 0 {
+	e.killBatch(ctx, []*pendingKill{{runner: r, retry: retry}})
+}
+
+// killBatchMax bounds the runners one kill script names.
+const killBatchMax = 64
+
+// killBatches kills runners in one kill script per host (and per
+// killBatchMax runners), the hosts at once.
+func (e *Engine) killBatches(ctx context.Context, kills []*pendingKill) {
+	byHost := map[string][]*pendingKill{}
+	var hosts []string
+	for _, p := range kills {
+		if p.runner.dir == "" || p.runner.pid <= 0 {
+			continue
+		}
+		uri := p.runner.env.URI()
+		if _, seen := byHost[uri]; !seen {
+			hosts = append(hosts, uri)
+		}
+		byHost[uri] = append(byHost[uri], p)
+	}
+	var wg sync.WaitGroup
+	for _, uri := range hosts {
+		for batch := range slices.Chunk(byHost[uri], killBatchMax) {
+			wg.Go(func() { e.killBatch(ctx, batch) })
+		}
+	}
+	wg.Wait()
+}
+
+// killBatch kills runners of one host in one round trip; if the host cannot
+// be reached, each is kept for a retry.
+func (e *Engine) killBatch(ctx context.Context, batch []*pendingKill) {
+	var targets []killTarget
+	for _, p := range batch {
+		if p.runner.dir == "" || p.runner.pid <= 0 {
+			continue
+		}
+		if e.cfg.ToolOutput != nil && !e.cfg.KeepToolOutput && p.retry == nil {
+			e.cfg.ToolOutput.Forget(p.runner.key.Owner, p.runner.id)
+		}
+		targets = append(targets, killTarget{dir: p.runner.dir, pid: p.runner.pid})
+	}
+	if len(targets) == 0 {
 		return
 	}
-	if e.cfg.ToolOutput != nil && !e.cfg.KeepToolOutput && retry == nil {
-		e.cfg.ToolOutput.Forget(r.key.Owner, r.id)
+	res, err := batch[0].runner.env.Execute(ctx, killScript(targets), backends.ExecOptions{Timeout: killTimeout})
+	for _, p := range batch {
+		if p.runner.dir == "" || p.runner.pid <= 0 {
+			continue
+		}
+		if err != nil {
+			e.killFailed(p.runner, p.retry, err)
+			continue
+		}
+		e.emit(p.runner.event(EventKilled, fmt.Sprintf("%s (pid %d, rc %d)", p.runner.reason, p.runner.pid, res.ReturnCode)))
 	}
-	res, err := r.env.Execute(ctx, killScript(r.dir, r.pid), backends.ExecOptions{Timeout: killTimeout})
-	if err != nil {
-		e.emit(r.event(EventTransportError, "kill: "+err.Error()))
-		e.killFailed(r, retry)
-		return
-	}
-	e.emit(r.event(EventKilled, fmt.Sprintf("%s (pid %d, rc %d)", r.reason, r.pid, res.ReturnCode)))
 }
 
 // killPending retries every pending kill at once.
 func (e *Engine) killPending(ctx context.Context, pending []*pendingKill) {
-	var wg sync.WaitGroup
-	for _, p := range pending {
-		wg.Go(func() { e.killRunner(ctx, p.runner, p.retry) })
-	}
-	wg.Wait()
+	e.killBatches(ctx, pending)
 }
 
 // Kill kills one kernel by id, even mid-cell; its cell reports state_lost.
@@ -565,15 +614,11 @@ func (e *Engine) ShutdownAll(ctx context.Context) int {
 }
 
 func (e *Engine) killAll(ctx context.Context, victims []*Kernel) {
-	var wg sync.WaitGroup
-	for _, k := range victims {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			e.killOnHost(ctx, k)
-		}()
+	kills := make([]*pendingKill, len(victims))
+	for i, k := range victims {
+		kills[i] = e.detach(k)
 	}
-	wg.Wait()
+	e.killBatches(ctx, kills)
 }
 
 // Interrupt interrupts the running cell of kernel id (KeyboardInterrupt in

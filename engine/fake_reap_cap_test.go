@@ -34,6 +34,9 @@ func TestOwnerShutdownKillsOnlyThatOwner(t *testing.T) {
 	if !slices.Equal(killed, want) {
 		t.Fatalf("killed %v, want %v", killed, want)
 	}
+	if n := r.env.Count("kill"); n != 1 {
+		t.Fatalf("%d kill commands for 2 kernels on one host, want 1 naming both", n)
+	}
 	if hostKernel(t, r.host, b.Kernel.ID).Killed {
 		t.Fatal("owner-b's kernel was killed")
 	}
@@ -49,17 +52,21 @@ func TestCloseKillsEveryKernelUnlessKept(t *testing.T) {
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("keep=%v", keep), func(t *testing.T) {
 			r := newRig(t)
-			r.exec(engine.Request{Owner: "a", Code: "1"})
-			r.exec(engine.Request{Owner: "b", Code: "1"})
+			a := r.exec(engine.Request{Owner: "a", Code: "1"})
+			b := r.exec(engine.Request{Owner: "b", Code: "1"})
 			if err := r.eng.Close(context.Background(), keep); err != nil {
 				t.Fatal(err)
 			}
-			want := 2
+			// Both kernels are on one host: one kill command names both.
+			wantCmds, wantPIDs := 1, []int{a.Kernel.PID, b.Kernel.PID}
 			if keep {
-				want = 0
+				wantCmds, wantPIDs = 0, nil
 			}
-			if n := r.env.Count("kill"); n != want {
-				t.Fatalf("%d kill commands after Close(keep=%v), want %d", n, keep, want)
+			killed := r.killedPIDs()
+			slices.Sort(killed)
+			slices.Sort(wantPIDs)
+			if n := r.env.Count("kill"); n != wantCmds || !slices.Equal(killed, wantPIDs) {
+				t.Fatalf("%d kill commands for pids %v after Close(keep=%v), want %d for %v", n, killed, keep, wantCmds, wantPIDs)
 			}
 			if _, err := r.eng.Execute(context.Background(), engine.Request{Code: "1"}); err == nil {
 				t.Fatal("Execute after Close must fail")

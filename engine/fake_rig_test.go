@@ -170,16 +170,18 @@ func (r *rig) owners() []string {
 	return out
 }
 
-// killedPIDs lists the pids of every kill command sent so far.
+// killedPIDs lists the pids every kill command sent so far named.
 func (r *rig) killedPIDs() []int {
 	r.t.Helper()
 	var out []int
 	for _, c := range r.env.CallsOf("kill") {
-		a, err := fakeenv.ParseKill(c.Command)
+		targets, err := fakeenv.ParseKill(c.Command)
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		out = append(out, a.PID)
+		for _, a := range targets {
+			out = append(out, a.PID)
+		}
 	}
 	return out
 }

@@ -119,11 +119,14 @@ func checkPerCallCommands(t *testing.T, r *rig) fakeenv.Kernel {
 			}
 			dir, pid = a.Dir, a.PID
 		case "kill":
-			a, err := fakeenv.ParseKill(c.Command)
+			targets, err := fakeenv.ParseKill(c.Command)
 			if err != nil {
 				t.Fatal(err)
 			}
-			dir, pid = a.Dir, a.PID
+			if len(targets) != 1 {
+				t.Fatalf("a kill command names %d runners, want the transient kernel alone: %+v", len(targets), targets)
+			}
+			dir, pid = targets[0].Dir, targets[0].PID
 		default:
 			continue
 		}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/kerneldeck/kerneldeck/backends"
 )
@@ -162,22 +163,42 @@ echo KD:OK
 `, shq(dir), answerLoop)
 }
 
-// killScript kills the runner's process group, waits (at most 2 s) until the
-// runner is gone, and removes its dir, so that "killed" means no process is
-// left. The pid is only signalled while the dir exists, so a recycled pid is
-// never hit after the runner cleaned up by itself.
-func killScript(dir string, pid int) string {
-	return fmt.Sprintf(`# kerneldeck:kill
-%[3]s
-if [ -d %[1]s ]; then
-  kill -KILL -- -%[2]d %[2]d 2>/dev/null
-  if [ -p %[1]s/done ] && exec 9<>%[1]s/done; then
-    i=0; while alive %[2]d && [ $i -lt 200 ]; do read -t 0.01 -u 9 _; i=$((i + 1)); done
+// killTarget is one runner a kill script kills.
+type killTarget struct {
+	dir string
+	pid int
+}
+
+// killScript kills the runners' process groups, waits (at most 2 s in all)
+// until they are gone, and removes their dirs, so that "killed" means no
+// process is left; one script kills every runner of a host that goes at
+// once (a shutdown of 50 kernels is one session, not a burst of 50). A pid
+// is only signalled while its dir exists, so a recycled pid is never hit
+// after the runner cleaned up by itself.
+func killScript(targets []killTarget) string {
+	var b strings.Builder
+	b.WriteString("# kerneldeck:kill\n")
+	b.WriteString(aliveFn)
+	b.WriteString(`
+k() { [ -d "$1" ] && kill -KILL -- "-$2" "$2" 2>/dev/null; return 0; }
+w() {
+  [ -d "$1" ] || return 0
+  if [ -p "$1/done" ] && exec 9<>"$1/done"; then
+    while alive "$2" && [ $i -lt 200 ]; do read -t 0.01 -u 9 _; i=$((i + 1)); done
+    exec 9<&-
   fi
-  rm -rf -- %[1]s
-fi
-echo KD:KILLED
-`, shq(dir), pid, aliveFn)
+  rm -rf -- "$1"
+}
+i=0
+`)
+	for _, t := range targets {
+		fmt.Fprintf(&b, "k %s %d\n", shq(t.dir), t.pid)
+	}
+	for _, t := range targets {
+		fmt.Fprintf(&b, "w %s %d\n", shq(t.dir), t.pid)
+	}
+	b.WriteString("echo KD:KILLED\n")
+	return b.String()
 }
 
 // ringScript writes one control line ("int ID", "cfg SECONDS") to the

@@ -579,7 +579,11 @@ func TestSSHConcurrentCells(t *testing.T) {
 // that each runner is gone from the host and no kill was refused.
 func stCloseAll(t *testing.T, r *stRig, results map[string]*engine.Result, srv *sshdtest.Server, from int) {
 	t.Helper()
+	before := r.c.ByMarker("kill")
 	rtClose(t, r.eng)
+	if n := r.c.ByMarker("kill") - before; n != 1 {
+		t.Errorf("closing %d kernels on one host took %d kill commands, want 1 naming them all", len(results), n)
+	}
 	if n := r.count(engine.EventKilled); n != len(results) {
 		t.Errorf("%d killed events for %d kernels at close\nevents:\n%s", n, len(results), r.eventLog())
 	}

@@ -469,16 +469,18 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// Kill answers a kill script: the runner dies and its dir goes.
+// Kill answers a kill script: its runners die and their dirs go.
 func (h *Host) Kill(_ context.Context, c Call) (backends.Result, error) {
-	a, err := ParseKill(c.Command)
+	targets, err := ParseKill(c.Command)
 	if err != nil {
 		return errResult(err)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if k := h.kernels[a.Dir]; k != nil && !k.DirGone && k.PID == a.PID {
-		k.Alive, k.DirGone, k.Killed = false, true, true
+	for _, a := range targets {
+		if k := h.kernels[a.Dir]; k != nil && !k.DirGone && k.PID == a.PID {
+			k.Alive, k.DirGone, k.Killed = false, true, true
+		}
 	}
 	return backends.Result{Output: "KD:KILLED\n"}, nil
 }

@@ -189,24 +189,33 @@ func ParseAnswers(stdin []byte) ([]Answer, error) {
 	return out, nil
 }
 
-// KillArgs are the values of a kill script.
+// KillArgs are the values of a kill script for one runner.
 type KillArgs struct {
 	Dir string
 	PID int
 }
 
 var (
-	killVars = regexp.MustCompile(`(?m)^if \[ -d ` + quoted + ` \]; then\n\s*kill -KILL -- -(\d+) (\d+) `)
+	killTarget = regexp.MustCompile(`(?m)^k ` + quoted + ` (\d+)$`)
+	waitTarget = regexp.MustCompile(`(?m)^w ` + quoted + ` (\d+)$`)
 )
 
-// ParseKill reads a "# kerneldeck:kill" script.
-func ParseKill(command string) (KillArgs, error) {
-	m := killVars.FindStringSubmatch(command)
-	if Marker(command) != "kill" || m == nil || m[2] != m[3] {
-		return KillArgs{}, fmt.Errorf("fakeenv: cannot parse kill script")
+// ParseKill reads a "# kerneldeck:kill" script: every runner it kills, each
+// of which it also waits for.
+func ParseKill(command string) ([]KillArgs, error) {
+	kills, waits := killTarget.FindAllStringSubmatch(command, -1), waitTarget.FindAllStringSubmatch(command, -1)
+	if Marker(command) != "kill" || len(kills) == 0 || len(kills) != len(waits) {
+		return nil, fmt.Errorf("fakeenv: cannot parse kill script")
 	}
-	pid, _ := strconv.Atoi(m[2])
-	return KillArgs{Dir: unq(m[1]), PID: pid}, nil
+	out := make([]KillArgs, len(kills))
+	for i, m := range kills {
+		if m[1] != waits[i][1] || m[2] != waits[i][2] {
+			return nil, fmt.Errorf("fakeenv: kill script kills %s %s but waits for %s %s", m[1], m[2], waits[i][1], waits[i][2])
+		}
+		pid, _ := strconv.Atoi(m[2])
+		out[i] = KillArgs{Dir: unq(m[1]), PID: pid}
+	}
+	return out, nil
 }
 
 // RingArgs are the values of a ring script: the control line written to the
