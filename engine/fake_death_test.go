@@ -261,9 +261,21 @@ func TestFailedKillBacksOffAndGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	tries := func() int { return r.env.Count("kill") }
+	// A failure is reported when its retry is scheduled: waiting for the
+	// report keeps the clock from moving under a failure not yet recorded.
+	failed := func() int {
+		n := 0
+		for _, ev := range r.ev.of(engine.EventTransportError) {
+			if strings.HasPrefix(ev.Detail, "kill: ") {
+				n++
+			}
+		}
+		return n
+	}
 	if tries() != 1 {
 		t.Fatalf("%d kill commands after Kill, want 1", tries())
 	}
+	eventually(t, "the first failure", func() bool { return failed() == 1 })
 	// Each step: advance the clock by 1 s at a time; the next try comes
 	// exactly when its wait is over, never before.
 	waited := time.Duration(0)
@@ -279,14 +291,14 @@ func TestFailedKillBacksOffAndGivesUp(t *testing.T) {
 				continue
 			}
 			r.clock.Advance(time.Second)
-			eventually(t, fmt.Sprintf("retry %d", try+1), func() bool { return tries() == try+2 })
+			eventually(t, fmt.Sprintf("retry %d", try+1), func() bool { return tries() == try+2 && failed() == try+2 })
 		}
 		waited += wait
 	}
 	// 91 s so far; the horizon is at 155 s. A try just before it (due since
 	// 121 s) fails and waits 30 s more; the one after it gives up.
 	r.clock.Advance(154*time.Second - waited)
-	eventually(t, "try 9", func() bool { return tries() == 9 })
+	eventually(t, "try 9", func() bool { return tries() == 9 && failed() == 9 })
 	r.clock.settle(t, 10)
 	if d := lastDetail(r.ev.of(engine.EventTransportError)); strings.Contains(d, "gave up") {
 		t.Fatalf("gave up before the runner's own idle exit: %q", d)

@@ -49,10 +49,11 @@ func FuzzRunnerConn(f *testing.F) {
 		f.Add([]byte(s), uint16(1))
 	}
 	f.Fuzz(func(t *testing.T, data []byte, chunk uint16) {
-		conn := &scriptedConn{r: bytes.NewReader(data), chunk: int(chunk)%(80<<10) + 1}
+		conn := &scriptedConn{r: bytes.NewReader(data), chunk: int(chunk)%(80<<10) + 1, gate: make(chan struct{})}
 		var wg sync.WaitGroup
 		rc := startConn(conn, bufio.NewReaderSize(conn, 64<<10), &wg, nil)
-		rc.want("c1")
+		rc.want("c1") // as the engine does before it sends a request: nothing is read yet
+		close(conn.gate)
 		var got []runnerFrame
 		timeout := time.After(10 * time.Second)
 	collect:
@@ -99,15 +100,17 @@ func FuzzRunnerConn(f *testing.F) {
 }
 
 // scriptedConn is a runner's side that sends fixed bytes, at most chunk per
-// Read, and then ends.
+// Read, once gate is closed, and then ends.
 type scriptedConn struct {
 	r      io.Reader
 	chunk  int
+	gate   chan struct{}
 	mu     sync.Mutex
 	closed bool
 }
 
 func (c *scriptedConn) Read(p []byte) (int, error) {
+	<-c.gate
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
