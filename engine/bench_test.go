@@ -22,13 +22,17 @@ var rtDoors = []struct {
 	executeOnly bool
 }{{"stream", false}, {"execute", true}}
 
-func rtBenchEngine(b *testing.B, executeOnly bool) *engine.Engine {
+func rtBenchEngine(b *testing.B, executeOnly bool, opts ...func(*engine.Config)) *engine.Engine {
 	b.Helper()
 	var env backends.Env = backends.NewLocal(enginetest.ShortTempDir(b))
 	if executeOnly {
 		env = backends.ExecuteOnly(env)
 	}
-	eng, err := engine.New(engine.Config{Backends: []backends.Env{env}, StateDir: b.TempDir()})
+	cfg := engine.Config{Backends: []backends.Env{env}, StateDir: b.TempDir()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	eng, err := engine.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -103,10 +107,14 @@ func sbCold(b *testing.B, eng *engine.Engine) {
 
 // BenchmarkColdStart: spawn to first result for a new kernel (a new owner
 // each iteration; the previous one is shut down outside the measurement).
+// stream-unconfined is the price of Landlock: the same without it.
 func BenchmarkColdStart(b *testing.B) {
 	for _, door := range rtDoors {
 		b.Run(door.name, func(b *testing.B) {
 			sbCold(b, rtBenchEngine(b, door.executeOnly))
 		})
 	}
+	b.Run("stream-unconfined", func(b *testing.B) {
+		sbCold(b, rtBenchEngine(b, false, func(c *engine.Config) { c.NoConfine = true }))
+	})
 }
