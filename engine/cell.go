@@ -114,6 +114,46 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 		// A kernel that settles may now be evicted if a busy one kept us over the cap.
 		e.enforceCap()
 	}()
+	// The cell is remembered (Engine.Cells) and its output goes to the
+	// subscribers that watch, whoever asked for it.
+	cellID := "c" + randomHex(8)
+	e.mu.Lock()
+	e.cells.start(k, cellID, req.Code, e.cfg.Now())
+	e.mu.Unlock()
+	userStream := req.OnOutput != nil
+	req.OnOutput = e.outputTap(cellID, req.OnOutput)
+	res, err := e.executeAcquired(ctx, req, k, created, reaped, cellID, userStream, start, timeout, deadline)
+	e.mu.Lock()
+	final := k.id
+	e.mu.Unlock()
+	e.cells.moved(cellID, final)
+	e.cells.finish(cellID, res, err, time.Since(start))
+	return res, err
+}
+
+// outputTap records a cell's streamed output and publishes it to the
+// subscribers that take output, then hands it to the caller's callback.
+func (e *Engine) outputTap(cellID string, user func(stream, text string)) func(stream, text string) {
+	return func(stream, text string) {
+		if kernel, owner, ok := e.cells.output(cellID, stream, text); ok {
+			e.emit(Event{Type: EventCellOutput, Kernel: kernel, Owner: owner, Cell: cellID, Stream: stream, Text: text})
+		}
+		if user != nil {
+			user(stream, text)
+		}
+	}
+}
+
+// cellCall is the id Execute gave a cell and whether its caller wants the
+// output as it comes.
+type cellCall struct {
+	id         string
+	userStream bool
+}
+
+// executeAcquired runs the cell once Execute holds its kernel.
+func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, created bool, reaped, cellID string, userStream bool,
+	start time.Time, timeout time.Duration, deadline time.Time) (*Result, error) {
 
 	kr := &KernelResult{StateLost: reaped != "", Note: reaped}
 	switch {
@@ -125,13 +165,13 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 		}
 		e.enforceCap()
 		if err := e.spawn(ctx, k); err != nil {
-			return e.failOpen(ctx, k, req, timeout, start, err)
+			return e.failOpen(ctx, k, req, cellCall{cellID, userStream}, timeout, start, err)
 		}
 	case req.Reset:
 		e.killOnHost(ctx, k)
 		e.emit(kernelEvent(EventReset, k, "reset requested"))
 		if err := e.spawn(ctx, k); err != nil {
-			return e.failOpen(ctx, k, req, timeout, start, err)
+			return e.failOpen(ctx, k, req, cellCall{cellID, userStream}, timeout, start, err)
 		}
 		kr.StateReset = true
 	default:
@@ -139,14 +179,14 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 		e.emit(kernelEvent(EventReused, k, ""))
 	}
 
-	c := newCellRun(req.Code, deadline, req.OnOutput)
+	c := newCellRun(cellID, req.Code, deadline, req.OnOutput, userStream)
 	c.rpc = e.newRPCSession(ctx, k, c)
 	var out outcome
 	for attempt := 0; ; attempt++ {
 		e.mu.Lock()
 		k.runningCell, k.runningSince = c.id, e.cfg.Now()
 		e.mu.Unlock()
-		e.emit(kernelEvent(EventCellStarted, k, "cell "+c.id))
+		e.emit(cellEvent(EventCellStarted, k, c.id, "cell "+c.id))
 		out = e.runCell(ctx, k, c)
 		if out.kind != outDead {
 			break
@@ -156,7 +196,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 			// Dead again right after a respawn: nothing ran, so the per-call
 			// run is still safe and says what happened.
 			e.killOnHost(ctx, k)
-			return e.failOpen(ctx, k, req, timeout, start, fmt.Errorf("kernel %s died before its first cell", k.id))
+			return e.failOpen(ctx, k, req, cellCall{cellID, userStream}, timeout, start, fmt.Errorf("kernel %s died before its first cell", k.id))
 		}
 		// Found dead before the cell was published: nothing ran, so respawning
 		// and running it once in the new kernel is safe.
@@ -164,7 +204,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 		e.emit(kernelEvent(EventStateLost, k, "runner found dead before the cell"))
 		if err := e.spawn(ctx, k); err != nil {
 			c.rpc.close()
-			return e.failOpen(ctx, k, req, timeout, start, err)
+			return e.failOpen(ctx, k, req, cellCall{cellID, userStream}, timeout, start, err)
 		}
 		kr.StateLost, kr.Reused = true, false
 		kr.Note = fmt.Sprintf("kernel %s was found dead and respawned as %s; state from earlier calls was lost", oldID, k.id)
@@ -177,10 +217,11 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 	return res, err
 }
 
-// newCellRun prepares a cell with a fresh id; the runner learns the timeout
-// so that a tool call inside the cell never waits past it.
-func newCellRun(code string, deadline time.Time, onOutput func(stream, text string)) *cellRun {
-	c := &cellRun{id: "c" + randomHex(8), code: code, deadline: deadline, onOutput: onOutput}
+// newCellRun prepares cell id; the runner learns the timeout so that a tool
+// call inside the cell never waits past it. userStream says the caller
+// wants the output as it comes, whether or not anyone else watches.
+func newCellRun(id, code string, deadline time.Time, onOutput func(stream, text string), userStream bool) *cellRun {
+	c := &cellRun{id: id, code: code, deadline: deadline, onOutput: onOutput, userStream: userStream}
 	c.timeoutSec = max(1, math.Ceil(time.Until(deadline).Seconds()))
 	c.reqJSON, _ = json.Marshal(map[string]any{"id": c.id, "code": code, "timeout": c.timeoutSec})
 	return c
@@ -188,7 +229,7 @@ func newCellRun(code string, deadline time.Time, onOutput func(stream, text stri
 
 // failOpen is the spawn-failure path: the kernel leaves the registry and the
 // code runs once in a fresh private dir, and the result says so.
-func (e *Engine) failOpen(ctx context.Context, k *Kernel, req Request, timeout time.Duration, start time.Time, cause error) (*Result, error) {
+func (e *Engine) failOpen(ctx context.Context, k *Kernel, req Request, call cellCall, timeout time.Duration, start time.Time, cause error) (*Result, error) {
 	e.mu.Lock()
 	e.removeLocked(k, "spawn failed")
 	e.mu.Unlock()
@@ -204,7 +245,7 @@ func (e *Engine) failOpen(ctx context.Context, k *Kernel, req Request, timeout t
 		return &Result{Status: StatusTimeout, Fallback: "per_call", Duration: time.Since(start),
 			Traceback: "spawn failed and no time was left for a per-call run: " + cause.Error()}, nil
 	}
-	res, err := e.runOnce(ctx, k, req, start.Add(timeout))
+	res, err := e.runOnce(ctx, k, req, call, start.Add(timeout))
 	if err != nil {
 		return nil, fmt.Errorf("%w; the per-call fallback failed too: %w", cause, err)
 	}
@@ -218,7 +259,7 @@ func (e *Engine) failOpen(ctx context.Context, k *Kernel, req Request, timeout t
 // runOnce runs req's code in a transient kernel in a fresh private dir:
 // spawned for this call only, served like any cell (tool calls included),
 // and killed afterwards.
-func (e *Engine) runOnce(ctx context.Context, k *Kernel, req Request, deadline time.Time) (*Result, error) {
+func (e *Engine) runOnce(ctx context.Context, k *Kernel, req Request, call cellCall, deadline time.Time) (*Result, error) {
 	tk := &Kernel{key: k.key, env: k.env, id: newKernelID(), state: phaseStarting, holding: true, transient: true, lastUsed: e.cfg.Now()}
 	if err := e.spawn(ctx, tk); err != nil {
 		return nil, err
@@ -232,7 +273,7 @@ func (e *Engine) runOnce(ctx context.Context, k *Kernel, req Request, deadline t
 			e.killOnHost(context.WithoutCancel(ctx), tk)
 		}
 	}()
-	c := newCellRun(req.Code, deadline, req.OnOutput)
+	c := newCellRun(call.id, req.Code, deadline, req.OnOutput, call.userStream)
 	c.rpc = e.newRPCSession(ctx, tk, c)
 	out := e.runCell(ctx, tk, c)
 	if out.kind == outDead {
@@ -273,6 +314,8 @@ type cellRun struct {
 	reqJSON  []byte
 	deadline time.Time
 	onOutput func(stream, text string)
+	// userStream: the caller asked for output as it comes.
+	userStream bool
 	// timeoutSec tells the runner how long the cell may take.
 	timeoutSec float64
 	rpc        *rpcSession
@@ -336,7 +379,7 @@ func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.Stream
 	c.maybePublished = true
 	conn.want(c.id)
 	defer conn.unwant()
-	err := conn.send(map[string]any{"op": "cell", "id": c.id, "code": c.code, "stream": c.onOutput != nil, "timeout": c.timeoutSec})
+	err := conn.send(map[string]any{"op": "cell", "id": c.id, "code": c.code, "stream": c.onOutput != nil && (c.userStream || e.bus.wantsOutput()), "timeout": c.timeoutSec})
 	if err != nil {
 		conn.close()
 		return outcome{}, false
@@ -371,7 +414,7 @@ func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.Stream
 			if !c.interrupted {
 				c.interrupted, c.graceEnd = true, time.Now().Add(e.cfg.InterruptGrace)
 				grace = time.After(e.cfg.InterruptGrace)
-				e.emit(kernelEvent(EventCellTimeout, k, "cell "+c.id+": interrupting"))
+				e.emit(cellEvent(EventCellTimeout, k, c.id, "cell "+c.id+": interrupting"))
 				if conn.send(map[string]string{"op": "interrupt", "id": c.id}) != nil {
 					return outcome{}, false // the Execute path rings it
 				}
@@ -408,7 +451,7 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 		var window time.Duration
 		if !c.interrupted && !now.Before(c.deadline) {
 			c.interrupted, c.graceEnd = true, now.Add(e.cfg.InterruptGrace)
-			e.emit(kernelEvent(EventCellTimeout, k, "cell "+c.id+": interrupting"))
+			e.emit(cellEvent(EventCellTimeout, k, c.id, "cell "+c.id+": interrupting"))
 		}
 		ring := c.interrupted && !c.interruptSent
 		if c.interrupted {
@@ -574,18 +617,18 @@ func (e *Engine) finishCell(ctx context.Context, k *Kernel, c *cellRun, out outc
 		if res.Status == StatusTimeout {
 			kr.Note = joinNote(kr.Note, fmt.Sprintf("the cell passed its timeout and was interrupted; kernel %s and its state were kept", k.id))
 		}
-		e.emit(kernelEvent(EventCellFinished, k, fmt.Sprintf("cell %s: %s in %.1fms", c.id, res.Status, out.frame.DurationMS)))
+		e.emit(cellEvent(EventCellFinished, k, c.id, fmt.Sprintf("cell %s: %s in %.1fms", c.id, res.Status, out.frame.DurationMS)))
 	case outLost:
 		evict("lost during a cell")
 		kr.StateLost = true
 		kr.Note = joinNote(kr.Note, lostNote("the kernel died during the cell ("+out.detail+")"))
-		e.emit(kernelEvent(EventStateLost, k, "cell "+c.id+": "+out.detail))
+		e.emit(cellEvent(EventStateLost, k, c.id, "cell "+c.id+": "+out.detail))
 		res = &Result{Status: StatusError, Traceback: "kerneldeck: " + kr.Note + "\n"}
 	case outTimeoutKilled:
 		evict("killed after its cell ignored an interrupt")
 		kr.StateLost = true
 		kr.Note = joinNote(kr.Note, lostNote(fmt.Sprintf("the cell did not stop within %v of an interrupt at its timeout, so the kernel was killed", e.cfg.InterruptGrace)))
-		e.emit(kernelEvent(EventStateLost, k, "cell "+c.id+": killed after timeout"))
+		e.emit(cellEvent(EventStateLost, k, c.id, "cell "+c.id+": killed after timeout"))
 		res = &Result{Status: StatusTimeout, Traceback: "kerneldeck: " + kr.Note + "\n"}
 	case outPubFail:
 		// Fail closed: a kernel whose state may have missed this cell is not reused.

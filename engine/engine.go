@@ -80,6 +80,12 @@ type Config struct {
 	Approvals Approvals
 	// ApprovalTimeout is how long an "ask" waits before denying.
 	ApprovalTimeout time.Duration
+
+	// History is how many events the engine remembers for replay
+	// (SubscribeOptions.Since; default DefaultHistory); Preload fills that
+	// memory at start, e.g. from the event log of an earlier engine.
+	History int
+	Preload []Event
 }
 
 // Engine is the in-process kernel host. All its methods are safe for
@@ -88,6 +94,7 @@ type Engine struct {
 	cfg      Config
 	backends map[string]backends.Env
 	bus      *bus
+	cells    *cellLog
 
 	mu       sync.Mutex
 	kernels  map[Key]*Kernel
@@ -151,7 +158,8 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg:        cfg,
 		backends:   map[string]backends.Env{},
-		bus:        newBus(),
+		bus:        newBus(cmp.Or(cfg.History, DefaultHistory), cfg.Preload),
+		cells:      newCellLog(),
 		kernels:    map[Key]*Kernel{},
 		byID:       map[string]*Kernel{},
 		pythons:    map[string]string{},
@@ -176,7 +184,23 @@ func New(cfg Config) (*Engine, error) {
 }
 
 // Subscribe returns a subscription to lifecycle events with the given buffer.
-func (e *Engine) Subscribe(buffer int) *Subscription { return e.bus.subscribe(buffer) }
+func (e *Engine) Subscribe(buffer int) *Subscription {
+	return e.bus.subscribe(SubscribeOptions{Buffer: buffer})
+}
+
+// SubscribeWith returns a subscription as o asks: with cell output, with
+// the remembered events since a time replayed first, gap-free.
+func (e *Engine) SubscribeWith(o SubscribeOptions) *Subscription { return e.bus.subscribe(o) }
+
+// Publish puts an event of the parts around the engine (the server, the
+// event log) on the engine's bus, stamped with the engine's clock. Only
+// EventNotice may be published this way.
+func (e *Engine) Publish(ev Event) {
+	if ev.Type != EventNotice {
+		return
+	}
+	e.emit(ev)
+}
 
 // DefaultBackend is the URI of the first configured backend.
 func (e *Engine) DefaultBackend() string { return e.cfg.Backends[0].URI() }
@@ -303,6 +327,12 @@ func (e *Engine) emit(ev Event) {
 
 func kernelEvent(t EventType, k *Kernel, detail string) Event {
 	return Event{Type: t, Kernel: k.id, Owner: k.key.Owner, Key: k.key.String(), Detail: detail}
+}
+
+func cellEvent(t EventType, k *Kernel, cell, detail string) Event {
+	ev := kernelEvent(t, k, detail)
+	ev.Cell = cell
+	return ev
 }
 
 // maxLostNotes bounds Engine.lost: past it, an arbitrary older note is

@@ -43,6 +43,13 @@ const (
 	// EventRunnerFlood: a runner sent the engine more than it may outside a
 	// cell, and its stream was closed.
 	EventRunnerFlood EventType = "runner_flood"
+	// EventCellOutput carries a chunk of a running cell's output (Cell,
+	// Stream, Text); only subscribers that ask for output get it, and the
+	// history does not keep it.
+	EventCellOutput EventType = "cell_output"
+	// EventNotice is said by the parts around the engine (the server, the
+	// event log) through Engine.Publish: a refused client, a failing disk.
+	EventNotice EventType = "notice"
 	// EventMissed tells a subscriber that Detail events were dropped because
 	// it fell behind.
 	EventMissed EventType = "missed"
@@ -55,7 +62,8 @@ func EventTypes() []EventType {
 		EventCellStarted, EventCellFinished, EventCellTimeout, EventInterrupted, EventKilled,
 		EventReapedIdle, EventEvictedCap, EventEvictSkippedBusy, EventOwnerShutdown, EventRPCCall,
 		EventRPCRejected, EventFallbackPerCall, EventTransportError, EventReconnected, EventLimits,
-		EventAdopted, EventApprovalRequest, EventApprovalDecided, EventUnconfined, EventRunnerFlood, EventMissed}
+		EventAdopted, EventApprovalRequest, EventApprovalDecided, EventUnconfined, EventRunnerFlood, EventCellOutput,
+		EventNotice, EventMissed}
 }
 
 // Event is one lifecycle event. It never carries a token, key material or
@@ -67,6 +75,13 @@ type Event struct {
 	Owner  string    `json:"owner,omitempty"`
 	Key    string    `json:"key,omitempty"`
 	Detail string    `json:"detail,omitempty"`
+	// Cell is the cell an event is about (cell_started, cell_finished,
+	// cell_output); Stream and Text are a cell_output's chunk.
+	Cell   string `json:"cell,omitempty"`
+	Stream string `json:"stream,omitempty"`
+	Text   string `json:"text,omitempty"`
+	// History marks an event replayed from before the subscription.
+	History bool `json:"history,omitempty"`
 	// Request, Tool and Args describe a tool call waiting for approval
 	// (Args clipped to a few KiB); Request is also set on its decision.
 	Request string          `json:"request,omitempty"`
@@ -79,37 +94,94 @@ type Event struct {
 // Subscription receives events on C. A slow subscriber never blocks the
 // engine: what does not fit is dropped and reported as one EventMissed.
 type Subscription struct {
-	C      <-chan Event
-	ch     chan Event
-	missed int
-	bus    *bus
+	C <-chan Event
+	// History holds the events since SubscribeOptions.Since, oldest first,
+	// marked History; C continues right after the last of them.
+	History []Event
+	ch      chan Event
+	missed  int
+	output  bool
+	bus     *bus
+}
+
+// SubscribeOptions tunes a subscription.
+type SubscribeOptions struct {
+	// Buffer is how many events may wait in C (at least 1).
+	Buffer int
+	// Output also delivers EventCellOutput; the engine then streams the
+	// output of every cell that runs over a runner's socket.
+	Output bool
+	// Since, when set, fills History with the remembered events from then.
+	Since time.Time
 }
 
 // Close stops delivery and closes C.
 func (s *Subscription) Close() { s.bus.unsubscribe(s) }
 
+// DefaultHistory is how many events the engine remembers for replay.
+const DefaultHistory = 10000
+
 type bus struct {
-	mu     sync.Mutex
-	subs   map[*Subscription]struct{}
-	closed bool
+	mu      sync.Mutex
+	subs    map[*Subscription]struct{}
+	outputs int // subscriptions that want cell output
+	closed  bool
+	// hist is a ring of the last events (cell output excepted): histLen of
+	// them, the oldest at histHead.
+	hist     []Event
+	histHead int
+	histLen  int
 }
 
-func newBus() *bus { return &bus{subs: map[*Subscription]struct{}{}} }
-
-func (b *bus) subscribe(buffer int) *Subscription {
-	if buffer < 1 {
-		buffer = 1
+func newBus(history int, preload []Event) *bus {
+	b := &bus{subs: map[*Subscription]struct{}{}, hist: make([]Event, max(1, history))}
+	for _, ev := range preload {
+		b.remember(ev)
 	}
-	ch := make(chan Event, buffer)
-	s := &Subscription{C: ch, ch: ch, bus: b}
+	return b
+}
+
+func (b *bus) remember(ev Event) {
+	ev.History = false
+	n := len(b.hist)
+	b.hist[(b.histHead+b.histLen)%n] = ev
+	if b.histLen < n {
+		b.histLen++
+	} else {
+		b.histHead = (b.histHead + 1) % n
+	}
+}
+
+func (b *bus) subscribe(o SubscribeOptions) *Subscription {
+	ch := make(chan Event, max(1, o.Buffer))
+	s := &Subscription{C: ch, ch: ch, bus: b, output: o.Output}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if !o.Since.IsZero() {
+		for i := range b.histLen {
+			ev := b.hist[(b.histHead+i)%len(b.hist)]
+			if !ev.Time.Before(o.Since) {
+				ev.History = true
+				s.History = append(s.History, ev)
+			}
+		}
+	}
 	if b.closed {
 		close(ch)
 		return s
 	}
 	b.subs[s] = struct{}{}
+	if s.output {
+		b.outputs++
+	}
 	return s
+}
+
+// wantsOutput reports whether any subscriber takes cell output.
+func (b *bus) wantsOutput() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.outputs > 0
 }
 
 func (b *bus) unsubscribe(s *Subscription) {
@@ -117,6 +189,9 @@ func (b *bus) unsubscribe(s *Subscription) {
 	defer b.mu.Unlock()
 	if _, ok := b.subs[s]; ok {
 		delete(b.subs, s)
+		if s.output {
+			b.outputs--
+		}
 		close(s.ch)
 	}
 }
@@ -124,7 +199,14 @@ func (b *bus) unsubscribe(s *Subscription) {
 func (b *bus) publish(ev Event) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	output := ev.Type == EventCellOutput
+	if !output {
+		b.remember(ev)
+	}
 	for s := range b.subs {
+		if output && !s.output {
+			continue
+		}
 		if s.missed > 0 {
 			select {
 			case s.ch <- Event{Type: EventMissed, Time: ev.Time, Missed: s.missed}:
@@ -146,6 +228,7 @@ func (b *bus) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closed = true
+	b.outputs = 0
 	for s := range b.subs {
 		delete(b.subs, s)
 		close(s.ch)

@@ -35,3 +35,8 @@ func TestLocalToolCalls(t *testing.T) {
 func TestLocalIsolation(t *testing.T) {
 	enginetest.Isolation(t, func(t *testing.T) backends.Env { return backends.NewLocal(enginetest.ShortTempDir(t)) })
 }
+
+// What an onlooker (a dashboard, a subscriber) sees of an agent's cell.
+func TestLocalWatching(t *testing.T) {
+	enginetest.Watching(t, backends.NewLocal(enginetest.ShortTempDir(t)))
+}

@@ -409,6 +409,8 @@ func build(name string, p palette, b builder) *Theme {
 		engine.EventAdopted:          info,
 		engine.EventUnconfined:       t.Warn,
 		engine.EventRunnerFlood:      t.Error,
+		engine.EventCellOutput:       t.Muted,
+		engine.EventNotice:           t.Warn,
 		engine.EventMissed:           t.Warn,
 	}
 
