@@ -1,0 +1,307 @@
+package eventlog_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/eventlog"
+	"github.com/kerneldeck/kerneldeck/internal/enginetest"
+)
+
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+func open(t *testing.T, dir string, o eventlog.Options) *eventlog.Log {
+	t.Helper()
+	l, err := eventlog.Open(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func readAll(t *testing.T, dir string, f eventlog.Filter) ([]engine.Event, *eventlog.Reader) {
+	t.Helper()
+	r := eventlog.NewReader(dir)
+	var out []engine.Event
+	if err := r.Read(f, func(ev engine.Event) error { out = append(out, ev); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out, r
+}
+
+func TestAppendReadAndFilter(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "events")
+	c := &clock{now: time.Date(2030, 3, 1, 23, 59, 0, 0, time.UTC)}
+	l := open(t, dir, eventlog.Options{Now: c.Now})
+	evs := []engine.Event{
+		{Type: engine.EventSpawned, Time: c.Now(), Kernel: "k1", Owner: "alice", Detail: "pid 1"},
+		{Type: engine.EventCellFinished, Time: c.Now().Add(time.Minute), Kernel: "k1", Owner: "alice", Cell: "c1"},
+		{Type: engine.EventEvictedCap, Time: c.Now().Add(2 * time.Minute), Kernel: "k2", Owner: "bob", Detail: "cap 1\x1b]52;c;x\x07"},
+	}
+	for _, ev := range evs {
+		if err := l.Append(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, r := readAll(t, dir, eventlog.Filter{})
+	if len(got) != 3 || r.Bad != 0 {
+		t.Fatalf("read %d events (%d bad), want 3", len(got), r.Bad)
+	}
+	for i := range got {
+		if !got[i].Time.Equal(evs[i].Time) || got[i].Type != evs[i].Type || got[i].Detail != evs[i].Detail || got[i].Cell != evs[i].Cell {
+			t.Fatalf("event %d read back as %+v, want %+v", i, got[i], evs[i])
+		}
+	}
+	// The first event is on 1 March, the others on 2 March (UTC): two files.
+	segs, _ := filepath.Glob(filepath.Join(dir, "events-*.jsonl"))
+	if len(segs) != 2 || !strings.HasSuffix(segs[0], "events-2030-03-01-000.jsonl") || !strings.HasSuffix(segs[1], "events-2030-03-02-000.jsonl") {
+		t.Fatalf("segments %v, want one for each UTC day", segs)
+	}
+	for _, tc := range []struct {
+		name string
+		f    eventlog.Filter
+		want []engine.EventType
+	}{
+		{"owner", eventlog.Filter{Owner: "alice"}, []engine.EventType{engine.EventSpawned, engine.EventCellFinished}},
+		{"kernel", eventlog.Filter{Kernel: "k2"}, []engine.EventType{engine.EventEvictedCap}},
+		{"type", eventlog.Filter{Types: []engine.EventType{engine.EventEvictedCap, engine.EventSpawned}}, []engine.EventType{engine.EventSpawned, engine.EventEvictedCap}},
+		{"since", eventlog.Filter{Since: evs[1].Time}, []engine.EventType{engine.EventCellFinished, engine.EventEvictedCap}},
+		{"until", eventlog.Filter{Until: evs[1].Time}, []engine.EventType{engine.EventSpawned, engine.EventCellFinished}},
+		{"none", eventlog.Filter{Owner: "carol"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _ := readAll(t, dir, tc.f)
+			var types []engine.EventType
+			for _, ev := range got {
+				types = append(types, ev.Type)
+			}
+			if !slices.Equal(types, tc.want) {
+				t.Fatalf("filter %+v gave %v, want %v", tc.f, types, tc.want)
+			}
+		})
+	}
+}
+
+// A second Read goes on where the first stopped, and a line still being
+// written is not read until it is whole.
+func TestReaderFollows(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "events")
+	c := &clock{now: time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)}
+	l := open(t, dir, eventlog.Options{Now: c.Now})
+	l.Append(engine.Event{Type: engine.EventSpawned, Time: c.Now(), Kernel: "k1"})
+	r := eventlog.NewReader(dir)
+	var got []string
+	read := func() {
+		t.Helper()
+		if err := r.Read(eventlog.Filter{}, func(ev engine.Event) error { got = append(got, ev.Kernel); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read()
+	seg, _ := filepath.Glob(filepath.Join(dir, "events-*.jsonl"))
+	f, err := os.OpenFile(seg[0], os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"type":"killed","time":"2030-03-01T12:00:01Z","kernel":"k`)
+	read()
+	f.WriteString("2\"}\n")
+	f.Close()
+	read()
+	c.add(24 * time.Hour)
+	l.Append(engine.Event{Type: engine.EventSpawned, Time: c.Now(), Kernel: "k3"})
+	read()
+	if !slices.Equal(got, []string{"k1", "k2", "k3"}) || r.Bad != 0 {
+		t.Fatalf("followed %v (%d bad), want k1, k2, k3 once each", got, r.Bad)
+	}
+}
+
+// Lines that are not events are skipped and counted, not fatal.
+func TestBadLinesAreSkipped(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "events")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	lines := []string{
+		`{"type":"spawned","time":"2030-03-01T12:00:00Z","kernel":"ok1"}`,
+		`not json`,
+		`{"type":"spawned","time":"2030-03-01T12:00:00Z","kernel":"x","extra":1}`,
+		`{"type":"no_such_type","time":"2030-03-01T12:00:00Z"}`,
+		`{"type":"spawned"}`,
+		`{"type":"spawned","time":"2030-03-01T12:00:00Z"} {}`,
+		strings.Repeat("x", eventlog.MaxLineBytes+10),
+		`{"type":"killed","time":"2030-03-01T12:00:02Z","kernel":"ok2"}`,
+	}
+	if err := os.WriteFile(filepath.Join(dir, "events-2030-03-01-000.jsonl"), []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, r := readAll(t, dir, eventlog.Filter{})
+	if len(got) != 2 || got[0].Kernel != "ok1" || got[1].Kernel != "ok2" || r.Bad != 6 {
+		t.Fatalf("read %+v with %d bad lines, want ok1 and ok2 and 6 bad", got, r.Bad)
+	}
+}
+
+// The cap drops the oldest segments first; the retention drops old days.
+func TestCapAndRetention(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "events")
+	c := &clock{now: time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)}
+	const maxBytes = 1 << 20
+	l := open(t, dir, eventlog.Options{Now: c.Now, MaxBytes: maxBytes, Retention: 48 * time.Hour})
+	detail := strings.Repeat("d", 900)
+	const n = 4000 // ~3.7 MB
+	for i := range n {
+		if err := l.Append(engine.Event{Type: engine.EventCellFinished, Time: c.Now(), Kernel: fmt.Sprintf("k%05d", i), Detail: detail}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var total int64
+	segs, _ := filepath.Glob(filepath.Join(dir, "events-*.jsonl"))
+	for _, s := range segs {
+		st, _ := os.Stat(s)
+		total += st.Size()
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want 0600", s, st.Mode())
+		}
+	}
+	if total > maxBytes+64<<10+1000 || len(segs) < 2 {
+		t.Fatalf("%d bytes in %d segments, want at most the cap (%d) plus one segment", total, len(segs), maxBytes)
+	}
+	got, _ := readAll(t, dir, eventlog.Filter{})
+	if len(got) == 0 || got[len(got)-1].Kernel != fmt.Sprintf("k%05d", n-1) || got[0].Kernel == "k00000" {
+		t.Fatalf("after the cap: %d events, first %s, last %s; want the oldest gone and the newest kept", len(got), got[0].Kernel, got[len(got)-1].Kernel)
+	}
+	// Three days later, a new event: the old day is past the retention.
+	c.add(72 * time.Hour)
+	l.Append(engine.Event{Type: engine.EventSpawned, Time: c.Now(), Kernel: "late"})
+	got, _ = readAll(t, dir, eventlog.Filter{})
+	if len(got) != 1 || got[0].Kernel != "late" {
+		t.Fatalf("after the retention: %d events, want only the late one", len(got))
+	}
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("log dir mode: %v %v, want 0700", st.Mode(), err)
+	}
+}
+
+// The log fails closed on a dir or a file that is not private to us.
+func TestRefusesWhatIsNotPrivate(t *testing.T) {
+	t.Run("dir", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "events")
+		os.Mkdir(dir, 0o755)
+		os.Chmod(dir, 0o755)
+		if _, err := eventlog.Open(dir, eventlog.Options{}); err == nil || !strings.Contains(err.Error(), dir) {
+			t.Fatalf("Open of a 0755 dir: %v, want a refusal naming it", err)
+		}
+	})
+	t.Run("symlinked segment", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "events")
+		c := &clock{now: time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)}
+		l := open(t, dir, eventlog.Options{Now: c.Now})
+		target := filepath.Join(t.TempDir(), "elsewhere")
+		os.WriteFile(target, nil, 0o600)
+		if err := os.Symlink(target, filepath.Join(dir, "events-2030-03-01-000.jsonl")); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Append(engine.Event{Type: engine.EventSpawned, Time: c.Now()}); err == nil {
+			t.Fatal("Append followed a symlinked segment")
+		}
+		if data, _ := os.ReadFile(target); len(data) != 0 {
+			t.Fatalf("the symlink's target got %q", data)
+		}
+	})
+	t.Run("readable segment", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "events")
+		c := &clock{now: time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)}
+		l := open(t, dir, eventlog.Options{Now: c.Now})
+		p := filepath.Join(dir, "events-2030-03-01-000.jsonl")
+		os.WriteFile(p, nil, 0o644)
+		os.Chmod(p, 0o644)
+		if err := l.Append(engine.Event{Type: engine.EventSpawned, Time: c.Now()}); err == nil || !strings.Contains(err.Error(), "0600") {
+			t.Fatalf("Append to a 0644 segment: %v, want a refusal", err)
+		}
+	})
+}
+
+// Recent keeps the newest n events and leaves out cell output.
+func TestRecent(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "events")
+	c := &clock{now: time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)}
+	l := open(t, dir, eventlog.Options{Now: c.Now})
+	for i := range 50 {
+		l.Append(engine.Event{Type: engine.EventSpawned, Time: c.Now().Add(time.Duration(i) * time.Second), Kernel: fmt.Sprint(i)})
+	}
+	got, err := eventlog.Recent(dir, c.Now().Add(10*time.Second), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, ev := range got {
+		ids = append(ids, ev.Kernel)
+	}
+	if !slices.Equal(ids, []string{"45", "46", "47", "48", "49"}) {
+		t.Fatalf("Recent gave %v", ids)
+	}
+}
+
+// On a full disk the log keeps taking events, counts those it cannot write
+// and reports them at most once a minute; once there is room it writes again.
+func TestFullDisk(t *testing.T) {
+	mnt := enginetest.MountTmpfs(t, "64k")
+	filler := filepath.Join(mnt, "filler")
+	if err := os.WriteFile(filler, make([]byte, 16<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(mnt, "events")
+	c := &clock{now: time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)}
+	l := open(t, dir, eventlog.Options{Now: c.Now})
+	events := make(chan engine.Event)
+	var mu sync.Mutex
+	var reports []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.Run(events, func(d string) { mu.Lock(); reports = append(reports, d); mu.Unlock() })
+	}()
+	detail := strings.Repeat("x", 1000)
+	for i := range 200 { // ~220 KB into 64 KB, all at one time
+		events <- engine.Event{Type: engine.EventCellFinished, Time: c.Now(), Kernel: fmt.Sprint(i), Detail: detail}
+	}
+	// A minute later by the events' clock, the failures since are reported.
+	events <- engine.Event{Type: engine.EventCellFinished, Time: c.Now().Add(eventlog.ReportEvery), Kernel: "after a minute", Detail: detail}
+	close(events)
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reports) != 2 || !strings.Contains(reports[0], "could not be written") || !strings.Contains(reports[0], "no space left") {
+		t.Fatalf("reports %q, want one at the first failure and one a minute later", reports)
+	}
+	var n, m int
+	fmt.Sscanf(reports[0], "event log: %d events", &n)
+	fmt.Sscanf(reports[1], "event log: %d events", &m)
+	got, r := readAll(t, dir, eventlog.Filter{})
+	if n != 1 || len(got)+n+m != 201 || r.Bad != 0 {
+		t.Fatalf("%d events written, %d+%d reported lost, %d bad lines: want 201 in all, the first report at once, no broken line", len(got), n, m, r.Bad)
+	}
+	// Room again: writing resumes, on a whole line.
+	os.Remove(filler)
+	if err := l.Append(engine.Event{Type: engine.EventSpawned, Time: c.Now(), Kernel: "again"}); err != nil {
+		t.Fatalf("append after freeing space: %v", err)
+	}
+	got, r = readAll(t, dir, eventlog.Filter{Kernel: "again"})
+	if len(got) != 1 || r.Bad != 0 {
+		t.Fatalf("after freeing space: %d events of kernel again, %d bad lines", len(got), r.Bad)
+	}
+}
