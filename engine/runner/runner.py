@@ -261,6 +261,10 @@ class Runner:
         self.prev_ids = []
         self.waiters = {}  # cell id -> [Conn]
         self.streamers = []  # Conns that asked for output of the running cell
+        # Where streaming stopped in each output file; the io thread streams
+        # on a tick and finish() streams the rest before the result.
+        self.stream_lock = threading.Lock()
+        self.stream_offsets = {}
         self.last = None  # (cell id, result frame) of the latest finished cell
         self.work = queue.Queue()
         self.running = None
@@ -353,7 +357,6 @@ class Runner:
             sel.register(self.listener, selectors.EVENT_READ, "listen")
         sel.register(self.wake_fd, selectors.EVENT_READ, "wake")
         wake_buf = b""
-        offsets = {}
         while True:
             # Tick only while someone waits for a cell's output; idle, we block.
             events = sel.select(STREAM_EVERY if self.streamers else None)
@@ -371,10 +374,11 @@ class Runner:
                         self.on_wake(line.decode("utf-8", "replace").strip())
                 else:
                     self.on_conn(sel, key.data)
-            if self.running is not None and self.streamers:
-                self.stream_output(offsets)
-            elif offsets:
-                offsets.clear()
+            with self.stream_lock:
+                if self.running is not None and self.streamers:
+                    self.stream_output(self.running)
+                elif self.stream_offsets:
+                    self.stream_offsets.clear()
 
     def accept(self, sel):
         try:
@@ -636,8 +640,9 @@ class Runner:
                 # cell is interrupted as it starts, before any of its code runs.
                 self.pending_interrupt = cid
 
-    def stream_output(self, offsets):
-        cid = self.running
+    def stream_output(self, cid):
+        """Sends what cell cid wrote since the last call (stream_lock held)."""
+        offsets = self.stream_offsets
         for name in ("stdout", "stderr"):
             path = os.path.join(self.cells, "%s.%s" % (cid, name[3:]))
             key = (cid, name)
@@ -672,6 +677,11 @@ class Runner:
         except KeyboardInterrupt:
             status, tb = "interrupted", "KeyboardInterrupt\n"
         self.restore()
+        # The rest of the output goes before the result, so a streamer gets
+        # all of it (up to spill_max).
+        with self.stream_lock:
+            if self.streamers:
+                self.stream_output(cell.id)
         frame = {
             "op": "result",
             "id": cell.id,
