@@ -250,8 +250,15 @@ func TestSSHCutDuringSpawn(t *testing.T) {
 	}
 	t.Logf("the orphaned runner %d (%s) exited %v after it was released (idle_exit %v + margin %v)", orphan, orphanDir, time.Since(released), idle, margin)
 	if orphanDir != "" {
-		if _, err := os.Stat(orphanDir); err == nil {
-			t.Fatalf("the orphaned runner exited but left its dir %s", orphanDir)
+		// Its dir goes with it: removed by the runner's watcher, which
+		// runs the moment the runner is gone.
+		for gone := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(orphanDir); err != nil {
+				break
+			}
+			if time.Now().After(gone) {
+				t.Fatalf("the orphaned runner exited but left its dir %s", orphanDir)
+			}
 		}
 	}
 	if _, err := os.Stat(marker); err == nil {

@@ -673,7 +673,8 @@ func StreamsOutput(t *testing.T, env backends.Env) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if !strings.HasPrefix(got.String(), "stdout:first\n") {
-		t.Fatalf("streamed %q", got.String())
+	// All of it, the end too, before the result.
+	if got.String() != "stdout:first\nstdout:second\n" {
+		t.Fatalf("streamed %q, want both lines", got.String())
 	}
 }
