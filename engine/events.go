@@ -82,6 +82,9 @@ type Event struct {
 	Text   string `json:"text,omitempty"`
 	// History marks an event replayed from before the subscription.
 	History bool `json:"history,omitempty"`
+	// Seq numbers the events of one engine run in publication order (a
+	// preloaded history first); EventMissed has none.
+	Seq uint64 `json:"seq,omitempty"`
 	// Request, Tool and Args describe a tool call waiting for approval
 	// (Args clipped to a few KiB); Request is also set on its decision.
 	Request string          `json:"request,omitempty"`
@@ -98,10 +101,13 @@ type Subscription struct {
 	// History holds the events since SubscribeOptions.Since, oldest first,
 	// marked History; C continues right after the last of them.
 	History []Event
-	ch      chan Event
-	missed  int
-	output  bool
-	bus     *bus
+	// From is the Seq of the last event published before the subscription:
+	// C delivers the ones after it.
+	From   uint64
+	ch     chan Event
+	missed int
+	output bool
+	bus    *bus
 }
 
 // SubscribeOptions tunes a subscription.
@@ -131,11 +137,14 @@ type bus struct {
 	hist     []Event
 	histHead int
 	histLen  int
+	seq      uint64 // of the last event published
 }
 
 func newBus(history int, preload []Event) *bus {
 	b := &bus{subs: map[*Subscription]struct{}{}, hist: make([]Event, max(1, history))}
 	for _, ev := range preload {
+		b.seq++
+		ev.Seq = b.seq
 		b.remember(ev)
 	}
 	return b
@@ -157,6 +166,7 @@ func (b *bus) subscribe(o SubscribeOptions) *Subscription {
 	s := &Subscription{C: ch, ch: ch, bus: b, output: o.Output}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	s.From = b.seq
 	if !o.Since.IsZero() {
 		for i := range b.histLen {
 			ev := b.hist[(b.histHead+i)%len(b.hist)]
@@ -199,6 +209,8 @@ func (b *bus) unsubscribe(s *Subscription) {
 func (b *bus) publish(ev Event) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.seq++
+	ev.Seq = b.seq
 	output := ev.Type == EventCellOutput
 	if !output {
 		b.remember(ev)

@@ -67,6 +67,19 @@ var parseSeeds = []string{
 	`{}`,
 	`{"id":"x","op":null}`,
 	`{"id":"x","OP":"kernels"}`,
+	`{"id":"x","op":"execute","code":"1","timout":1}`,
+	`{"id":"x","op":"kernels","verbose":true}`,
+	`{"id":4,"op":"kernels"}`,
+	`{"id":true,"op":"kernels"}`,
+	`{"id":[1],"op":"kernels"}`,
+	`{"id":"h","op":"hello"}`,
+	`{"id":"s","op":"subscribe","since":3600,"output":true}`,
+	`{"id":"s2","op":"subscribe","since":-1}`,
+	`{"id":"s3","op":"subscribe","output":"yes"}`,
+	`{"id":"c","op":"cells","kernel":"k1"}`,
+	`{"id":"c2","op":"cells"}`,
+	`{"id":"st","op":"execute","code":"1","stream":true}`,
+	`{"id":"st2","op":"execute","code":"1","stream":1}`,
 }
 
 // FuzzParseRequest fuzzes one request line through server.parse: it never
@@ -83,12 +96,18 @@ func FuzzParseRequest(f *testing.F) {
 		req, id, err := s.parse(line)
 		var obj map[string]json.RawMessage
 		isObject := json.Unmarshal(line, &obj) == nil && obj != nil
+		// The id echoed: a string id as a string, a short number or boolean
+		// as given, nothing else.
 		var wantID *string
+		var wantRaw json.RawMessage
 		if isObject {
-			if raw, ok := obj["id"]; ok && len(raw) > 0 && raw[0] == '"' {
+			if raw, ok := obj["id"]; ok && len(raw) > 0 {
 				var s string
-				if json.Unmarshal(raw, &s) == nil {
+				switch {
+				case raw[0] == '"' && json.Unmarshal(raw, &s) == nil:
 					wantID = &s
+				case raw[0] != '"' && raw[0] != 'n' && raw[0] != '[' && raw[0] != '{' && len(raw) <= maxEchoedID:
+					wantRaw = raw
 				}
 			}
 		}
@@ -99,17 +118,22 @@ func FuzzParseRequest(f *testing.F) {
 			if err == nil || !strings.Contains(err.Error(), "twice") {
 				t.Fatalf("%q: accepted with %q given twice (err %v)", line, dup.Key, err)
 			}
-			if dup.Key == "id" {
-				wantID = nil
+			if dup.Key == "id" || wantRaw != nil {
+				wantID, wantRaw = nil, nil
 			}
 		}
 		switch {
-		case id == nil && wantID != nil:
-			t.Fatalf("%q: the string id %q was not echoed (err %v)", line, *wantID, err)
-		case id != nil && wantID == nil:
-			t.Fatalf("%q: echoed id %q, but the line has no string id", line, *id)
-		case id != nil && *id != *wantID:
-			t.Fatalf("%q: echoed id %q, the line says %q", line, *id, *wantID)
+		case wantID != nil:
+			var got string
+			if len(id) == 0 || id[0] != '"' || json.Unmarshal(id, &got) != nil || got != *wantID {
+				t.Fatalf("%q: echoed id %s, the line says %q (err %v)", line, id, *wantID, err)
+			}
+		case wantRaw != nil:
+			if string(id) != string(wantRaw) {
+				t.Fatalf("%q: echoed id %s, the line says %s (err %v)", line, id, wantRaw, err)
+			}
+		case len(id) != 0:
+			t.Fatalf("%q: echoed id %s, but the line has no id to echo", line, id)
 		}
 		if !json.Valid(line) && err == nil {
 			t.Fatalf("accepted a line that is not valid JSON: %q", line)
@@ -128,6 +152,11 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		if req.id != *wantID {
 			t.Fatalf("%q: request id %q, want %q", line, req.id, *wantID)
+		}
+		for k := range obj {
+			if k != "id" && k != "op" && !slices.Contains(opFields[req.op], k) {
+				t.Fatalf("%q: accepted with the unknown field %q", line, k)
+			}
 		}
 		checkAccepted(t, line, obj, req)
 	})
@@ -167,12 +196,13 @@ func checkAccepted(t *testing.T, line []byte, obj map[string]json.RawMessage, re
 		}
 		return n, true
 	}
-	op, ok := str("op")
+	name, ok := str("op")
+	op := op(name)
 	if !ok || op != req.op {
 		t.Fatalf("%q: accepted with op %q, the line says %q", line, req.op, op)
 	}
 	switch op {
-	case "execute":
+	case opExecute:
 		x := req.exec
 		code, ok := str("code")
 		if !ok || code != x.Code {
@@ -220,8 +250,24 @@ func checkAccepted(t *testing.T, line []byte, obj map[string]json.RawMessage, re
 		if x.OnQueued != nil || x.OnOutput != nil {
 			t.Fatalf("%q: the parser set callbacks", line)
 		}
-	case "kernels", "shutdown_all":
-	case "limits":
+		if raw, ok := present("stream"); ok != req.stream && !(ok && string(raw) == "false") {
+			t.Fatalf("%q: stream %v", line, req.stream)
+		}
+	case opKernels, opShutdownAll, opHello:
+	case opSubscribe:
+		secs, ok := num("since")
+		if ok && (secs < 0 || req.since != time.Duration(secs*float64(time.Second))) || !ok && req.since != 0 {
+			t.Fatalf("%q: since %v", line, req.since)
+		}
+		if raw, ok := present("output"); req.output != (ok && string(raw) == "true") {
+			t.Fatalf("%q: output %v", line, req.output)
+		}
+	case opCells:
+		k, _ := str("kernel")
+		if k == "" || k != req.kernel {
+			t.Fatalf("%q: kernel %q, the line says %q", line, req.kernel, k)
+		}
+	case opLimits:
 		if req.maxKernels == nil && req.idleExit == nil {
 			t.Fatalf("%q: limits accepted with nothing to set", line)
 		}
@@ -233,17 +279,17 @@ func checkAccepted(t *testing.T, line []byte, obj map[string]json.RawMessage, re
 		if ok != (req.idleExit != nil) || ok && (secs < 1 || *req.idleExit < time.Second) {
 			t.Fatalf("%q: idle_exit %g (given %v) parsed as %s", line, secs, ok, show(req.idleExit))
 		}
-	case "interrupt", "kill":
+	case opInterrupt, opKill:
 		k, _ := str("kernel")
 		if k == "" || k != req.kernel {
 			t.Fatalf("%q: kernel %q, the line says %q", line, req.kernel, k)
 		}
-	case "shutdown_owner":
+	case opShutdownOwner:
 		o, ok := str("owner")
 		if !ok || o != req.owner {
 			t.Fatalf("%q: owner %q, the line says %q (present %v)", line, req.owner, o, ok)
 		}
-	case "approve":
+	case opApprove:
 		r, _ := str("request")
 		d, _ := str("decision")
 		if r == "" || r != req.approval || string(req.decision) != d {
@@ -287,7 +333,7 @@ func FuzzServe(f *testing.F) {
 		eng.Close(ctx, false)
 	})
 	f.Fuzz(func(t *testing.T, input []byte) {
-		var wantIDs []string
+		var wantIDs []string // JSON text of each id to echo
 		wantNull := 0
 		for l := range bytes.SplitSeq(input, []byte("\n")) {
 			if len(bytes.TrimSpace(l)) == 0 {
@@ -296,11 +342,17 @@ func FuzzServe(f *testing.F) {
 			var obj map[string]json.RawMessage
 			var id string
 			var dup *jsonobj.DuplicateKeyError
-			if _, err := jsonobj.Decode(l); errors.As(err, &dup) && dup.Key == "id" {
+			_, derr := jsonobj.Decode(l)
+			switch {
+			case errors.As(derr, &dup) && dup.Key == "id":
 				wantNull++ // two ids: which one was meant is unknown
-			} else if json.Unmarshal(l, &obj) == nil && obj != nil && len(obj["id"]) > 0 && obj["id"][0] == '"' && json.Unmarshal(obj["id"], &id) == nil {
-				wantIDs = append(wantIDs, id)
-			} else {
+			case json.Unmarshal(l, &obj) != nil || obj == nil || len(obj["id"]) == 0:
+				wantNull++
+			case obj["id"][0] == '"' && json.Unmarshal(obj["id"], &id) == nil:
+				wantIDs = append(wantIDs, string(quote(id)))
+			case derr == nil && obj["id"][0] != '"' && obj["id"][0] != 'n' && obj["id"][0] != '[' && obj["id"][0] != '{' && len(obj["id"]) <= maxEchoedID:
+				wantIDs = append(wantIDs, string(obj["id"]))
+			default:
 				wantNull++
 			}
 		}
@@ -317,9 +369,9 @@ func FuzzServe(f *testing.F) {
 				break
 			}
 			var ans struct {
-				ID    *string `json:"id"`
-				Op    string  `json:"op"`
-				Error string  `json:"error"`
+				ID    json.RawMessage `json:"id"`
+				Op    string          `json:"op"`
+				Error string          `json:"error"`
 			}
 			if err := json.Unmarshal(l, &ans); err != nil {
 				t.Fatalf("answer %q is not one JSON object: %v", l, err)
@@ -330,14 +382,21 @@ func FuzzServe(f *testing.F) {
 			if ans.Op == "error" && strings.TrimSpace(ans.Error) == "" {
 				t.Fatalf("error answer %q says nothing", l)
 			}
-			if ans.ID == nil {
+			if len(ans.ID) == 0 || string(ans.ID) == "null" {
 				if ans.Op != "error" {
 					t.Fatalf("answer %q without an id is not an error", l)
 				}
 				gotNull++
 				continue
 			}
-			gotIDs = append(gotIDs, *ans.ID)
+			if ans.ID[0] != '"' && ans.Op != "error" {
+				t.Fatalf("answer %q echoes a non-string id but is not an error", l)
+			}
+			var s string
+			if ans.ID[0] == '"' && json.Unmarshal(ans.ID, &s) == nil {
+				ans.ID = quote(s) // the same id, however it was escaped
+			}
+			gotIDs = append(gotIDs, string(ans.ID))
 		}
 		slices.Sort(wantIDs)
 		slices.Sort(gotIDs)

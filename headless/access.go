@@ -1,0 +1,69 @@
+package headless
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+)
+
+// Peer is who is on the other end of a connection, as the kernel told the
+// server (SO_PEERCRED), never as the client claims.
+type Peer struct {
+	UID   int
+	Login string
+	// Owner, when set, is the only owner this peer acts as and sees: a
+	// member of an allowed group, not the engine's own user. Such a peer
+	// cannot change limits, shut down everyone or answer approvals.
+	Owner string
+}
+
+// restricted reports whether p is held to its own owner.
+func (p *Peer) restricted() bool { return p != nil && p.Owner != "" }
+
+// errDenied marks an answer that refused a peer something it may not do.
+var errDenied = errors.New("not allowed")
+
+// deny refuses r, says so in an event, and answers with an error.
+func (s *server) deny(r *request, what string) {
+	p := s.peer
+	s.eng.Publish(engine.Event{Type: engine.EventNotice, Owner: p.Owner,
+		Detail: fmt.Sprintf("refused user %s (uid %d), who may act only as owner %s: %s", p.Login, p.UID, p.Owner, what)})
+	s.w.writeError(&r.id, fmt.Sprintf("%v: %s; connections of user %s act only as owner %q", errDenied, what, p.Login, p.Owner))
+}
+
+// allowedOwner applies the peer's owner to an execute: an empty owner
+// becomes theirs, another owner is refused. It reports whether to go on.
+func (s *server) allowedOwner(r *request) bool {
+	if !s.peer.restricted() {
+		return true
+	}
+	switch r.exec.Owner {
+	case "", s.peer.Owner:
+		r.exec.Owner = s.peer.Owner
+		return true
+	}
+	s.deny(r, fmt.Sprintf("execute as owner %q", r.exec.Owner))
+	return false
+}
+
+// ownsKernel reports whether the peer may act on kernel id: restricted
+// peers only on their own owner's kernels (a kernel that does not exist
+// is theirs to be told about).
+func (s *server) ownsKernel(r *request, id, what string) bool {
+	if !s.peer.restricted() {
+		return true
+	}
+	for _, k := range s.eng.Kernels() {
+		if k.ID == id && k.Owner != s.peer.Owner {
+			s.deny(r, fmt.Sprintf("%s kernel %s of owner %q", what, id, k.Owner))
+			return false
+		}
+	}
+	return true
+}
+
+// sees reports whether an event may reach the peer.
+func (p *Peer) sees(ev engine.Event) bool {
+	return !p.restricted() || ev.Owner == p.Owner || ev.Type == engine.EventMissed
+}

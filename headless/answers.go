@@ -1,0 +1,292 @@
+package headless
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/user"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+)
+
+type server struct {
+	eng     *engine.Engine
+	w       *lineWriter
+	pump    *pump
+	peer    *Peer
+	version string
+}
+
+func (s *server) handle(ctx context.Context, r *request) {
+	restricted := s.peer.restricted()
+	switch r.op {
+	case opExecute:
+		if s.allowedOwner(r) {
+			s.execute(ctx, r)
+		}
+	case opKernels:
+		s.kernels(r)
+	case opLimits:
+		if restricted {
+			s.deny(r, "change the limits")
+			return
+		}
+		if err := s.eng.SetLimits(r.maxKernels, r.idleExit); err != nil {
+			s.w.writeError(&r.id, err.Error())
+			return
+		}
+		s.w.write(okLine{ID: r.id, Op: "ok"})
+	case opInterrupt:
+		if s.ownsKernel(r, r.kernel, "interrupt") {
+			s.answer(r, s.eng.Interrupt(ctx, r.kernel))
+		}
+	case opKill:
+		if s.ownsKernel(r, r.kernel, "kill") {
+			s.answer(r, s.eng.Kill(ctx, r.kernel))
+		}
+	case opShutdownOwner:
+		if restricted && r.owner != s.peer.Owner {
+			s.deny(r, fmt.Sprintf("shut down owner %q", r.owner))
+			return
+		}
+		n := s.eng.ShutdownOwner(ctx, r.owner)
+		s.w.write(killedLine{ID: r.id, Op: "ok", Killed: n})
+	case opShutdownAll:
+		if restricted {
+			s.deny(r, "shut down every kernel (shutdown_owner shuts down yours)")
+			return
+		}
+		s.w.write(killedLine{ID: r.id, Op: "ok", Killed: s.eng.ShutdownAll(ctx)})
+	case opApprove:
+		if restricted {
+			s.deny(r, "answer a tool call's approval (the engine's own user answers them)")
+			return
+		}
+		s.answer(r, s.eng.Approve(r.approval, r.decision))
+	case opHello:
+		s.hello(r)
+	case opSubscribe:
+		s.pump.subscribe(r)
+	case opCells:
+		s.cells(r)
+	}
+}
+
+type okLine struct {
+	ID string `json:"id"`
+	Op string `json:"op"`
+}
+
+type killedLine struct {
+	ID     string `json:"id"`
+	Op     string `json:"op"`
+	Killed int    `json:"killed"`
+}
+
+func (s *server) answer(r *request, err error) {
+	if err != nil {
+		s.w.writeError(&r.id, err.Error())
+		return
+	}
+	s.w.write(okLine{ID: r.id, Op: "ok"})
+}
+
+type resultLine struct {
+	ID              string            `json:"id"`
+	Op              string            `json:"op"`
+	Status          engine.CellStatus `json:"status"`
+	Stdout          string            `json:"stdout"`
+	Stderr          string            `json:"stderr"`
+	Traceback       string            `json:"traceback"`
+	StdoutClipped   bool              `json:"stdout_clipped"`
+	StderrClipped   bool              `json:"stderr_clipped"`
+	SpillPath       string            `json:"spill_path"`
+	StderrSpillPath string            `json:"stderr_spill_path"`
+	ToolCallsMade   int               `json:"tool_calls_made"`
+	DurationMS      float64           `json:"duration_ms"`
+	Fallback        string            `json:"fallback"`
+	Kernel          *kernelLine       `json:"kernel"`
+}
+
+type kernelLine struct {
+	ID             string `json:"id"`
+	PID            int    `json:"pid"`
+	Dir            string `json:"dir"`
+	Backend        string `json:"backend"`
+	Reused         bool   `json:"reused"`
+	ExecutionCount int    `json:"execution_count"`
+	StateLost      bool   `json:"state_lost"`
+	StateReset     bool   `json:"state_reset"`
+	Note           string `json:"note"`
+}
+
+// outputLine is a chunk of a streamed cell's output (execute with stream).
+type outputLine struct {
+	ID     string `json:"id"`
+	Op     string `json:"op"`
+	Stream string `json:"stream"`
+	Text   string `json:"text"`
+}
+
+func (s *server) execute(ctx context.Context, r *request) {
+	if r.stream {
+		r.exec.OnOutput = func(stream, text string) {
+			s.w.write(outputLine{ID: r.id, Op: "output", Stream: stream, Text: text})
+		}
+	}
+	s.w.write(s.run(ctx, r))
+}
+
+func (s *server) run(ctx context.Context, r *request) any {
+	res, err := s.eng.Execute(ctx, r.exec)
+	if err != nil {
+		return errorLine{ID: quote(r.id), Op: "error", Error: err.Error()}
+	}
+	line := resultLine{
+		ID: r.id, Op: "result", Status: res.Status, Stdout: res.Stdout, Stderr: res.Stderr, Traceback: res.Traceback,
+		StdoutClipped: res.StdoutClipped, StderrClipped: res.StderrClipped, SpillPath: res.SpillPath,
+		StderrSpillPath: res.StderrSpillPath, ToolCallsMade: res.ToolCallsMade, DurationMS: millis(res.Duration),
+		Fallback: res.Fallback,
+	}
+	if k := res.Kernel; k != nil {
+		line.Kernel = &kernelLine{ID: k.ID, PID: k.PID, Dir: k.Dir, Backend: k.Backend, Reused: k.Reused,
+			ExecutionCount: k.ExecutionCount, StateLost: k.StateLost, StateReset: k.StateReset, Note: k.Note}
+	}
+	return line
+}
+
+type kernelsLine struct {
+	ID       string       `json:"id"`
+	Op       string       `json:"op"`
+	Count    int          `json:"count"`
+	Cap      int          `json:"cap"`
+	IdleExit float64      `json:"idle_exit"`
+	Kernels  []kernelInfo `json:"kernels"`
+}
+
+type kernelInfo struct {
+	ID             string   `json:"id"`
+	Owner          string   `json:"owner"`
+	Task           string   `json:"task"`
+	Backend        string   `json:"backend"`
+	Child          string   `json:"child"`
+	Tools          []string `json:"tools"`
+	PID            int      `json:"pid"`
+	Dir            string   `json:"dir"`
+	Attached       bool     `json:"attached"`
+	Queued         int      `json:"queued"`
+	IdleS          float64  `json:"idle_s"`
+	ExecutionCount int      `json:"execution_count"`
+	// Added in protocol 2, for dashboards that attach.
+	State        engine.KernelState `json:"state"`
+	RunningCell  string             `json:"running_cell"`
+	RunningSince *time.Time         `json:"running_since"`
+	LastUsed     time.Time          `json:"last_used"`
+	NextEvict    bool               `json:"next_evict"`
+	Confinement  string             `json:"confinement"`
+}
+
+func (s *server) kernels(r *request) {
+	maxKernels, idleExit := s.eng.Limits()
+	infos := s.eng.Kernels()
+	line := kernelsLine{ID: r.id, Op: "kernels", Cap: maxKernels, IdleExit: idleExit.Seconds(),
+		Kernels: make([]kernelInfo, 0, len(infos))}
+	for _, k := range infos {
+		if s.peer.restricted() && k.Owner != s.peer.Owner {
+			continue
+		}
+		tools := k.Tools
+		if tools == nil {
+			tools = []string{} // the contract promises an array, never null
+		}
+		ki := kernelInfo{
+			ID: k.ID, Owner: k.Owner, Task: k.Task, Backend: k.Backend, Child: k.Child,
+			Tools: tools, PID: k.PID, Dir: k.Dir, Attached: k.Attached, Queued: k.Queued,
+			IdleS: math.Round(k.Idle.Seconds()*1000) / 1000, ExecutionCount: k.ExecutionCount,
+			State: k.State, RunningCell: k.RunningCell, LastUsed: k.LastUsed, NextEvict: k.NextEvict, Confinement: k.Confinement,
+		}
+		if k.RunningCell != "" {
+			since := k.RunningSince
+			ki.RunningSince = &since
+		}
+		line.Kernels = append(line.Kernels, ki)
+	}
+	line.Count = len(line.Kernels)
+	s.w.write(line)
+}
+
+type helloLine struct {
+	ID          string   `json:"id"`
+	Op          string   `json:"op"`
+	Engine      string   `json:"engine"`
+	Version     string   `json:"version"`
+	Protocol    int      `json:"protocol"`
+	PID         int      `json:"pid"`
+	Backends    []string `json:"backends"`
+	MaxKernels  int      `json:"max_kernels"`
+	IdleExit    float64  `json:"idle_exit"`
+	CellTimeout float64  `json:"cell_timeout"`
+	You         youLine  `json:"you"`
+	Ops         []string `json:"ops"`
+}
+
+// youLine is the caller as the engine sees it.
+type youLine struct {
+	UID   int    `json:"uid"`
+	Login string `json:"login"`
+	// Owner is the only owner the caller may act as; "" means any.
+	Owner string `json:"owner"`
+}
+
+func (s *server) hello(r *request) {
+	maxKernels, idleExit := s.eng.Limits()
+	you := youLine{UID: os.Geteuid()}
+	if u, err := user.Current(); err == nil {
+		you.Login = u.Username
+	}
+	if p := s.peer; p != nil {
+		you = youLine{UID: p.UID, Login: p.Login, Owner: p.Owner}
+	}
+	ops := make([]string, 0, len(opFields))
+	for _, o := range []op{opExecute, opKernels, opLimits, opInterrupt, opKill, opShutdownOwner, opShutdownAll, opApprove,
+		opHello, opSubscribe, opCells} {
+		ops = append(ops, string(o))
+	}
+	s.w.write(helloLine{ID: r.id, Op: "hello", Engine: "kerneldeck", Version: s.version, Protocol: ProtocolVersion,
+		PID: os.Getpid(), Backends: s.eng.Backends(), MaxKernels: maxKernels, IdleExit: idleExit.Seconds(),
+		CellTimeout: s.eng.CellTimeout().Seconds(), You: you, Ops: ops})
+}
+
+type cellsLine struct {
+	ID     string     `json:"id"`
+	Op     string     `json:"op"`
+	Kernel string     `json:"kernel"`
+	Cells  []cellLine `json:"cells"`
+}
+
+type cellLine struct {
+	engine.CellRecord
+	DurationMS float64 `json:"duration_ms"`
+}
+
+func (s *server) cells(r *request) {
+	recs := s.eng.Cells(r.kernel)
+	if s.peer.restricted() {
+		for _, rec := range recs {
+			if rec.Owner != s.peer.Owner {
+				s.deny(r, fmt.Sprintf("read the cells of kernel %s of owner %q", r.kernel, rec.Owner))
+				return
+			}
+		}
+		if !s.ownsKernel(r, r.kernel, "read the cells of") {
+			return
+		}
+	}
+	line := cellsLine{ID: r.id, Op: "cells", Kernel: r.kernel, Cells: make([]cellLine, len(recs))}
+	for i, rec := range recs {
+		line.Cells[i] = cellLine{CellRecord: rec, DurationMS: millis(rec.Duration)}
+	}
+	s.w.write(line)
+}

@@ -1,0 +1,146 @@
+package headless
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+)
+
+type eventLine struct {
+	Op     string    `json:"op"`
+	Type   string    `json:"type"`
+	Time   time.Time `json:"time"`
+	Kernel string    `json:"kernel"`
+	Owner  string    `json:"owner"`
+	Detail string    `json:"detail"`
+	// Request, Tool and Args describe a tool call waiting for the operator
+	// (approval_request; Request and Tool also on approval_decided).
+	Request string          `json:"request,omitempty"`
+	Tool    string          `json:"tool,omitempty"`
+	Args    json.RawMessage `json:"args,omitempty"`
+	// Count is how many events were dropped (type "missed" only).
+	Count int `json:"count,omitempty"`
+	// Cell, Stream and Text: the cell of a cell event, and a cell_output's
+	// chunk (protocol 2).
+	Cell   string `json:"cell,omitempty"`
+	Stream string `json:"stream,omitempty"`
+	Text   string `json:"text,omitempty"`
+	// History marks an event replayed by subscribe; Seq orders the events
+	// of one engine run.
+	History bool   `json:"history,omitempty"`
+	Seq     uint64 `json:"seq,omitempty"`
+}
+
+func eventLineOf(ev engine.Event) eventLine {
+	line := eventLine{Op: "event", Type: string(ev.Type), Time: ev.Time, Kernel: ev.Kernel, Owner: ev.Owner, Detail: ev.Detail,
+		Request: ev.Request, Tool: ev.Tool, Args: ev.Args, Cell: ev.Cell, Stream: ev.Stream, Text: ev.Text,
+		History: ev.History, Seq: ev.Seq}
+	if ev.Type == engine.EventMissed {
+		line.Count = ev.Missed
+		line.Detail = fmt.Sprintf("%d events were dropped because this reader fell behind", ev.Missed)
+	}
+	return line
+}
+
+// pump copies the engine's events to one connection: approval events only,
+// every event (Options.Events or after subscribe), and cell output after a
+// subscribe that asks for it; a restricted peer sees only its own owner's.
+// It may block on a slow reader; the engine's fan-out drops instead.
+type pump struct {
+	eng    *engine.Engine
+	w      *lineWriter
+	peer   *Peer
+	buffer int
+	swap   chan *request
+	done   chan struct{}
+
+	// Owned by run.
+	sub *engine.Subscription
+	all bool
+}
+
+func newPump(eng *engine.Engine, w *lineWriter, peer *Peer, all bool, buffer int) *pump {
+	return &pump{eng: eng, w: w, peer: peer, buffer: buffer, all: all, swap: make(chan *request), done: make(chan struct{}),
+		sub: eng.Subscribe(buffer)}
+}
+
+func (p *pump) wants(ev engine.Event) bool {
+	if !p.peer.sees(ev) {
+		return false
+	}
+	return p.all || ev.Type == engine.EventApprovalRequest || ev.Type == engine.EventApprovalDecided
+}
+
+// run writes events until stop; each subscribe is served here, so its
+// answer, its replay and its live events come in that order, with no event
+// lost or repeated across the switch.
+func (p *pump) run() {
+	for {
+		select {
+		case ev, ok := <-p.sub.C:
+			if !ok {
+				return
+			}
+			if p.wants(ev) {
+				p.w.write(eventLineOf(ev))
+			}
+		case r := <-p.swap:
+			p.switchTo(r)
+		case <-p.done:
+			p.sub.Close()
+			for ev := range p.sub.C { // what was published before the end
+				if p.wants(ev) {
+					p.w.write(eventLineOf(ev))
+				}
+			}
+			return
+		}
+	}
+}
+
+// subscribe hands a subscribe request to the pump.
+func (p *pump) subscribe(r *request) {
+	select {
+	case p.swap <- r:
+	case <-p.done:
+	}
+}
+
+func (p *pump) stop() { close(p.done) }
+
+type subscribedLine struct {
+	ID       string `json:"id"`
+	Op       string `json:"op"`
+	Replayed int    `json:"replayed"`
+	Output   bool   `json:"output"`
+}
+
+func (p *pump) switchTo(r *request) {
+	o := engine.SubscribeOptions{Buffer: p.buffer, Output: r.output}
+	if r.since > 0 {
+		o.Since = time.Now().Add(-r.since)
+	}
+	next := p.eng.SubscribeWith(o)
+	// What the old subscription still holds up to the switch is written
+	// as before; what came after is in the new one too.
+	old := p.sub
+	old.Close()
+	for ev := range old.C {
+		if (ev.Seq == 0 || ev.Seq <= next.From) && p.wants(ev) {
+			p.w.write(eventLineOf(ev))
+		}
+	}
+	p.sub, p.all = next, true
+	var replay []engine.Event
+	for _, ev := range next.History {
+		if p.peer.sees(ev) {
+			replay = append(replay, ev)
+		}
+	}
+	p.w.write(subscribedLine{ID: r.id, Op: "ok", Replayed: len(replay), Output: r.output})
+	for _, ev := range replay {
+		p.w.write(eventLineOf(ev))
+	}
+}

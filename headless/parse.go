@@ -1,0 +1,382 @@
+package headless
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/jsonobj"
+)
+
+// op names a request.
+type op string
+
+// The ops of the protocol.
+const (
+	opExecute       op = "execute"
+	opKernels       op = "kernels"
+	opLimits        op = "limits"
+	opInterrupt     op = "interrupt"
+	opKill          op = "kill"
+	opShutdownOwner op = "shutdown_owner"
+	opShutdownAll   op = "shutdown_all"
+	opApprove       op = "approve"
+	opHello         op = "hello"
+	opSubscribe     op = "subscribe"
+	opCells         op = "cells"
+)
+
+// opFields lists, per op, the fields a request may have besides id and op.
+var opFields = map[op][]string{
+	opExecute:       {"code", "owner", "task", "backend", "child", "tools", "reset", "timeout", "stream"},
+	opKernels:       nil,
+	opLimits:        {"max_kernels", "idle_exit"},
+	opInterrupt:     {"kernel"},
+	opKill:          {"kernel"},
+	opShutdownOwner: {"owner"},
+	opShutdownAll:   nil,
+	opApprove:       {"request", "decision"},
+	opHello:         nil,
+	opSubscribe:     {"since", "output"},
+	opCells:         {"kernel"},
+}
+
+// opList is the ops in the order the README lists them.
+const opList = "execute, kernels, limits, interrupt, kill, shutdown_owner, shutdown_all, approve, hello, subscribe, cells"
+
+// request is one validated request.
+type request struct {
+	id         string
+	op         op
+	exec       engine.Request
+	stream     bool // execute: output lines while the cell runs
+	maxKernels *int
+	idleExit   *time.Duration
+	kernel     string
+	owner      string
+	approval   string // the approval request id (approve)
+	decision   engine.Decision
+	since      time.Duration // subscribe: replay this far back
+	output     bool          // subscribe: cell output too
+}
+
+// maxEchoedID bounds an id that is not a string but is still echoed.
+const maxEchoedID = 64
+
+// parse validates one line. On failure it returns the request's id as the
+// line gave it, when it has one worth echoing (a string, or a short number
+// or boolean), so the error can still be matched to the request.
+func (s *server) parse(line []byte) (*request, json.RawMessage, error) {
+	m, err := jsonobj.Decode(line)
+	var syn *json.SyntaxError
+	var dup *jsonobj.DuplicateKeyError
+	switch {
+	case errors.As(err, &syn):
+		return nil, nil, fmt.Errorf("request is not valid JSON (%v at byte %d); send one JSON object per line, e.g. {\"id\":\"1\",\"op\":\"kernels\"}", syn, syn.Offset)
+	case errors.As(err, &dup):
+		// Which of two values was meant is unknown: refused, and the id
+		// echoed only when it is not the field given twice.
+		msg := fmt.Errorf("request gives %.80q twice; send each field once", dup.Key)
+		var obj map[string]json.RawMessage
+		if dup.Key != "id" && json.Unmarshal(line, &obj) == nil {
+			if id, ok, err := fields(obj).str("id"); ok && err == nil {
+				return nil, quote(id), msg
+			}
+		}
+		return nil, nil, msg
+	case err != nil:
+		return nil, nil, errors.New(`request must be a JSON object, e.g. {"id":"1","op":"kernels"}`)
+	}
+	f := fields(m)
+	id, ok, err := f.str("id")
+	if err != nil || !ok {
+		var echo json.RawMessage
+		if raw, present := f.raw("id"); present && (jsonType(raw) == "number" || jsonType(raw) == "boolean") && len(raw) <= maxEchoedID {
+			echo = raw
+		}
+		return nil, echo, fmt.Errorf(`every request needs "id" as a JSON string, which its response echoes (%s); e.g. "id":"4", not "id":4`, describe(m["id"]))
+	}
+	r := &request{id: id}
+	fail := func(err error) (*request, json.RawMessage, error) { return nil, quote(id), err }
+	name, ok, err := f.str("op")
+	if err != nil {
+		return fail(err)
+	}
+	if !ok {
+		return fail(fmt.Errorf(`request has no "op"; use one of %s`, opList))
+	}
+	r.op = op(name)
+	known, ok := opFields[r.op]
+	if !ok {
+		return fail(fmt.Errorf("unknown op %q; use one of %s", name, opList))
+	}
+	for k := range m {
+		if k != "id" && k != "op" && !slices.Contains(known, k) {
+			return fail(fmt.Errorf("unknown field %.80q in %s; its fields are: %s", k, r.op, strings.Join(append([]string{"id", "op"}, known...), ", ")))
+		}
+	}
+	switch r.op {
+	case opExecute:
+		err = s.parseExecute(f, r)
+	case opKernels, opShutdownAll, opHello:
+	case opLimits:
+		err = parseLimits(f, r)
+	case opInterrupt, opKill, opCells:
+		r.kernel, err = f.required("kernel", fmt.Sprintf(`%s needs "kernel": the kernel id (see the "kernels" op)`, r.op))
+	case opShutdownOwner:
+		var present bool
+		r.owner, present, err = f.str("owner")
+		if err == nil && !present {
+			err = errors.New(`shutdown_owner needs "owner": the owner whose kernels to kill`)
+		}
+	case opApprove:
+		err = parseApprove(f, r)
+	case opSubscribe:
+		err = parseSubscribe(f, r)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return r, quote(id), nil
+}
+
+func quote(s string) json.RawMessage {
+	raw, _ := json.Marshal(s)
+	return raw
+}
+
+func (s *server) parseExecute(f fields, r *request) error {
+	code, ok, err := f.str("code")
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New(`execute needs "code": the Python source to run, as a string ("" is allowed)`)
+	}
+	x := engine.Request{Code: code}
+	for _, p := range []struct {
+		name string
+		dst  *string
+	}{{"owner", &x.Owner}, {"task", &x.Task}, {"backend", &x.Backend}, {"child", &x.Child}} {
+		if *p.dst, _, err = f.str(p.name); err != nil {
+			return err
+		}
+	}
+	if x.Tools, err = f.strs("tools"); err != nil {
+		return err
+	}
+	if x.Reset, err = f.boolean("reset"); err != nil {
+		return err
+	}
+	if r.stream, err = f.boolean("stream"); err != nil {
+		return err
+	}
+	secs, ok, err := f.number("timeout")
+	if err != nil {
+		return err
+	}
+	if ok {
+		if secs < 0 || secs > maxSeconds {
+			return fmt.Errorf(`"timeout" is in seconds and must be >= 0 and below %d years (0 or absent means the configured cell timeout), got %g`, maxYears, secs)
+		}
+		x.Timeout = time.Duration(math.Ceil(secs * float64(time.Second)))
+	}
+	if _, err := engine.NewKey(x.Owner, x.Backend, x.Task, x.Child, x.Tools); err != nil {
+		var ke *engine.KeyError
+		if errors.As(err, &ke) {
+			return fmt.Errorf("%q: %w", ke.Field, err)
+		}
+		return err
+	}
+	r.exec = x
+	return nil
+}
+
+// maxSeconds keeps second counts convertible to a time.Duration.
+const (
+	maxSeconds = float64(math.MaxInt64/int64(time.Second)) - 1
+	maxYears   = 290
+)
+
+func parseLimits(f fields, r *request) error {
+	if n, ok, err := f.number("max_kernels"); err != nil {
+		return err
+	} else if ok {
+		if n != math.Trunc(n) || n < 1 || n > math.MaxInt32 {
+			return fmt.Errorf(`"max_kernels" must be a whole number >= 1, got %g`, n)
+		}
+		v := int(n)
+		r.maxKernels = &v
+	}
+	if secs, ok, err := f.number("idle_exit"); err != nil {
+		return err
+	} else if ok {
+		if secs < 1 || secs > maxSeconds {
+			return fmt.Errorf(`"idle_exit" is in seconds and must be at least 1 and below %d years, got %g`, maxYears, secs)
+		}
+		d := time.Duration(secs * float64(time.Second))
+		r.idleExit = &d
+	}
+	if r.maxKernels == nil && r.idleExit == nil {
+		return errors.New(`limits needs "max_kernels" (whole number >= 1) and/or "idle_exit" (seconds >= 1)`)
+	}
+	return nil
+}
+
+func parseApprove(f fields, r *request) error {
+	id, ok, err := f.str("request")
+	if err != nil {
+		return err
+	}
+	if !ok || id == "" {
+		return errors.New(`approve needs "request": the id from an approval_request event`)
+	}
+	d, ok, err := f.str("decision")
+	if err != nil {
+		return err
+	}
+	switch dec := engine.Decision(d); {
+	case !ok:
+		return errors.New(`approve needs "decision": "once" (run this call), "always" (run every call of this tool by this owner from now on) or "deny"`)
+	case dec != engine.ApproveOnce && dec != engine.ApproveAlways && dec != engine.ApproveDeny:
+		return fmt.Errorf(`"decision" must be "once", "always" or "deny", got %q`, d)
+	default:
+		r.approval, r.decision = id, dec
+	}
+	return nil
+}
+
+// maxReplay bounds subscribe's since: the event log keeps no more anyway.
+const maxReplay = 366 * 24 * time.Hour
+
+func parseSubscribe(f fields, r *request) error {
+	secs, ok, err := f.number("since")
+	if err != nil {
+		return err
+	}
+	if ok {
+		if secs < 0 || secs > maxReplay.Seconds() {
+			return fmt.Errorf(`"since" is how many seconds back to replay events from (0 to %d), got %g`, int(maxReplay.Seconds()), secs)
+		}
+		r.since = time.Duration(secs * float64(time.Second))
+	}
+	r.output, err = f.boolean("output")
+	return err
+}
+
+// fields reads typed values out of a request object. JSON null counts as
+// absent, since many encoders write null for an unset optional field.
+type fields map[string]json.RawMessage
+
+func (f fields) raw(name string) (json.RawMessage, bool) {
+	raw, ok := f[name]
+	if !ok || string(raw) == "null" {
+		return nil, false
+	}
+	return raw, true
+}
+
+func (f fields) str(name string) (string, bool, error) {
+	raw, ok := f.raw(name)
+	if !ok {
+		return "", false, nil
+	}
+	var s string
+	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return "", false, fmt.Errorf("%q must be a string, got %s", name, describe(raw))
+	}
+	return s, true, nil
+}
+
+// required is a string field that must be present and not empty; missing
+// explains what it is.
+func (f fields) required(name, missing string) (string, error) {
+	s, ok, err := f.str(name)
+	if err != nil {
+		return "", err
+	}
+	if !ok || s == "" {
+		return "", errors.New(missing)
+	}
+	return s, nil
+}
+
+func (f fields) strs(name string) ([]string, error) {
+	raw, ok := f.raw(name)
+	if !ok {
+		return nil, nil
+	}
+	var items []json.RawMessage
+	if raw[0] != '[' || json.Unmarshal(raw, &items) != nil {
+		return nil, fmt.Errorf("%q must be an array of strings, e.g. [\"read_file\"], got %s", name, describe(raw))
+	}
+	out := make([]string, len(items))
+	for i, it := range items {
+		if len(it) == 0 || it[0] != '"' || json.Unmarshal(it, &out[i]) != nil {
+			return nil, fmt.Errorf("%q must be an array of strings, but item %d is %s", name, i, describe(it))
+		}
+	}
+	return out, nil
+}
+
+func (f fields) boolean(name string) (bool, error) {
+	raw, ok := f.raw(name)
+	if !ok {
+		return false, nil
+	}
+	switch string(raw) {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q must be true or false, got %s", name, describe(raw))
+}
+
+func (f fields) number(name string) (float64, bool, error) {
+	raw, ok := f.raw(name)
+	if !ok {
+		return 0, false, nil
+	}
+	var n float64
+	if jsonType(raw) != "number" || json.Unmarshal(raw, &n) != nil {
+		return 0, false, fmt.Errorf("%q must be a number, got %s", name, describe(raw))
+	}
+	return n, true, nil
+}
+
+func jsonType(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// describe names a value's JSON type for an error, with short values shown.
+func describe(raw json.RawMessage) string {
+	t := jsonType(raw)
+	if t == "nothing" {
+		return "it is missing"
+	}
+	if len(raw) <= 40 {
+		return fmt.Sprintf("%s %s", t, raw)
+	}
+	return "a long " + t
+}

@@ -1,0 +1,286 @@
+package headless
+
+// The ops and rules of protocol 2: hello, execute with stream, subscribe,
+// cells, owners held to their own kernels, and clients that go away.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+)
+
+// until returns every line up to and including the answer to id (output
+// lines of id are not answers).
+func (h *harness) until(id string) (answer line, before []line) {
+	h.t.Helper()
+	for {
+		l := h.next()
+		if l["id"] == id && l["op"] != "output" {
+			return l, before
+		}
+		before = append(before, l)
+	}
+}
+
+func TestHello(t *testing.T) {
+	eng := newEngine(t, engine.Config{MaxKernels: 3})
+	h := start(t, eng, Options{Version: "v9.9"})
+	got := h.call(line{"id": "h", "op": "hello"})
+	wantKeys(t, "hello", got, "id", "op", "engine", "version", "protocol", "pid", "backends", "max_kernels", "idle_exit",
+		"cell_timeout", "you", "ops")
+	you, _ := got["you"].(line)
+	if got["op"] != "hello" || got["engine"] != "kerneldeck" || got["version"] != "v9.9" || got["protocol"] != float64(ProtocolVersion) ||
+		got["max_kernels"] != float64(3) || got["pid"] != float64(os.Getpid()) || you["uid"] != float64(os.Geteuid()) || you["owner"] != "" {
+		t.Fatalf("hello: %v", got)
+	}
+	if ops := fmt.Sprint(got["ops"]); !strings.Contains(ops, "subscribe") || !strings.Contains(ops, "cells") {
+		t.Fatalf("hello ops %s", ops)
+	}
+	r := start(t, eng, Options{Peer: &Peer{UID: 4242, Login: "bob", Owner: "bob"}})
+	you, _ = r.call(line{"id": "h", "op": "hello"})["you"].(line)
+	if you["uid"] != float64(4242) || you["login"] != "bob" || you["owner"] != "bob" {
+		t.Fatalf("hello to a restricted peer: you %v", you)
+	}
+}
+
+// An execute with stream gets its output as it comes, then its result.
+func TestExecuteStream(t *testing.T) {
+	h := start(t, newEngine(t, engine.Config{}), Options{})
+	mark := filepath.Join(t.TempDir(), "go")
+	h.send(execReq("s", fmt.Sprintf("import os, time\nprint('first', flush=True)\nwhile not os.path.exists(%q):\n    time.sleep(0.02)\nprint('second')", mark), "stream", true))
+	first := h.next()
+	if first["op"] != "output" || first["id"] != "s" || first["stream"] != "stdout" || first["text"] != "first\n" {
+		t.Fatalf("first line while the cell runs: %v, want its output", first)
+	}
+	wantKeys(t, "output line", first, "id", "op", "stream", "text")
+	os.WriteFile(mark, nil, 0o600)
+	res, before := h.until("s")
+	text := "first\n"
+	for _, l := range before {
+		text += l["text"].(string)
+	}
+	if res["op"] != "result" || res["stdout"] != "first\nsecond\n" || text != res["stdout"] {
+		t.Fatalf("result %v after output %q", res, text)
+	}
+	// Without stream, no output lines.
+	res, before = h.until(h.sendID(execReq("n", "print('quiet')")))
+	if len(before) != 0 || res["stdout"] != "quiet\n" {
+		t.Fatalf("a cell without stream: %v after %v", res, before)
+	}
+}
+
+func (h *harness) sendID(req line) string {
+	h.send(req)
+	return req["id"].(string)
+}
+
+// A subscriber gets the recent history (marked), then everything live,
+// with the output of another client's cells when it asks.
+func TestSubscribeReplaysThenStreams(t *testing.T) {
+	eng := newEngine(t, engine.Config{})
+	agent := start(t, eng, Options{})
+	first := agent.call(execReq("1", "x = 1", "owner", "agent"))
+	watcher := start(t, eng, Options{})
+	ok, _ := watcher.until(watcher.sendID(line{"id": "sub", "op": "subscribe", "since": 3600, "output": true}))
+	wantKeys(t, "subscribe answer", ok, "id", "op", "replayed", "output")
+	n := int(ok["replayed"].(float64))
+	if ok["op"] != "ok" || n < 3 || ok["output"] != true {
+		t.Fatalf("subscribe: %v, want ok with the earlier events replayed", ok)
+	}
+	// The replay comes right after the answer, marked history.
+	for range n {
+		ev := watcher.nextEvent()
+		if ev["history"] != true {
+			t.Fatalf("replayed event %v is not marked history", ev)
+		}
+	}
+	mark := filepath.Join(t.TempDir(), "go")
+	agent.send(execReq("2", fmt.Sprintf("import os, time\nprint('live', flush=True)\nwhile not os.path.exists(%q):\n    time.sleep(0.02)", mark), "owner", "agent"))
+	var cell string
+	for {
+		ev := watcher.nextEvent()
+		if ev["history"] == true {
+			t.Fatalf("live event %v is marked history", ev)
+		}
+		if ev["type"] == "cell_output" {
+			if ev["text"] != "live\n" || ev["kernel"] != kernelOf(t, first)["id"] || ev["owner"] != "agent" || ev["cell"] == "" {
+				t.Fatalf("cell_output event %v", ev)
+			}
+			cell = ev["cell"].(string)
+			break
+		}
+	}
+	os.WriteFile(mark, nil, 0o600)
+	for {
+		ev := watcher.nextEvent()
+		if ev["type"] == "cell_finished" {
+			if ev["cell"] != cell {
+				t.Fatalf("cell_finished %v, want cell %s", ev, cell)
+			}
+			break
+		}
+	}
+	agent.until("2")
+}
+
+// nextEvent waits for the next event line.
+func (h *harness) nextEvent() line {
+	h.t.Helper()
+	timeout := time.After(60 * time.Second)
+	for len(h.events) == 0 {
+		select {
+		case l, ok := <-h.lines:
+			if !ok {
+				h.t.Fatal("output ended while waiting for an event")
+			}
+			if l["op"] == "event" {
+				h.events = append(h.events, l)
+			} else {
+				h.t.Fatalf("an answer %v while waiting for an event", l)
+			}
+		case <-timeout:
+			h.t.Fatal("no event within 60s")
+		}
+	}
+	ev := h.events[0]
+	h.events = h.events[1:]
+	return ev
+}
+
+// cells shows another client's cells: code, status, output.
+func TestCellsOfAnotherClient(t *testing.T) {
+	eng := newEngine(t, engine.Config{})
+	agent := start(t, eng, Options{})
+	res := agent.call(execReq("1", "print('hello from the agent')", "owner", "alice"))
+	agent.call(execReq("2", "1/0", "owner", "alice"))
+	kid := kernelOf(t, res)["id"].(string)
+	viewer := start(t, eng, Options{})
+	got := viewer.call(line{"id": "c", "op": "cells", "kernel": kid})
+	wantKeys(t, "cells answer", got, "id", "op", "kernel", "cells")
+	cells, _ := got["cells"].([]any)
+	if got["op"] != "cells" || got["kernel"] != kid || len(cells) != 2 {
+		t.Fatalf("cells: %v", got)
+	}
+	c0, c1 := cells[0].(line), cells[1].(line)
+	out, _ := c0["stdout"].(line)
+	if c0["code"] != "print('hello from the agent')" || c0["status"] != "success" || out["head"] != "hello from the agent\n" ||
+		c0["running"] != false || c0["owner"] != "alice" || c0["duration_ms"].(float64) <= 0 {
+		t.Fatalf("first cell record %v", c0)
+	}
+	if c1["status"] != "error" || !strings.Contains(c1["traceback"].(string), "ZeroDivisionError") {
+		t.Fatalf("second cell record %v", c1)
+	}
+	if got := viewer.call(line{"id": "c2", "op": "cells", "kernel": "knope"}); got["op"] != "cells" || len(got["cells"].([]any)) != 0 {
+		t.Fatalf("cells of an unknown kernel: %v, want an empty list", got)
+	}
+}
+
+// A restricted peer acts only as its own owner, sees only its own kernels
+// and events, and each refusal is an error answer and an event.
+func TestRestrictedPeer(t *testing.T) {
+	eng := newEngine(t, engine.Config{})
+	watch := eng.Subscribe(1 << 12)
+	defer watch.Close()
+	op := start(t, eng, Options{})
+	alice := op.call(execReq("a", "secret = 42", "owner", "alice"))
+	aliceK := kernelOf(t, alice)["id"].(string)
+	bob := start(t, eng, Options{Peer: &Peer{UID: 4242, Login: "bob", Owner: "bob"}})
+	mine := bob.call(execReq("b", "print('bob here')"))
+	if mine["op"] != "result" || mine["stdout"] != "bob here\n" {
+		t.Fatalf("bob's own cell: %v", mine)
+	}
+	if ks := bob.call(line{"id": "k", "op": "kernels"}); ks["count"] != float64(1) || ks["kernels"].([]any)[0].(line)["owner"] != "bob" {
+		t.Fatalf("bob's kernels listing: %v, want his kernel only", ks)
+	}
+	refusals := []line{
+		execReq("r1", "print(secret)", "owner", "alice"),
+		{"id": "r2", "op": "kill", "kernel": aliceK},
+		{"id": "r3", "op": "interrupt", "kernel": aliceK},
+		{"id": "r4", "op": "cells", "kernel": aliceK},
+		{"id": "r5", "op": "shutdown_owner", "owner": "alice"},
+		{"id": "r6", "op": "shutdown_all"},
+		{"id": "r7", "op": "limits", "max_kernels": 1},
+		{"id": "r8", "op": "approve", "request": "a1", "decision": "once"},
+	}
+	for _, req := range refusals {
+		got := bob.call(req)
+		if got["op"] != "error" || !strings.Contains(got["error"].(string), "not allowed") || !strings.Contains(got["error"].(string), `owner "bob"`) {
+			t.Errorf("bob's %v: %v, want a refusal", req, got)
+		}
+	}
+	notices := 0
+	deadline := time.After(10 * time.Second)
+	for notices < len(refusals) {
+		select {
+		case ev := <-watch.C:
+			if ev.Type == engine.EventNotice && strings.Contains(ev.Detail, "refused user bob (uid 4242)") {
+				notices++
+			}
+		case <-deadline:
+			t.Fatalf("%d refusal events, want %d", notices, len(refusals))
+		}
+	}
+	// Alice's kernel is untouched and her state kept.
+	if again := op.call(execReq("a2", "print(secret)", "owner", "alice")); again["stdout"] != "42\n" || !kernelOf(t, again)["reused"].(bool) {
+		t.Fatalf("alice after bob's attempts: %v", again)
+	}
+	// Bob's subscription shows only his owner's events.
+	bob.until(bob.sendID(line{"id": "s", "op": "subscribe", "since": 3600, "output": true}))
+	op.call(execReq("a3", "print('alice again')", "owner", "alice"))
+	bob.call(execReq("b2", "print('bob again')"))
+	bob.finish()
+	for _, ev := range bob.events {
+		if ev["owner"] != "bob" && ev["type"] != "missed" {
+			t.Errorf("bob saw an event of another owner: %v", ev)
+		}
+	}
+}
+
+// A client that goes away mid-cell kills nothing: the cell finishes once
+// and its result stays in the cell records.
+func TestClientGoneMidCell(t *testing.T) {
+	eng := newEngine(t, engine.Config{})
+	mark := filepath.Join(t.TempDir(), "go")
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- Serve(context.Background(), eng, inR, outW, Options{}) }()
+	io.WriteString(inW, `{"id":"x","op":"execute","owner":"agent","code":`+fmt.Sprintf("%q", fmt.Sprintf("import os, time\nwhile not os.path.exists(%q):\n    time.sleep(0.02)\nprint('done')", mark))+"}\n")
+	var k engine.KernelInfo
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if ks := eng.Kernels(); len(ks) == 1 && ks[0].RunningCell != "" {
+			k = ks[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cell never started")
+		}
+	}
+	// The client is gone: its input ends and its output is closed.
+	outR.Close()
+	inW.Close()
+	os.WriteFile(mark, nil, 0o600)
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, io.ErrClosedPipe) {
+			t.Fatalf("Serve after the client left: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Serve did not return after the client left and its cell ended")
+	}
+	recs := eng.Cells(k.ID)
+	if len(recs) != 1 || recs[0].Running || recs[0].Status != engine.StatusSuccess || recs[0].Stdout.Head != "done\n" {
+		t.Fatalf("the cell records after the client left: %+v, want the one cell, finished", recs)
+	}
+	if ks := eng.Kernels(); len(ks) != 1 || ks[0].ID != k.ID || !alive(k.PID) || ks[0].ExecutionCount != 1 {
+		t.Fatalf("kernels after the client left: %+v, want %s alive with one cell run", ks, k.ID)
+	}
+}
