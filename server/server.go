@@ -1,0 +1,334 @@
+// Package server serves one engine on a Unix socket to any number of
+// clients (agents speaking the headless protocol, attached dashboards),
+// each connection checked by the kernel's account of its peer
+// (SO_PEERCRED), never by what the client claims.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/headless"
+)
+
+// SocketName is the socket's file name in its dir.
+const SocketName = "engine.sock"
+
+// MaxConns bounds the connections served at once; more are refused.
+const MaxConns = 256
+
+// writeTimeout is how long a client may leave its answers unread before
+// it counts as gone (its cells still finish).
+const writeTimeout = 30 * time.Second
+
+// interruptWait is how long Shutdown waits for interrupted cells to answer.
+const interruptWait = 5 * time.Second
+
+// ErrInUse means another live engine serves at the path.
+var ErrInUse = errors.New("another engine is serving there")
+
+// DefaultPath is where an engine listens unless told otherwise:
+// $XDG_RUNTIME_DIR/kerneldeck/engine.sock, else <stateDir>/engine.sock.
+func DefaultPath(stateDir string) string {
+	if rt := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(rt) {
+		return filepath.Join(rt, "kerneldeck", SocketName)
+	}
+	return filepath.Join(stateDir, SocketName)
+}
+
+// Options tunes a Server.
+type Options struct {
+	// Path is the socket's path.
+	Path string
+	// AllowGroup also admits members of this group, each held to the owner
+	// of their login name; "" admits only the engine's own user.
+	AllowGroup string
+	// Version is what hello reports.
+	Version string
+}
+
+// Server is an engine served on a socket.
+type Server struct {
+	eng     *engine.Engine
+	opts    Options
+	ln      *net.UnixListener
+	lock    *os.File
+	gid     int // of AllowGroup, or -1
+	uid     int
+	closing chan struct{}
+	kill    context.CancelFunc
+	connCtx context.Context
+
+	mu      sync.Mutex
+	conns   map[*conn]struct{}
+	wg      sync.WaitGroup
+	goodbye string
+}
+
+// Listen prepares the socket: its dir (0700, or 0750 of AllowGroup), a
+// lock that only one engine holds, a stale socket of a dead engine
+// replaced, the socket itself (0600, or 0660 of AllowGroup). It fails
+// closed on anything it did not make, naming the path.
+func Listen(eng *engine.Engine, o Options) (*Server, error) {
+	if o.Path == "" || !filepath.IsAbs(o.Path) {
+		return nil, fmt.Errorf("listen: the socket path %q must be absolute", o.Path)
+	}
+	if len(o.Path) >= 104 {
+		return nil, fmt.Errorf("listen: the socket path %s is %d bytes, over the 103 a Unix socket allows; pick a shorter --listen path", o.Path, len(o.Path))
+	}
+	s := &Server{eng: eng, opts: o, gid: -1, uid: os.Geteuid(), closing: make(chan struct{}), conns: map[*conn]struct{}{}}
+	dirMode, sockMode := os.FileMode(0o700), os.FileMode(0o600)
+	if o.AllowGroup != "" {
+		gid, err := lookupGroup(o.AllowGroup)
+		if err != nil {
+			return nil, fmt.Errorf("listen: --allow-group %s: %w", o.AllowGroup, err)
+		}
+		s.gid, dirMode, sockMode = gid, 0o750, 0o660
+	}
+	dir := filepath.Dir(o.Path)
+	if err := ensureDir(dir, dirMode, s.gid); err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", o.Path, err)
+	}
+	if s.gid >= 0 {
+		if err := reachable(dir, s.gid); err != nil {
+			return nil, fmt.Errorf("listen on %s: members of %s could not reach it: %w; pick a --listen path in a dir they can reach, e.g. /run/kerneldeck/%s",
+				o.Path, o.AllowGroup, err, SocketName)
+		}
+	}
+	lock, err := takeLock(o.Path + ".lock")
+	if err != nil {
+		return nil, err
+	}
+	s.lock = lock
+	fail := func(err error) (*Server, error) {
+		lock.Close()
+		return nil, err
+	}
+	if st, err := os.Lstat(o.Path); err == nil {
+		if st.Mode().Type() != os.ModeSocket {
+			return fail(fmt.Errorf("listen on %s: it exists and is not a socket (%v); remove it or pick another --listen path", o.Path, st.Mode()))
+		}
+		// We hold the lock, so an engine there would be one that does not
+		// take it; a socket that answers is not ours to replace.
+		if c, err := net.DialTimeout("unix", o.Path, time.Second); err == nil {
+			c.Close()
+			return fail(fmt.Errorf("listen on %s: %w (it answers, but holds no lock); stop it first", o.Path, ErrInUse))
+		}
+		if err := os.Remove(o.Path); err != nil {
+			return fail(fmt.Errorf("listen on %s: remove the stale socket of a dead engine: %w", o.Path, err))
+		}
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: o.Path, Net: "unix"})
+	syscall.Umask(old)
+	if err != nil {
+		return fail(fmt.Errorf("listen on %s: %w", o.Path, err))
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(o.Path, sockMode); err == nil && s.gid >= 0 {
+		err = os.Chown(o.Path, -1, s.gid)
+	}
+	if err == nil {
+		err = checkMode(o.Path, os.ModeSocket, sockMode, s.gid)
+	}
+	if err != nil {
+		ln.Close()
+		return fail(fmt.Errorf("listen on %s: %w", o.Path, err))
+	}
+	s.ln = ln
+	s.connCtx, s.kill = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Path is the socket's path.
+func (s *Server) Path() string { return s.opts.Path }
+
+// Serve accepts connections until Shutdown or Close.
+func (s *Server) Serve() error {
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			select {
+			case <-s.closing:
+				return nil
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("accept on %s: %w", s.opts.Path, err)
+		}
+		s.admit(c)
+	}
+}
+
+// admit checks the peer and serves it, or refuses it with a line that
+// says why.
+func (s *Server) admit(uc *net.UnixConn) {
+	cred, err := peerCred(uc)
+	if err != nil {
+		s.refuse(uc, nil, fmt.Sprintf("cannot tell who connected: %v", err))
+		return
+	}
+	peer := &headless.Peer{UID: int(cred.Uid), Login: loginOf(int(cred.Uid))}
+	switch {
+	case int(cred.Uid) == s.uid:
+	case s.gid >= 0 && inGroup(cred, s.gid):
+		peer.Owner = peer.Login
+	default:
+		s.refuse(uc, peer, "it is neither the engine's user nor in its --allow-group")
+		return
+	}
+	s.mu.Lock()
+	full := len(s.conns) >= MaxConns
+	closed := s.goodbye != ""
+	c := &conn{uc: uc}
+	if !full && !closed {
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+	}
+	s.mu.Unlock()
+	switch {
+	case closed:
+		s.refuse(uc, nil, "the engine is shutting down")
+		return
+	case full:
+		s.refuse(uc, nil, fmt.Sprintf("%d clients are connected, the most one engine serves", MaxConns))
+		return
+	}
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			uc.Close()
+		}()
+		headless.Serve(s.connCtx, s.eng, uc, deadlineWriter{uc}, headless.Options{Peer: peer, Version: s.opts.Version,
+			Drain: s.closing, Goodbye: s.goodbyeReason})
+	}()
+}
+
+func (s *Server) refuse(uc *net.UnixConn, peer *headless.Peer, why string) {
+	who := "a client"
+	if peer != nil {
+		who = fmt.Sprintf("user %s (uid %d)", peer.Login, peer.UID)
+		s.eng.Publish(engine.Event{Type: engine.EventNotice, Detail: fmt.Sprintf("refused a connection from %s on %s: %s", who, s.opts.Path, why)})
+	}
+	uc.SetWriteDeadline(time.Now().Add(time.Second))
+	fmt.Fprintf(uc, "{\"id\":null,\"op\":\"error\",\"error\":%q}\n", "refused: "+why)
+	uc.Close()
+}
+
+func (s *Server) goodbyeReason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.goodbye
+}
+
+// Shutdown stops accepting, tells every client why, lets running requests
+// finish until ctx ends, then cuts what is left (its cells see a cancelled
+// context). It removes the socket and releases the lock.
+func (s *Server) Shutdown(ctx context.Context, reason string) error {
+	s.mu.Lock()
+	if s.goodbye != "" {
+		s.mu.Unlock()
+		return nil
+	}
+	s.goodbye = reason
+	s.mu.Unlock()
+	close(s.closing)
+	s.ln.Close()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		// Out of time: interrupt the cells still running, give them a
+		// moment to answer, then cut the connections.
+		for _, k := range s.eng.Kernels() {
+			if k.RunningCell != "" {
+				ictx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				s.eng.Interrupt(ictx, k.ID)
+				cancel()
+			}
+		}
+		select {
+		case <-done:
+		case <-time.After(interruptWait):
+		}
+		err = fmt.Errorf("shut down %s: %w; the cells still running were interrupted", s.opts.Path, ctx.Err())
+		s.kill()
+		s.mu.Lock()
+		for c := range s.conns {
+			c.uc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+	}
+	s.kill()
+	// The lock file stays: removing it could let two engines each lock a
+	// file of that name.
+	s.lock.Close()
+	return err
+}
+
+type conn struct{ uc *net.UnixConn }
+
+// deadlineWriter gives every write writeTimeout: a client that stops
+// reading counts as gone instead of stalling its cells' output.
+type deadlineWriter struct{ uc *net.UnixConn }
+
+func (w deadlineWriter) Write(p []byte) (int, error) {
+	w.uc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	return w.uc.Write(p)
+}
+
+func peerCred(uc *net.UnixConn) (*syscall.Ucred, error) {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *syscall.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	return cred, cerr
+}
+
+// inGroup reports whether the peer process belongs to gid: its primary
+// group or one of its supplementary groups, as its /proc status says.
+func inGroup(cred *syscall.Ucred, gid int) bool {
+	if int(cred.Gid) == gid {
+		return true
+	}
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(int(cred.Pid)) + "/status")
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Groups:"); ok {
+			for _, g := range strings.Fields(rest) {
+				if g == strconv.Itoa(gid) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
