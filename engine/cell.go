@@ -42,6 +42,10 @@ type Request struct {
 	// first-come-first-served line, before any backend work. A caller that
 	// starts the next call only after it keeps its calls in order.
 	OnQueued func()
+	// OnStart, when set, is told the cell's id once it has one, before any
+	// event or output of the cell: a caller that also watches the events
+	// can tell its own cells from others'.
+	OnStart func(cell string)
 }
 
 // Result is the outcome of a cell.
@@ -58,6 +62,8 @@ type Result struct {
 	Duration        time.Duration
 	Fallback        string // "" or "per_call"
 	Kernel          *KernelResult
+	// Cell is the cell's id, as its events and Engine.Cells name it.
+	Cell string
 }
 
 // KernelResult tells which kernel ran a cell and what happened to its state.
@@ -120,6 +126,9 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 	e.mu.Lock()
 	e.cells.start(k, cellID, req.Code, e.cfg.Now())
 	e.mu.Unlock()
+	if req.OnStart != nil {
+		req.OnStart(cellID)
+	}
 	userStream := req.OnOutput != nil
 	req.OnOutput = e.outputTap(cellID, req.OnOutput)
 	res, err := e.executeAcquired(ctx, req, k, created, reaped, cellID, userStream, start, timeout, deadline)
@@ -128,6 +137,9 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 	e.mu.Unlock()
 	e.cells.moved(cellID, final)
 	e.cells.finish(cellID, res, err, time.Since(start))
+	if res != nil {
+		res.Cell = cellID
+	}
 	return res, err
 }
 

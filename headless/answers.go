@@ -108,6 +108,8 @@ type resultLine struct {
 	DurationMS      float64           `json:"duration_ms"`
 	Fallback        string            `json:"fallback"`
 	Kernel          *kernelLine       `json:"kernel"`
+	// Cell is the cell's id, as events and the cells op name it (protocol 2).
+	Cell string `json:"cell"`
 }
 
 type kernelLine struct {
@@ -122,6 +124,14 @@ type kernelLine struct {
 	Note           string `json:"note"`
 }
 
+// startedLine tells a streamed execute's cell id before any of its output
+// or events.
+type startedLine struct {
+	ID   string `json:"id"`
+	Op   string `json:"op"`
+	Cell string `json:"cell"`
+}
+
 // outputLine is a chunk of a streamed cell's output (execute with stream).
 type outputLine struct {
 	ID     string `json:"id"`
@@ -132,6 +142,7 @@ type outputLine struct {
 
 func (s *server) execute(ctx context.Context, r *request) {
 	if r.stream {
+		r.exec.OnStart = func(cell string) { s.w.write(startedLine{ID: r.id, Op: "started", Cell: cell}) }
 		r.exec.OnOutput = func(stream, text string) {
 			s.w.write(outputLine{ID: r.id, Op: "output", Stream: stream, Text: text})
 		}
@@ -148,7 +159,7 @@ func (s *server) run(ctx context.Context, r *request) any {
 		ID: r.id, Op: "result", Status: res.Status, Stdout: res.Stdout, Stderr: res.Stderr, Traceback: res.Traceback,
 		StdoutClipped: res.StdoutClipped, StderrClipped: res.StderrClipped, SpillPath: res.SpillPath,
 		StderrSpillPath: res.StderrSpillPath, ToolCallsMade: res.ToolCallsMade, DurationMS: millis(res.Duration),
-		Fallback: res.Fallback,
+		Fallback: res.Fallback, Cell: res.Cell,
 	}
 	if k := res.Kernel; k != nil {
 		line.Kernel = &kernelLine{ID: k.ID, PID: k.PID, Dir: k.Dir, Backend: k.Backend, Reused: k.Reused,

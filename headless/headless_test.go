@@ -250,7 +250,7 @@ func TestExecuteReuseResetAndResultShape(t *testing.T) {
 
 	second := h.call(execReq("b", "x += 1\nprint(x)", "owner", "alice"))
 	wantKeys(t, "result", second, "id", "op", "status", "stdout", "stderr", "traceback", "stdout_clipped",
-		"stderr_clipped", "spill_path", "stderr_spill_path", "tool_calls_made", "duration_ms", "fallback", "kernel")
+		"stderr_clipped", "spill_path", "stderr_spill_path", "tool_calls_made", "duration_ms", "fallback", "kernel", "cell")
 	k2 := kernelOf(t, second)
 	wantKeys(t, "result kernel", k2, "id", "pid", "dir", "backend", "reused", "execution_count",
 		"state_lost", "state_reset", "note")

@@ -56,6 +56,11 @@ func TestExecuteStream(t *testing.T) {
 	h := start(t, newEngine(t, engine.Config{}), Options{})
 	mark := filepath.Join(t.TempDir(), "go")
 	h.send(execReq("s", fmt.Sprintf("import os, time\nprint('first', flush=True)\nwhile not os.path.exists(%q):\n    time.sleep(0.02)\nprint('second')", mark), "stream", true))
+	started := h.next()
+	if started["op"] != "started" || started["id"] != "s" || !strings.HasPrefix(fmt.Sprint(started["cell"]), "c") {
+		t.Fatalf("first line of a streamed execute: %v, want started with the cell id", started)
+	}
+	wantKeys(t, "started line", started, "id", "op", "cell")
 	first := h.next()
 	if first["op"] != "output" || first["id"] != "s" || first["stream"] != "stdout" || first["text"] != "first\n" {
 		t.Fatalf("first line while the cell runs: %v, want its output", first)
@@ -67,7 +72,7 @@ func TestExecuteStream(t *testing.T) {
 	for _, l := range before {
 		text += l["text"].(string)
 	}
-	if res["op"] != "result" || res["stdout"] != "first\nsecond\n" || text != res["stdout"] {
+	if res["op"] != "result" || res["stdout"] != "first\nsecond\n" || text != res["stdout"] || res["cell"] != started["cell"] {
 		t.Fatalf("result %v after output %q", res, text)
 	}
 	// Without stream, no output lines.
