@@ -175,6 +175,9 @@ type kernelsLine struct {
 	Cap      int          `json:"cap"`
 	IdleExit float64      `json:"idle_exit"`
 	Kernels  []kernelInfo `json:"kernels"`
+	// Now is the engine's clock when it listed them (protocol 2), so a
+	// client on another host can place the times on its own clock.
+	Now time.Time `json:"now"`
 }
 
 type kernelInfo struct {
@@ -203,7 +206,7 @@ func (s *server) kernels(r *request) {
 	maxKernels, idleExit := s.eng.Limits()
 	infos := s.eng.Kernels()
 	line := kernelsLine{ID: r.id, Op: "kernels", Cap: maxKernels, IdleExit: idleExit.Seconds(),
-		Kernels: make([]kernelInfo, 0, len(infos))}
+		Kernels: make([]kernelInfo, 0, len(infos)), Now: time.Now()}
 	for _, k := range infos {
 		if s.peer.restricted() && k.Owner != s.peer.Owner {
 			continue

@@ -320,7 +320,7 @@ func TestKernelsListing(t *testing.T) {
 	a := h.call(execReq("a", "pass", "owner", "alice", "task", "t1", "tools", []string{"b_tool", "a_tool", "a_tool"}))
 	b := h.call(execReq("b", "pass", "owner", "bob", "child", "c1"))
 	l := h.call(line{"id": "k1", "op": "kernels"})
-	wantKeys(t, "kernels response", l, "id", "op", "count", "cap", "idle_exit", "kernels")
+	wantKeys(t, "kernels response", l, "id", "op", "count", "cap", "idle_exit", "kernels", "now")
 	if l["op"] != "kernels" || l["count"] != 2.0 || l["cap"] != 3.0 || l["idle_exit"] != 90.0 {
 		t.Errorf("kernels header: %v", l)
 	}

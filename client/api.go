@@ -1,0 +1,266 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+)
+
+// Kernels returns the latest snapshot of the engine's kernels; its times
+// are on this machine's clock.
+func (c *Client) Kernels() []engine.KernelInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.kernels)
+}
+
+// Limits returns the cap and idle_exit as last seen.
+func (c *Client) Limits() (int, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.max, c.idle
+}
+
+// Backends lists the engine's backends.
+func (c *Client) Backends() []string { return slices.Clone(c.hello.Backends) }
+
+// SetLimits changes the engine's limits.
+func (c *Client) SetLimits(maxKernels *int, idleExit *time.Duration) error {
+	req := map[string]any{"op": "limits"}
+	if maxKernels != nil {
+		req["max_kernels"] = *maxKernels
+	}
+	if idleExit != nil {
+		req["idle_exit"] = idleExit.Seconds()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.do(ctx, req, nil); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if maxKernels != nil {
+		c.max = *maxKernels
+	}
+	if idleExit != nil {
+		c.idle = *idleExit
+	}
+	c.mu.Unlock()
+	c.kick()
+	return nil
+}
+
+// kick asks for a fresh kernels snapshot soon.
+func (c *Client) kick() {
+	select {
+	case c.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// Execute runs a cell on the engine, with its output as it comes when
+// req.OnOutput is set. If ctx ends first, the cell goes on there; only the
+// waiting stops.
+func (c *Client) Execute(ctx context.Context, req engine.Request) (*engine.Result, error) {
+	r := map[string]any{"op": "execute", "code": req.Code, "stream": req.OnOutput != nil || req.OnStart != nil}
+	for k, v := range map[string]string{"owner": req.Owner, "task": req.Task, "backend": req.Backend, "child": req.Child} {
+		if v != "" {
+			r[k] = v
+		}
+	}
+	if len(req.Tools) > 0 {
+		r["tools"] = req.Tools
+	}
+	if req.Reset {
+		r["reset"] = true
+	}
+	if req.Timeout > 0 {
+		r["timeout"] = req.Timeout.Seconds()
+	}
+	lines := func(op string, m map[string]json.RawMessage) {
+		var l struct {
+			Cell, Stream, Text string
+		}
+		json.Unmarshal(m["cell"], &l.Cell)
+		json.Unmarshal(m["stream"], &l.Stream)
+		json.Unmarshal(m["text"], &l.Text)
+		switch {
+		case op == "started" && req.OnStart != nil:
+			req.OnStart(l.Cell)
+		case op == "output" && req.OnOutput != nil:
+			req.OnOutput(l.Stream, l.Text)
+		}
+	}
+	if req.OnQueued != nil {
+		req.OnQueued() // the engine orders this connection's cells itself
+	}
+	m, err := c.do(ctx, r, lines)
+	if err != nil {
+		return nil, err
+	}
+	var res struct {
+		Status          engine.CellStatus `json:"status"`
+		Stdout          string            `json:"stdout"`
+		Stderr          string            `json:"stderr"`
+		Traceback       string            `json:"traceback"`
+		StdoutClipped   bool              `json:"stdout_clipped"`
+		StderrClipped   bool              `json:"stderr_clipped"`
+		SpillPath       string            `json:"spill_path"`
+		StderrSpillPath string            `json:"stderr_spill_path"`
+		ToolCallsMade   int               `json:"tool_calls_made"`
+		DurationMS      float64           `json:"duration_ms"`
+		Fallback        string            `json:"fallback"`
+		Cell            string            `json:"cell"`
+		Kernel          *struct {
+			ID             string `json:"id"`
+			PID            int    `json:"pid"`
+			Dir            string `json:"dir"`
+			Backend        string `json:"backend"`
+			Reused         bool   `json:"reused"`
+			ExecutionCount int    `json:"execution_count"`
+			StateLost      bool   `json:"state_lost"`
+			StateReset     bool   `json:"state_reset"`
+			Note           string `json:"note"`
+		} `json:"kernel"`
+	}
+	if err := decode(m, &res); err != nil {
+		return nil, fmt.Errorf("engine at %s: a result that does not decode: %w", c.where, err)
+	}
+	out := &engine.Result{Status: res.Status, Stdout: res.Stdout, Stderr: res.Stderr, Traceback: res.Traceback,
+		StdoutClipped: res.StdoutClipped, StderrClipped: res.StderrClipped, SpillPath: res.SpillPath,
+		StderrSpillPath: res.StderrSpillPath, ToolCallsMade: res.ToolCallsMade,
+		Duration: time.Duration(res.DurationMS * float64(time.Millisecond)), Fallback: res.Fallback, Cell: res.Cell}
+	if k := res.Kernel; k != nil {
+		out.Kernel = &engine.KernelResult{ID: k.ID, PID: k.PID, Dir: k.Dir, Backend: k.Backend, Reused: k.Reused,
+			ExecutionCount: k.ExecutionCount, StateLost: k.StateLost, StateReset: k.StateReset, Note: k.Note}
+	}
+	c.kick()
+	return out, nil
+}
+
+func (c *Client) simple(ctx context.Context, req map[string]any) error {
+	_, err := c.do(ctx, req, nil)
+	c.kick()
+	return err
+}
+
+// Interrupt interrupts kernel id's running cell.
+func (c *Client) Interrupt(ctx context.Context, id string) error {
+	return c.simple(ctx, map[string]any{"op": "interrupt", "kernel": id})
+}
+
+// Kill kills kernel id.
+func (c *Client) Kill(ctx context.Context, id string) error {
+	return c.simple(ctx, map[string]any{"op": "kill", "kernel": id})
+}
+
+// ShutdownOwner kills owner's kernels and returns how many there were.
+func (c *Client) ShutdownOwner(ctx context.Context, owner string) int {
+	m, err := c.do(ctx, map[string]any{"op": "shutdown_owner", "owner": owner}, nil)
+	c.kick()
+	if err != nil {
+		return 0
+	}
+	var n int
+	json.Unmarshal(m["killed"], &n)
+	return n
+}
+
+// Approve answers a tool call's approval request.
+func (c *Client) Approve(id string, d engine.Decision) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return c.simple(ctx, map[string]any{"op": "approve", "request": id, "decision": string(d)})
+}
+
+// Cells returns the engine's records of kernel id's recent cells.
+func (c *Client) Cells(ctx context.Context, id string) ([]engine.CellRecord, error) {
+	m, err := c.do(ctx, map[string]any{"op": "cells", "kernel": id}, nil)
+	if err != nil {
+		return nil, err
+	}
+	var lines []struct {
+		engine.CellRecord
+		DurationMS float64 `json:"duration_ms"`
+	}
+	if err := json.Unmarshal(m["cells"], &lines); err != nil {
+		return nil, fmt.Errorf("engine at %s: cells that do not decode: %w", c.where, err)
+	}
+	out := make([]engine.CellRecord, len(lines))
+	for i, l := range lines {
+		out[i] = l.CellRecord
+		out[i].Duration = time.Duration(l.DurationMS * float64(time.Millisecond))
+	}
+	return out, nil
+}
+
+// refresher renews the kernels snapshot every RefreshEvery, and sooner
+// (at most every quarter of it) after events.
+func (c *Client) refresher() {
+	tick := time.NewTicker(c.opts.RefreshEvery)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-tick.C:
+		case <-c.refresh:
+			if wait := c.opts.RefreshEvery/4 - time.Since(last); wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-c.done:
+					return
+				}
+			}
+		}
+		last = time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		c.fetchKernels(ctx)
+		cancel()
+	}
+}
+
+// fetchKernels takes a new snapshot. The engine's times are moved onto our
+// clock by the engine's own "now", so idle timers are right across hosts.
+func (c *Client) fetchKernels(ctx context.Context) error {
+	m, err := c.do(ctx, map[string]any{"op": "kernels"}, nil)
+	if err != nil {
+		return err
+	}
+	received := time.Now()
+	var l struct {
+		Cap      int       `json:"cap"`
+		IdleExit float64   `json:"idle_exit"`
+		Now      time.Time `json:"now"`
+		Kernels  []struct {
+			engine.KernelInfo
+			RunningSince *time.Time `json:"running_since"`
+			IdleS        float64    `json:"idle_s"`
+		} `json:"kernels"`
+	}
+	if err := decode(m, &l); err != nil {
+		return fmt.Errorf("engine at %s: a kernels listing that does not decode: %w", c.where, err)
+	}
+	skew := time.Duration(0)
+	if !l.Now.IsZero() {
+		skew = received.Sub(l.Now)
+	}
+	ks := make([]engine.KernelInfo, len(l.Kernels))
+	for i, k := range l.Kernels {
+		ks[i] = k.KernelInfo
+		ks[i].Idle = seconds(k.IdleS)
+		ks[i].LastUsed = k.LastUsed.Add(skew)
+		if k.RunningSince != nil {
+			ks[i].RunningSince = k.RunningSince.Add(skew)
+		}
+	}
+	c.mu.Lock()
+	c.kernels, c.max, c.idle = ks, l.Cap, seconds(l.IdleExit)
+	c.mu.Unlock()
+	return nil
+}

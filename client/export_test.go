@@ -1,0 +1,4 @@
+package client
+
+// RemotePathScript is exported for the tests.
+const RemotePathScript = remotePathScript
