@@ -102,7 +102,7 @@ func scalePhase(ctx context.Context, cfg config, env *setupEnv, res *results, lo
 	res.add("scale.register", ms(reg)/float64(cfg.Kernels))
 	fmt.Fprintf(log, "bench: registered %d kernels in %v\n", cfg.Kernels, reg.Round(time.Millisecond))
 
-	m := ui.New(ui.Options{Engine: loaded, TickEvery: -1, User: "bench"})
+	m := ui.New(ui.Options{Engine: ui.Embedded{Engine: loaded}, TickEvery: -1, User: "bench"})
 	defer m.Close()
 	m.Update(tea.WindowSizeMsg{Width: 160, Height: 50})
 	if v := m.View(); v == "" {
@@ -155,7 +155,7 @@ func scalePhase(ctx context.Context, cfg config, env *setupEnv, res *results, lo
 		res.add("scale.kernels", timeIt(10, func() { loaded.Kernels() }))
 		res.add("scale.view", timeIt(cfg.Views, func() { m.View() }))
 		res.add("scale.uinew", timeIt(max(1, cfg.Views/4), func() {
-			d := ui.New(ui.Options{Engine: loaded, TickEvery: -1, User: "bench"})
+			d := ui.New(ui.Options{Engine: ui.Embedded{Engine: loaded}, TickEvery: -1, User: "bench"})
 			d.Update(tea.WindowSizeMsg{Width: 160, Height: 50})
 			d.View()
 			d.Close()

@@ -123,7 +123,7 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	takeKept(context.Background(), eng, &c.eng, s.stateDir, std.err, "kerneldeck")
 
 	sub := eng.Subscribe(4096)
-	m := ui.New(ui.Options{Engine: eng, Events: sub.C, Theme: theme, User: os.Getenv("USER")})
+	m := ui.New(ui.Options{Engine: ui.Embedded{Engine: eng}, Events: sub.C, Theme: theme, User: os.Getenv("USER")})
 	p := tea.NewProgram(m, tea.WithAltScreen(), tea.WithInput(in), tea.WithOutput(out))
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)

@@ -483,7 +483,7 @@ func secretsDashboard(t *testing.T, backend, sshConfig, identity string) (map[st
 
 	sub := eng.Subscribe(4096)
 	defer sub.Close()
-	m := ui.New(ui.Options{Engine: eng, Events: sub.C, User: "kdui"})
+	m := ui.New(ui.Options{Engine: ui.Embedded{Engine: eng}, Events: sub.C, User: "kdui"})
 	defer m.Close()
 	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(220, 70))
 	frames := &frameLog{r: tm.Output()}

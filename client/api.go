@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -28,18 +29,26 @@ func (c *Client) Limits() (int, time.Duration) {
 // Backends lists the engine's backends.
 func (c *Client) Backends() []string { return slices.Clone(c.hello.Backends) }
 
-// SetLimits changes the engine's limits.
+// SetLimits changes the engine's limits without waiting for it (the
+// dashboard calls it in its update loop): the snapshot takes the new
+// values at once, the request goes in the background in call order, and a
+// refusal arrives on Events as an EventNotice (the snapshot then shows the
+// engine's values again).
 func (c *Client) SetLimits(maxKernels *int, idleExit *time.Duration) error {
 	req := map[string]any{"op": "limits"}
 	if maxKernels != nil {
+		if *maxKernels < 1 {
+			return fmt.Errorf("max_kernels must be at least 1, got %d", *maxKernels)
+		}
 		req["max_kernels"] = *maxKernels
 	}
 	if idleExit != nil {
+		if *idleExit < time.Second {
+			return fmt.Errorf("idle_exit must be at least 1s, got %v", *idleExit)
+		}
 		req["idle_exit"] = idleExit.Seconds()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := c.do(ctx, req, nil); err != nil {
+	if err := c.Err(); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -50,8 +59,30 @@ func (c *Client) SetLimits(maxKernels *int, idleExit *time.Duration) error {
 		c.idle = *idleExit
 	}
 	c.mu.Unlock()
-	c.kick()
-	return nil
+	select {
+	case c.limitsQ <- req:
+		return nil
+	default:
+		return errors.New("too many limit changes are waiting for the engine; try again in a moment")
+	}
+}
+
+// limitsSender sends SetLimits' requests in order.
+func (c *Client) limitsSender() {
+	for {
+		select {
+		case <-c.done:
+			return
+		case req := <-c.limitsQ:
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_, err := c.do(ctx, req, nil)
+			cancel()
+			if err != nil {
+				c.deliver(engine.Event{Type: engine.EventNotice, Time: time.Now(), Detail: "limits not changed on the engine at " + c.where + ": " + err.Error()})
+			}
+			c.kick()
+		}
+	}
 }
 
 // kick asks for a fresh kernels snapshot soon.

@@ -71,8 +71,10 @@ type Client struct {
 	idle    time.Duration
 	err     error // why the connection ended
 	refresh chan struct{}
+	limitsQ chan map[string]any
 
 	events chan engine.Event
+	emu    sync.Mutex // guards sending on events, missed, closing events
 	missed int
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -96,7 +98,7 @@ func New(ctx context.Context, conn io.ReadWriteCloser, where string, o Options) 
 		o.RefreshEvery = time.Second
 	}
 	c := &Client{conn: conn, where: where, opts: o, pending: map[string]*call{}, refresh: make(chan struct{}, 1),
-		events: make(chan engine.Event, o.EventBuffer), done: make(chan struct{})}
+		limitsQ: make(chan map[string]any, 64), events: make(chan engine.Event, o.EventBuffer), done: make(chan struct{})}
 	c.wg.Go(c.read)
 	fail := func(err error) (*Client, error) {
 		c.Close()
@@ -120,6 +122,7 @@ func New(ctx context.Context, conn io.ReadWriteCloser, where string, o Options) 
 		return fail(err)
 	}
 	c.wg.Go(c.refresher)
+	c.wg.Go(c.limitsSender)
 	return c, nil
 }
 
@@ -163,7 +166,11 @@ func (c *Client) end(why error) {
 
 // read dispatches every line from the engine until the connection ends.
 func (c *Client) read() {
-	defer close(c.events)
+	defer func() {
+		c.emu.Lock()
+		close(c.events)
+		c.emu.Unlock()
+	}()
 	br := bufio.NewReaderSize(c.conn, 64<<10)
 	for {
 		line, err := readLine(br)
@@ -260,6 +267,20 @@ func (c *Client) onEvent(line []byte) {
 		case c.refresh <- struct{}{}:
 		default:
 		}
+	}
+	c.deliver(ev)
+}
+
+// deliver passes ev on, or drops it when Events is full; the next delivered
+// event is then an EventMissed with the count. Only the reader and the
+// limits sender deliver, under emu.
+func (c *Client) deliver(ev engine.Event) {
+	c.emu.Lock()
+	defer c.emu.Unlock()
+	select {
+	case <-c.done:
+		return // the reader may have closed events
+	default:
 	}
 	if c.missed > 0 {
 		select {

@@ -114,12 +114,21 @@ func TestClientOverTheSocket(t *testing.T) {
 	if err := c.SetLimits(&n, &idle); err != nil {
 		t.Fatal(err)
 	}
-	if got, d := eng.Limits(); got != 2 || d != idle {
-		t.Fatalf("engine limits after SetLimits: %d %v", got, d)
-	}
 	if got, d := c.Limits(); got != 2 || d != idle {
-		t.Fatalf("client limits after SetLimits: %d %v", got, d)
+		t.Fatalf("client limits right after SetLimits: %d %v", got, d)
 	}
+	waitFor(t, "the engine's limits", func() bool { got, d := eng.Limits(); return got == 2 && d == idle })
+	// A refusal comes back as an event, and the snapshot shows the truth.
+	huge := 1 << 40
+	if err := c.SetLimits(&huge, nil); err != nil {
+		t.Fatal(err)
+	}
+	for ev := range c.Events() {
+		if ev.Type == engine.EventNotice && strings.Contains(ev.Detail, "limits not changed") {
+			break
+		}
+	}
+	waitFor(t, "the snapshot's cap back at 2", func() bool { got, _ := c.Limits(); return got == 2 })
 	if err := c.Kill(context.Background(), res.Kernel.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,11 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine"
 )
 
-// Engine is what the dashboard needs of an engine; *engine.Engine has it,
-// and tests use a fake with fixed kernels.
+// Engine is what the dashboard needs of an engine: the embedded one
+// (Embedded), one attached over a socket (client.Client), or a test's fake.
+// Kernels, Limits, Backends and SetLimits are called in Update and must
+// not block (a remote SetLimits applies in the background and reports a
+// failure as an event); the rest run in commands.
 type Engine interface {
 	Kernels() []engine.KernelInfo
 	Limits() (maxKernels int, idleExit time.Duration)
@@ -28,6 +31,17 @@ type Engine interface {
 	Kill(ctx context.Context, id string) error
 	ShutdownOwner(ctx context.Context, owner string) int
 	Approve(id string, d engine.Decision) error
+	// Cells is the engine's record of a kernel's recent cells, whoever ran
+	// them.
+	Cells(ctx context.Context, kernel string) ([]engine.CellRecord, error)
+}
+
+// Embedded is the in-process engine as the dashboard uses it.
+type Embedded struct{ *engine.Engine }
+
+// Cells implements Engine.
+func (e Embedded) Cells(_ context.Context, kernel string) ([]engine.CellRecord, error) {
+	return e.Engine.Cells(kernel), nil
 }
 
 // Target is where the editor's cells run: a kernel key.

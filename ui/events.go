@@ -157,11 +157,19 @@ func (p *EventsPane) redraw() {
 		clear(p.chunks)
 	}
 	var lines []string
+	history := false // the line before was history
 	for _, i := range p.shown {
 		if p.chunks[i] == nil {
 			p.chunks[i] = p.draw(p.events[i], w)
 		}
+		if history && !p.events[i].History {
+			lines = append(lines, p.liveRule(w))
+		}
+		history = p.events[i].History
 		lines = append(lines, p.chunks[i]...)
+	}
+	if history {
+		lines = append(lines, p.liveRule(w))
 	}
 	p.lines = lines
 	p.scroll.setLines(len(lines), p.follow)
@@ -176,7 +184,14 @@ func (p *EventsPane) draw(ev engine.Event, w int) []string {
 	if ev.Kernel != "" {
 		detail = plain(ev.Kernel) + ": " + detail
 	}
-	first := t.Muted.Render(ev.Time.Format("15:04:05")) + " " + t.EventStyle(ev.Type).Render(fit(plain(string(ev.Type)), 18)) + " " + fit(plain(ev.Owner), 12) + " "
+	typeStyle := t.EventStyle(ev.Type)
+	if ev.History {
+		// From before this dashboard looked (the engine's memory or its
+		// event log): shown, muted, above the live ones.
+		typeStyle = t.Muted
+		detail = "(history) " + detail
+	}
+	first := t.Muted.Render(ev.Time.Format("15:04:05")) + " " + typeStyle.Render(fit(plain(string(ev.Type)), 18)) + " " + fit(plain(ev.Owner), 12) + " "
 	var chunk []string
 	if w-lead >= 20 {
 		wrapped := wordWrapLines(detail, w-lead)
@@ -195,6 +210,13 @@ func (p *EventsPane) draw(ev engine.Event, w int) []string {
 		chunk = []string{first + detail}
 	}
 	return chunk
+}
+
+// liveRule separates the history from the live events.
+func (p *EventsPane) liveRule(w int) string {
+	label := " history above · live below "
+	side := max(0, (w-len(label))/2)
+	return p.ctx.Theme.Muted.Render(fit(strings.Repeat("─", side)+label+strings.Repeat("─", side), w))
 }
 
 // Editing reports whether the filter line has the keyboard.

@@ -28,6 +28,9 @@ type Options struct {
 	// TickEvery is how often timers refresh (default 1s); negative disables
 	// the tick (tests drive the clock themselves).
 	TickEvery time.Duration
+	// Where says where the engine is, for the header: "serving at PATH" or
+	// "attached to ssh://host/PATH"; "" says nothing.
+	Where string
 }
 
 // Focusable panes, in tab order.
@@ -97,6 +100,12 @@ type Model struct {
 	approvals  []engine.Event    // pending approval requests, oldest first
 	runs       map[*cellRun]bool // cells started here and still running
 	runSeq     int
+	own        ownCells            // ids of the cells started here
+	byCell     map[string]*cellRun // others' cells, by id
+	cellsAsked map[string]time.Time
+	cellsDue   map[string]bool // kernels whose records changed while asked
+	fetchWant  bool            // the target changed: show its kernel's cells
+	where      string
 	status     string
 	statusErr  bool
 	confirm    bool // quitting while cells run: waiting for y/n
@@ -137,6 +146,11 @@ func New(opts Options) *Model {
 		unconfined: map[string]bool{},
 		reasons:    map[string]string{},
 		runs:       map[*cellRun]bool{},
+		byCell:     map[string]*cellRun{},
+		cellsAsked: map[string]time.Time{},
+		cellsDue:   map[string]bool{},
+		fetchWant:  true,
+		where:      opts.Where,
 	}
 	ctx.act = m.action
 	if m.tick == 0 {
@@ -263,6 +277,19 @@ func (m *Model) refresh() {
 
 // Update routes a message.
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	model, cmd := m.update(msg)
+	if m.fetchWant && !m.quitting {
+		// The target changed (or its kernel may have appeared): show the
+		// cells others ran in it.
+		if fetch := m.targetFetch(); fetch != nil {
+			m.fetchWant = false
+			cmd = tea.Batch(cmd, fetch)
+		}
+	}
+	return model, cmd
+}
+
+func (m *Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case tea.WindowSizeMsg:
 		m.ctx.Width, m.ctx.Height = msg.Width, msg.Height
@@ -278,11 +305,13 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.refresh()
 		return m, nil
 	case eventBatchMsg:
-		m.onEvents(msg)
+		cmd := m.onEvents(msg)
 		if m.events == nil {
-			return m, nil
+			return m, cmd
 		}
-		return m, waitEvents(m.events)
+		return m, tea.Batch(cmd, waitEvents(m.events))
+	case cellsMsg:
+		return m, m.onCells(msg)
 	case eventsDoneMsg:
 		return m, nil
 	case inboxMsg:
@@ -311,9 +340,22 @@ func (m *Model) setStatus(s string, err error) {
 	}
 }
 
-func (m *Model) onEvents(evs []engine.Event) {
-	m.evPane.add(evs...)
+func (m *Model) onEvents(evs []engine.Event) tea.Cmd {
+	var cmds []tea.Cmd
+	shown := evs[:0:0]
 	for _, ev := range evs {
+		if ev.Cell != "" && !ev.History {
+			cmds = append(cmds, m.onCellEvent(ev))
+		}
+		if ev.Type != engine.EventCellOutput {
+			shown = append(shown, ev)
+		}
+	}
+	m.evPane.add(shown...)
+	for _, ev := range shown {
+		if ev.History {
+			continue // what happened before we looked: shown, not acted on
+		}
 		switch ev.Type {
 		case engine.EventApprovalRequest:
 			m.approvals = append(m.approvals, ev)
@@ -345,8 +387,12 @@ func (m *Model) onEvents(evs []engine.Event) {
 				m.backendOK[b] = "ok"
 			}
 		}
+		if ev.Type == engine.EventSpawned {
+			m.fetchWant = true // maybe the target's kernel
+		}
 	}
 	m.refresh()
+	return tea.Batch(cmds...)
 }
 
 // backendOfKey extracts the backend from a key string owner/task@backend[tools].
@@ -364,23 +410,14 @@ func backendOfKey(key string) string {
 func (m *Model) onBackground(msg tea.Msg) {
 	switch msg := msg.(type) {
 	case cellOutputMsg:
-		buf, wrapped := &msg.run.stdout, &msg.run.out
-		if msg.stream == "stderr" {
-			buf, wrapped = &msg.run.stderr, &msg.run.errOut
-		}
-		buf.WriteString(msg.text)
-		if buf.Len() > maxStreamKept {
-			// Keep the tail: the pane shows the newest output, and the full
-			// text is in the result's spill file.
-			tail := buf.String()[buf.Len()-maxStreamKept/2:]
-			buf.Reset()
-			buf.WriteString("… (earlier output not kept here)\n" + tail)
-			*wrapped = wrapCache{}
-		}
+		appendOutput(msg.run, msg.stream, msg.text)
 		m.output.changed(msg.run)
 	case cellResultMsg:
 		r := msg.run
 		r.running, r.res, r.err, r.finished = false, msg.res, msg.err, m.ctx.Now()
+		if msg.res != nil {
+			r.cell = msg.res.Cell
+		}
 		delete(m.runs, r)
 		m.output.changed(r)
 		m.refresh()
@@ -397,6 +434,7 @@ func (m *Model) startCell(msg runCellMsg) {
 	m.output.add(r)
 	req := engine.Request{Owner: msg.target.Owner, Task: msg.target.Task, Backend: msg.target.Backend,
 		Child: msg.target.Child, Tools: msg.target.Tools, Code: msg.code,
+		OnStart:  m.own.add,
 		OnOutput: func(stream, text string) { m.inbox.post(cellOutputMsg{run: r, stream: stream, text: text}) }}
 	ctx, box := m.runCtx, m.inbox
 	go func() {
@@ -538,6 +576,7 @@ func stepIdle(d time.Duration, up bool) time.Duration {
 func (m *Model) retarget(t Target) {
 	m.editor.SetTarget(t)
 	m.output.setTarget(t)
+	m.fetchWant = true
 }
 
 // setFocus gives pane f the keyboard.
@@ -686,6 +725,9 @@ func (m *Model) headerView() string {
 		if m.unconfined[uri] {
 			b.WriteString(t.Warn.Render(" (unconfined)"))
 		}
+	}
+	if m.where != "" {
+		b.WriteString(t.Muted.Render("  " + plain(m.where)))
 	}
 	return b.String()
 }

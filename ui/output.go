@@ -12,10 +12,13 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine"
 )
 
-// cellRun is one cell started from the dashboard and what came of it.
+// cellRun is one cell and what came of it: started here, or (foreign) by
+// another client of the engine.
 type cellRun struct {
 	seq            int
 	target         Target
+	cell           string // the engine's id of it, once known
+	foreign        bool
 	code           string
 	started        time.Time
 	finished       time.Time
@@ -176,6 +179,9 @@ func (p *OutputPane) runLines(r *cellRun, w int) []string {
 	t := p.ctx.Theme
 	head := fmt.Sprintf("[%d] ", r.seq)
 	first, _, _ := strings.Cut(strings.TrimSpace(plain(r.code)), "\n")
+	if r.foreign {
+		first = strings.TrimSpace("(another client) " + first)
+	}
 	var lines []string
 	switch {
 	case r.running:

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 
 // Both the real engine and the fake have what the dashboard needs.
 var (
-	_ Engine = (*engine.Engine)(nil)
+	_ Engine = Embedded{}
 	_ Engine = (*uitest.Engine)(nil)
 )
 

@@ -52,6 +52,9 @@ type Engine struct {
 	shutdown    []string
 	approved    []Approval
 	kernelsN    int
+	cells       map[string][]engine.CellRecord
+	cellsAsked  []string
+	ownN        int // cells Execute has named (c-own-1, ...)
 }
 
 // New returns a fake engine with the given backends, cap and idle_exit and
@@ -141,11 +144,16 @@ func (f *Engine) Backends() []string {
 func (f *Engine) Execute(ctx context.Context, req engine.Request) (*engine.Result, error) {
 	f.mu.Lock()
 	rec := req
-	rec.OnOutput, rec.OnQueued = nil, nil
+	rec.OnOutput, rec.OnQueued, rec.OnStart = nil, nil, nil
 	rec.Tools = slices.Clone(req.Tools)
 	f.executed = append(f.executed, rec)
 	res, err, streamed, block := f.execResult, f.execErr, f.execOutput, f.block
+	f.ownN++
+	cell := fmt.Sprintf("c-own-%d", f.ownN)
 	f.mu.Unlock()
+	if req.OnStart != nil {
+		req.OnStart(cell)
+	}
 	if streamed != "" && req.OnOutput != nil {
 		req.OnOutput("stdout", streamed)
 	}
@@ -160,9 +168,10 @@ func (f *Engine) Execute(ctx context.Context, req engine.Request) (*engine.Resul
 		return nil, err
 	}
 	if res == nil {
-		return &engine.Result{Status: "success", Stdout: streamed}, nil
+		return &engine.Result{Status: "success", Stdout: streamed, Cell: cell}, nil
 	}
 	cp := *res
+	cp.Cell = cell
 	return &cp, nil
 }
 
@@ -284,4 +293,29 @@ func WaitFor(timeout time.Duration, cond func() bool) bool {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// SetCells sets the records Cells returns for kernel.
+func (f *Engine) SetCells(kernel string, recs []engine.CellRecord) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cells == nil {
+		f.cells = map[string][]engine.CellRecord{}
+	}
+	f.cells[kernel] = slices.Clone(recs)
+}
+
+// Cells returns the records set for kernel and notes the call.
+func (f *Engine) Cells(_ context.Context, kernel string) ([]engine.CellRecord, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cellsAsked = append(f.cellsAsked, kernel)
+	return slices.Clone(f.cells[kernel]), nil
+}
+
+// CellsAsked lists the kernels Cells was called for, in order.
+func (f *Engine) CellsAsked() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.cellsAsked)
 }
