@@ -71,7 +71,11 @@ type Config struct {
 	// output after the kernel is gone.
 	ToolOutputMaxBytes  int64
 	ToolOutputRetention time.Duration
-	KeepToolOutput      bool
+	// EventLogMaxBytes and EventLogRetention bound the event log (0: the
+	// defaults).
+	EventLogMaxBytes  int64
+	EventLogRetention time.Duration
+	KeepToolOutput    bool
 	// NoConfine asks runners not to confine themselves with Landlock.
 	NoConfine bool
 	// Path is the file that was loaded, or "" when there was none.
@@ -132,12 +136,15 @@ type file struct {
 	Approvals       any            `toml:"approvals"`
 	ToolOutputMaxMB any            `toml:"tool_output_max_mb"`
 	ToolOutputKeep  any            `toml:"tool_output_retention"`
+	EventLogMaxMB   any            `toml:"event_log_max_mb"`
+	EventLogKeep    any            `toml:"event_log_retention"`
 	KeepToolOutput  any            `toml:"keep_tool_output"`
 	ConfineKernels  any            `toml:"confine_kernels"`
 }
 
 const knownKeys = "max_kernels, idle_exit, cell_timeout, max_tool_calls, theme, default_backend, " +
 	"workspace, approve, approval_timeout, http_allow, tool_output_max_mb, tool_output_retention, keep_tool_output, " +
+	"event_log_max_mb, event_log_retention, " +
 	"confine_kernels, [backends], [approvals]"
 
 // Load reads the config file at path over the defaults. An empty path means
@@ -297,22 +304,33 @@ func parse(data, path string, cfg *Config) error {
 		}
 		cfg.HTTPAllow = &allow
 	}
-	if f.ToolOutputMaxMB != nil {
-		n, ok := f.ToolOutputMaxMB.(int64)
-		if !ok || n < 1 || n > 1<<20 {
-			return fail("tool_output_max_mb", "= %s is invalid: it must be a whole number of megabytes >= 1, e.g. tool_output_max_mb = 256", tomlValue(f.ToolOutputMaxMB))
+	for _, c := range []struct {
+		key    string
+		mb     any
+		keep   any
+		bytes  *int64
+		retain *time.Duration
+	}{
+		{"tool_output", f.ToolOutputMaxMB, f.ToolOutputKeep, &cfg.ToolOutputMaxBytes, &cfg.ToolOutputRetention},
+		{"event_log", f.EventLogMaxMB, f.EventLogKeep, &cfg.EventLogMaxBytes, &cfg.EventLogRetention},
+	} {
+		if c.mb != nil {
+			n, ok := c.mb.(int64)
+			if !ok || n < 1 || n > 1<<20 {
+				return fail(c.key+"_max_mb", "= %s is invalid: it must be a whole number of megabytes >= 1, e.g. %s_max_mb = 256", tomlValue(c.mb), c.key)
+			}
+			*c.bytes = n << 20
 		}
-		cfg.ToolOutputMaxBytes = n << 20
-	}
-	if f.ToolOutputKeep != nil {
-		d, err := duration(f.ToolOutputKeep)
-		if err == nil && d < time.Minute {
-			err = errors.New("it must be at least 1m")
+		if c.keep != nil {
+			d, err := duration(c.keep)
+			if err == nil && d < time.Minute {
+				err = errors.New("it must be at least 1m")
+			}
+			if err != nil {
+				return fail(c.key+"_retention", "= %s is invalid: %v; write a duration string such as %s_retention = \"168h\"", tomlValue(c.keep), err, c.key)
+			}
+			*c.retain = d
 		}
-		if err != nil {
-			return fail("tool_output_retention", "= %s is invalid: %v; write a duration string such as tool_output_retention = \"168h\"", tomlValue(f.ToolOutputKeep), err)
-		}
-		cfg.ToolOutputRetention = d
 	}
 	for _, b := range []struct {
 		key string

@@ -58,11 +58,13 @@ box = "docker://box"
 }
 
 func TestLoadStorageAndConfineKeys(t *testing.T) {
-	cfg, err := Load(writeFile(t, "tool_output_max_mb = 8\ntool_output_retention = \"2h\"\nkeep_tool_output = true\nconfine_kernels = false\n"))
+	cfg, err := Load(writeFile(t, "tool_output_max_mb = 8\ntool_output_retention = \"2h\"\nkeep_tool_output = true\nconfine_kernels = false\n"+
+		"event_log_max_mb = 16\nevent_log_retention = \"720h\"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ToolOutputMaxBytes != 8<<20 || cfg.ToolOutputRetention != 2*time.Hour || !cfg.KeepToolOutput || !cfg.NoConfine {
+	if cfg.ToolOutputMaxBytes != 8<<20 || cfg.ToolOutputRetention != 2*time.Hour || !cfg.KeepToolOutput || !cfg.NoConfine ||
+		cfg.EventLogMaxBytes != 16<<20 || cfg.EventLogRetention != 720*time.Hour {
 		t.Errorf("Load = %+v", cfg)
 	}
 	if d := Defaults(); d.NoConfine || d.KeepToolOutput || d.ToolOutputMaxBytes != 0 {
@@ -281,6 +283,8 @@ func TestLoadRejects(t *testing.T) {
 		{"tool output retention short", `tool_output_retention = "10s"` + "\n", []string{"tool_output_retention", "at least 1m"}},
 		{"keep tool output not a bool", `keep_tool_output = "yes"` + "\n", []string{`keep_tool_output = "yes" is invalid`, "true or false"}},
 		{"confine kernels not a bool", "confine_kernels = 0\n", []string{"confine_kernels = 0 is invalid"}},
+		{"event log cap negative", "event_log_max_mb = -1\n", []string{"event_log_max_mb = -1 is invalid", "megabytes"}},
+		{"event log retention not a duration", `event_log_retention = "a week"` + "\n", []string{"event_log_retention", `"168h"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := writeFile(t, tc.body)
