@@ -59,10 +59,12 @@ type Options struct {
 //
 // A goroutine reads in; it ends when in reaches its end or fails, which may
 // be after Run returns if Run returns early.
-func Run(ctx context.Context, eng *engine.Engine, in io.Reader, out, errOut io.Writer, opts Options) error {
+func Run(ctx context.Context, eng Engine, in io.Reader, out, errOut io.Writer, opts Options) error {
 	opts.Task = cmp.Or(opts.Task, "default")
 	opts.Owner = cmp.Or(opts.Owner, opts.Task)
-	opts.Backend = cmp.Or(opts.Backend, eng.DefaultBackend())
+	if bs := eng.Backends(); opts.Backend == "" && len(bs) > 0 {
+		opts.Backend = bs[0]
+	}
 	if !slices.Contains(eng.Backends(), opts.Backend) {
 		return fmt.Errorf("repl: unknown backend %q; the engine has %s", opts.Backend, strings.Join(eng.Backends(), ", "))
 	}
@@ -76,8 +78,18 @@ func Run(ctx context.Context, eng *engine.Engine, in io.Reader, out, errOut io.W
 	return r.loop(ctx, lines)
 }
 
+// Engine is what the REPL needs of an engine: the embedded one, or one it
+// reaches over a socket (client.Client).
+type Engine interface {
+	Backends() []string
+	Kernels() []engine.KernelInfo
+	Execute(ctx context.Context, req engine.Request) (*engine.Result, error)
+	Interrupt(ctx context.Context, id string) error
+	Kill(ctx context.Context, id string) error
+}
+
 type session struct {
-	eng    *engine.Engine
+	eng    Engine
 	opts   Options
 	out    *stickyWriter
 	errOut *stickyWriter
