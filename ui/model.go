@@ -31,6 +31,11 @@ type Options struct {
 	// Where says where the engine is, for the header: "serving at PATH" or
 	// "attached to ssh://host/PATH"; "" says nothing.
 	Where string
+	// History is shown in the events pane before the live events, marked.
+	History []engine.Event
+	// Lost, when the events stop, says why the engine is gone (an attached
+	// dashboard's connection); nil or a nil error says nothing.
+	Lost func() error
 }
 
 // Focusable panes, in tab order.
@@ -106,6 +111,7 @@ type Model struct {
 	cellsDue   map[string]bool // kernels whose records changed while asked
 	fetchWant  bool            // the target changed: show its kernel's cells
 	where      string
+	lost       func() error
 	status     string
 	statusErr  bool
 	confirm    bool // quitting while cells run: waiting for y/n
@@ -151,6 +157,10 @@ func New(opts Options) *Model {
 		cellsDue:   map[string]bool{},
 		fetchWant:  true,
 		where:      opts.Where,
+		lost:       opts.Lost,
+	}
+	if len(opts.History) > 0 {
+		m.evPane.add(opts.History...)
 	}
 	ctx.act = m.action
 	if m.tick == 0 {
@@ -313,6 +323,11 @@ func (m *Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case cellsMsg:
 		return m, m.onCells(msg)
 	case eventsDoneMsg:
+		if m.lost != nil {
+			if err := m.lost(); err != nil {
+				m.setStatus("lost the engine", err)
+			}
+		}
 		return m, nil
 	case inboxMsg:
 		for _, sub := range msg {
