@@ -30,6 +30,7 @@ func isolate(t *testing.T) (kernelTmp string) {
 	t.Setenv("TMPDIR", kernelTmp)
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	t.Setenv("XDG_RUNTIME_DIR", "")
 	return kernelTmp
 }
 

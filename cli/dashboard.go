@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,12 +9,17 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/term"
 
+	"github.com/kerneldeck/kerneldeck/client"
+	"github.com/kerneldeck/kerneldeck/config"
+	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/headless"
 	"github.com/kerneldeck/kerneldeck/internal/english"
+	"github.com/kerneldeck/kerneldeck/server"
 	"github.com/kerneldeck/kerneldeck/themes"
 	"github.com/kerneldeck/kerneldeck/ui"
 )
@@ -45,6 +51,8 @@ type dashboardCmd struct {
 	eng    engineFlags
 	theme  string
 	replay string
+	attach string
+	listen string
 }
 
 func newDashboardCmd() *dashboardCmd { return &dashboardCmd{} }
@@ -56,6 +64,17 @@ func (c *dashboardCmd) registerOwn(fs *flagSet) {
 		"default. NO_COLOR turns colour off", func(s string) error { c.theme = s; return nil })
 	fs.Path(&c.replay, "replay", "feed a `FILE` of headless requests (one JSON object per line, see 'kerneldeck help "+
 		"headless') into the engine while the dashboard shows it, e.g. examples/eviction.jsonl")
+	fs.Optional(&c.attach, "attach", "open the dashboard on "+connectTarget+", instead of an engine of its own; "+
+		"quitting leaves that engine and its kernels alone")
+	fs.Func("listen", "serve the dashboard's engine to agents ('kerneldeck headless --connect') and other dashboards on "+
+		"the socket `PATH`, or none (default $XDG_RUNTIME_DIR/kerneldeck/engine.sock, else <state dir>/engine.sock)",
+		func(s string) error {
+			if s == "" {
+				return errors.New("it needs a socket path, or none")
+			}
+			c.listen = s
+			return nil
+		})
 }
 
 func (c *dashboardCmd) flags() *flagSet {
@@ -90,17 +109,22 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if err != nil {
 		return usageErr(err)
 	}
+	if set["attach"] {
+		if err := checkConnectFlags(&c.eng, "attach", "theme", "config"); err != nil {
+			return usageErr(err)
+		}
+		if c.replay != "" || c.listen != "" {
+			return usageErr(errors.New("--replay and --listen are for a dashboard with an engine of its own; with --attach, feed that engine with 'kerneldeck headless --connect'"))
+		}
+		return c.runAttached(std)
+	}
 	s, err := resolve(&c.eng)
 	if err != nil {
 		return usageErr(err)
 	}
-	themeName := c.theme
-	if themeName == "" {
-		themeName = s.cfg.Theme
-	}
-	theme, err := themes.New(themeName, themes.Options{NoColor: themes.NoColorFromEnv()})
+	theme, err := c.themeFor(s.cfg.Theme)
 	if err != nil {
-		return usageErr(fmt.Errorf("--theme: %w", err))
+		return usageErr(err)
 	}
 	var replay *os.File
 	if c.replay != "" {
@@ -109,10 +133,9 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 		}
 		defer replay.Close()
 	}
-	in, inOK := std.in.(*os.File)
-	out, outOK := std.out.(*os.File)
-	if !inOK || !outOK || !term.IsTerminal(in.Fd()) || !term.IsTerminal(out.Fd()) {
-		return usageErr(errors.New("the dashboard needs a terminal; for pipes use 'kerneldeck repl' or 'kerneldeck headless'"))
+	in, out, err := terminal(std)
+	if err != nil {
+		return usageErr(err)
 	}
 	eng, cleanup, code, err := openEngine(&c.eng, s)
 	if err != nil {
@@ -122,8 +145,23 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	defer cleanup()
 	takeKept(context.Background(), eng, &c.eng, s.stateDir, std.err, "kerneldeck")
 
-	sub := eng.Subscribe(4096)
-	m := ui.New(ui.Options{Engine: ui.Embedded{Engine: eng}, Events: sub.C, Theme: theme, User: os.Getenv("USER")})
+	// The dashboard's engine is served too, so agents started with
+	// 'headless --connect' land here; not serving is said, not fatal.
+	where := ""
+	var srv *server.Server
+	if c.listen != "none" {
+		path := cmp.Or(c.listen, server.DefaultPath(s.stateDir))
+		if srv, err = server.Listen(eng, server.Options{Path: path, Version: versionString()}); err != nil {
+			fmt.Fprintf(std.err, "kerneldeck: not serving this dashboard's engine: %v (--listen none says not to)\n", err)
+			where = "not serving"
+		} else {
+			go srv.Serve()
+			where = "serving at " + path
+		}
+	}
+	sub := eng.SubscribeWith(engine.SubscribeOptions{Buffer: 4096, Output: true, Since: time.Now().Add(-historyShown)})
+	m := ui.New(ui.Options{Engine: ui.Embedded{Engine: eng}, Events: sub.C, History: sub.History, Theme: theme,
+		User: os.Getenv("USER"), Where: where})
 	p := tea.NewProgram(m, tea.WithAltScreen(), tea.WithInput(in), tea.WithOutput(out))
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
@@ -138,6 +176,11 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	_, runErr := p.Run()
 	m.Close()
 	stop()
+	if srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		srv.Shutdown(ctx, "the dashboard that runs this engine quit")
+		cancel()
+	}
 
 	n, recordErr, closeErr := closeEngine(eng, s.stateDir, c.eng.keep)
 	sub.Close()
@@ -156,5 +199,66 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	default:
 		fmt.Fprintf(std.err, "kerneldeck: killed %s\n", english.Count(n, "kernel"))
 	}
+	return exitOK
+}
+
+// historyShown is how far back a dashboard's events pane starts.
+const historyShown = time.Hour
+
+// terminal returns the terminal the dashboard draws on, or why there is none.
+func terminal(std stdio) (in, out *os.File, err error) {
+	in, inOK := std.in.(*os.File)
+	out, outOK := std.out.(*os.File)
+	if !inOK || !outOK || !term.IsTerminal(in.Fd()) || !term.IsTerminal(out.Fd()) {
+		return nil, nil, errors.New("the dashboard needs a terminal; for pipes use 'kerneldeck repl' or 'kerneldeck headless'")
+	}
+	return in, out, nil
+}
+
+// themeFor builds the --theme, else the config's theme.
+func (c *dashboardCmd) themeFor(configured string) (*themes.Theme, error) {
+	name := cmp.Or(c.theme, configured)
+	theme, err := themes.New(name, themes.Options{NoColor: themes.NoColorFromEnv()})
+	if err != nil {
+		return nil, fmt.Errorf("--theme: %w", err)
+	}
+	return theme, nil
+}
+
+// runAttached is the dashboard on an engine elsewhere: quitting detaches.
+func (c *dashboardCmd) runAttached(std stdio) int {
+	usageErr, fail := reporters(std.err, "kerneldeck")
+	cfg, err := config.Load(c.eng.config)
+	if err != nil {
+		return usageErr(err)
+	}
+	theme, err := c.themeFor(cfg.Theme)
+	if err != nil {
+		return usageErr(err)
+	}
+	in, out, err := terminal(std)
+	if err != nil {
+		return usageErr(err)
+	}
+	cl, err := dialEngine(&c.eng, c.attach, client.Options{Since: historyShown, Output: true})
+	if err != nil {
+		return fail(err)
+	}
+	defer cl.Close()
+	m := ui.New(ui.Options{Engine: cl, Events: cl.Events(), Theme: theme, User: os.Getenv("USER"),
+		Where: "attached to " + cl.Where(), Lost: cl.Err})
+	p := tea.NewProgram(m, tea.WithAltScreen(), tea.WithInput(in), tea.WithOutput(out))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		p.Quit()
+	}()
+	_, runErr := p.Run()
+	m.Close()
+	if runErr != nil {
+		return fail(runErr)
+	}
+	fmt.Fprintf(std.err, "kerneldeck: detached from the engine at %s; its kernels keep running there\n", cl.Where())
 	return exitOK
 }

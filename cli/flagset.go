@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -14,6 +15,25 @@ type flagSet struct {
 	name     string
 	fs       *flag.FlagSet
 	sections []*flagSection
+	optional []string // flags whose value may be left out
+}
+
+// fillOptional gives an optional flag written without a value (last, or
+// before another flag) the empty value, as --name=.
+func (s *flagSet) fillOptional(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		name := strings.TrimLeft(a, "-")
+		if strings.HasPrefix(a, "-") && !strings.Contains(name, "=") && slices.Contains(s.optional, name) &&
+			(i+1 == len(args) || strings.HasPrefix(args[i+1], "-")) {
+			a += "="
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // flagSection is one titled group of flags in --help.
@@ -67,8 +87,18 @@ func (s *flagSet) Path(p *string, name, usage string) {
 	})
 }
 
+// Optional defines a string flag whose value may be left out (--attach
+// alone, or followed by another flag): it is then "", and given all the
+// same.
+func (s *flagSet) Optional(p *string, name, usage string) {
+	s.fs.Func(name, usage, func(v string) error { *p = v; return nil })
+	s.add(name)
+	s.optional = append(s.optional, name)
+}
+
 // parse parses args, which must be flags only, and returns the names given.
 func (s *flagSet) parse(args []string) (map[string]bool, error) {
+	args = s.fillOptional(args)
 	if err := s.fs.Parse(args); err != nil {
 		return nil, err
 	}

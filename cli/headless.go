@@ -61,8 +61,9 @@ Example:
 
 // headlessCmd is `kerneldeck headless`: the engine as JSON lines.
 type headlessCmd struct {
-	eng    engineFlags
-	events bool
+	eng     engineFlags
+	events  bool
+	connect string
 }
 
 func (c *headlessCmd) flags() *flagSet {
@@ -70,6 +71,8 @@ func (c *headlessCmd) flags() *flagSet {
 	fs.section("Headless flags:")
 	fs.Bool(&c.events, "events", `interleave lifecycle events as lines like {"op":"event", "type":"spawned", "time":..., `+
 		`"kernel":..., "owner":..., "detail":...}`)
+	fs.Optional(&c.connect, "connect", "instead of running an engine, bridge stdin and stdout to "+connectTarget+
+		"; the requests and answers are the same, and ending the input ends this connection only (no kernel is killed)")
 	c.eng.register(fs)
 	return fs
 }
@@ -99,6 +102,12 @@ func (c *headlessCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	}
 	if err != nil {
 		return usageErr(err)
+	}
+	if set["connect"] {
+		if err := checkConnectFlags(&c.eng, "connect", "events"); err != nil {
+			return usageErr(err)
+		}
+		return c.bridge(std)
 	}
 	s, err := resolve(&c.eng)
 	if err != nil {

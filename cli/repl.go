@@ -13,6 +13,7 @@ import (
 
 	"github.com/charmbracelet/x/term"
 
+	"github.com/kerneldeck/kerneldeck/client"
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/repl"
 )
@@ -76,6 +77,8 @@ type replCmd struct {
 	eng         engineFlags
 	owner, task string
 	raw         bool
+	connect     string
+	connected   bool
 }
 
 func (c *replCmd) flags() *flagSet {
@@ -94,6 +97,8 @@ func (c *replCmd) flags() *flagSet {
 	fs.Func("task", "the kernel's task `T` (default \"default\")", nonEmpty("task", &c.task))
 	fs.Bool(&c.raw, "raw-output", "write what the kernel prints as it is, escape sequences included (default: on a "+
 		"terminal, escape sequences are shown, not obeyed, and plain colours kept)")
+	fs.Optional(&c.connect, "connect", "run the REPL's kernel on "+connectTarget+", not in an engine of its own; at the "+
+		"end the kernel stays there (that engine reaps it once idle)")
 	c.eng.register(fs)
 	return fs
 }
@@ -123,6 +128,11 @@ func (c *replCmd) parse(args []string, std stdio, help func(io.Writer)) (done bo
 	}
 	if len(c.eng.backends) > 1 {
 		return false, fmt.Errorf("--backend is given %d times; the REPL runs one kernel on one backend, so give it once", len(c.eng.backends))
+	}
+	if c.connected = set["connect"]; c.connected {
+		if err := checkConnectFlags(&c.eng, "connect", "owner", "task", "raw-output", "backend"); err != nil {
+			return false, err
+		}
 	}
 	c.owner = cmp.Or(c.owner, defaultOwner())
 	c.task = cmp.Or(c.task, "default")
@@ -158,6 +168,9 @@ func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if err != nil {
 		return usageErr(err)
 	}
+	if c.connected {
+		return c.runConnected(std)
+	}
 	s, err := resolve(&c.eng)
 	if err != nil {
 		return usageErr(err)
@@ -175,19 +188,7 @@ func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
 
 	// ctrl+c goes to the REPL, never to the default handler: it interrupts
 	// a cell or clears the block being typed.
-	sigint := make(chan os.Signal, 1)
-	signal.Notify(sigint, os.Interrupt)
-	interrupts := make(chan struct{}, 1)
-	forwarded := make(chan struct{})
-	go func() {
-		defer close(forwarded)
-		for range sigint {
-			select {
-			case interrupts <- struct{}{}:
-			default: // one pending ctrl+c is enough
-			}
-		}
-	}()
+	interrupts, stopInterrupts := interruptsFromSignals()
 	// A broken output pipe fails a write instead of killing us before the
 	// kernel is killed; SIGTERM and a closed terminal end the session.
 	signal.Ignore(syscall.SIGPIPE)
@@ -209,9 +210,7 @@ func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	})
 	signaled := ctx.Err() != nil
 	stop()
-	signal.Stop(sigint)
-	close(sigint)
-	<-forwarded
+	stopInterrupts()
 
 	var kept []engine.KernelInfo
 	if keep {
@@ -235,6 +234,67 @@ func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	}
 	if closeErr != nil {
 		return fail(fmt.Errorf("shut down the kernel: %w", closeErr))
+	}
+	return exitOK
+}
+
+// interruptsFromSignals forwards ctrl+c to the REPL; stop ends it.
+func interruptsFromSignals() (interrupts chan struct{}, stop func()) {
+	sigint := make(chan os.Signal, 1)
+	signal.Notify(sigint, os.Interrupt)
+	interrupts = make(chan struct{}, 1)
+	forwarded := make(chan struct{})
+	go func() {
+		defer close(forwarded)
+		for range sigint {
+			select {
+			case interrupts <- struct{}{}:
+			default: // one pending ctrl+c is enough
+			}
+		}
+	}()
+	return interrupts, func() {
+		signal.Stop(sigint)
+		close(sigint)
+		<-forwarded
+	}
+}
+
+// runConnected is the REPL on an engine elsewhere: its kernel lives there.
+func (c *replCmd) runConnected(std stdio) int {
+	const prog = "kerneldeck repl"
+	_, fail := reporters(std.err, prog)
+	cl, err := dialEngine(&c.eng, c.connect, client.Options{})
+	if err != nil {
+		return fail(err)
+	}
+	defer cl.Close()
+	backend := ""
+	if len(c.eng.backends) == 1 {
+		backend = c.eng.backends[0]
+	}
+	interrupts, stopInterrupts := interruptsFromSignals()
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
+	interactive := stdinIsTerminal(std.in)
+	if interactive {
+		fmt.Fprintf(std.err, "kerneldeck repl: Python on the engine at %s as owner %s, task %s.\nctrl+c interrupts a running block; ctrl+d exits and leaves the kernel there.\n",
+			cl.Where(), c.owner, c.task)
+	}
+	runErr := repl.Run(ctx, cl, std.in, std.out, std.err, repl.Options{
+		Owner: c.owner, Task: c.task, Backend: backend, Interrupts: interrupts, Prompt: interactive,
+		CleanOut: !c.raw && isTerminal(std.out), CleanErr: !c.raw && isTerminal(std.err),
+	})
+	signaled := ctx.Err() != nil
+	stop()
+	stopInterrupts()
+	for _, k := range cl.Kernels() {
+		if k.Owner == c.owner && k.Task == c.task && (backend == "" || k.Backend == backend) && k.Child == "" && len(k.Tools) == 0 {
+			fmt.Fprintf(std.err, "%s: kernel %s stays on the engine at %s; it is reaped there once idle\n", prog, k.ID, cl.Where())
+		}
+	}
+	if runErr != nil && !signaled {
+		return fail(runErr)
 	}
 	return exitOK
 }

@@ -1,16 +1,20 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/config"
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/eventlog"
 	"github.com/kerneldeck/kerneldeck/hosttools"
 	"github.com/kerneldeck/kerneldeck/internal/english"
 )
@@ -209,7 +213,20 @@ func openEngine(f *engineFlags, s *settings) (eng *engine.Engine, cleanup func()
 			envs[i] = backends.Traced(env, tracer)
 		}
 	}
+	// The event log: what the engine says is kept on disk, and the engine
+	// starts remembering what an earlier one said (for replays).
+	logDir := filepath.Join(s.stateDir, "events")
+	evlog, err := eventlog.Open(logDir, eventlog.Options{MaxBytes: s.cfg.EventLogMaxBytes, Retention: s.cfg.EventLogRetention})
+	if err != nil {
+		return fail(exitFail, fmt.Errorf("state dir: %w", err))
+	}
+	closers = append(closers, evlog.Close)
+	preload, err := eventlog.Recent(logDir, time.Now().Add(-cmp.Or(s.cfg.EventLogRetention, eventlog.DefaultRetention)), engine.DefaultHistory)
+	if err != nil {
+		return fail(exitFail, fmt.Errorf("state dir: %w", err))
+	}
 	eng, err = engine.New(engine.Config{
+		Preload:     preload,
 		Backends:    envs,
 		MaxKernels:  s.cfg.MaxKernels,
 		IdleExit:    s.cfg.IdleExit,
@@ -228,6 +245,15 @@ func openEngine(f *engineFlags, s *settings) (eng *engine.Engine, cleanup func()
 	if err != nil {
 		return fail(exitFail, err)
 	}
+	// The log takes every event until the engine closes its bus; a disk it
+	// cannot write says so on the bus, once a minute at most.
+	logSub := eng.Subscribe(1 << 16)
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		evlog.Run(logSub.C, func(detail string) { eng.Publish(engine.Event{Type: engine.EventNotice, Detail: detail}) })
+	}()
+	closers = append(closers, func() error { logSub.Close(); <-logged; return nil })
 	return eng, cleanup, exitOK, nil
 }
 

@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/client"
+	"github.com/kerneldeck/kerneldeck/config"
+)
+
+// eventsSubscription is the id of the subscribe request --events sends for
+// the agent; its answer is not passed on.
+const eventsSubscription = "kerneldeck:events"
+
+// bridge is `headless --connect`: stdin to the engine, the engine to
+// stdout, line for line. The end of stdin ends the connection once the
+// running requests are answered; the engine saying goodbye is a failure.
+func (c *headlessCmd) bridge(std stdio) int {
+	const prog = "kerneldeck headless"
+	_, fail := reporters(std.err, prog)
+	stateDir := c.eng.stateDir
+	if stateDir == "" {
+		var err error
+		if stateDir, err = config.DefaultStateDir(); err != nil {
+			return fail(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	conn, err := client.Dial(ctx, c.connect, client.DialOptions{StateDir: stateDir, SSH: c.eng.ssh})
+	cancel()
+	if err != nil {
+		return fail(err)
+	}
+	defer conn.Close()
+	signal.Ignore(syscall.SIGPIPE)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	if c.events {
+		if _, err := fmt.Fprintf(conn, `{"id":%q,"op":"subscribe"}`+"\n", eventsSubscription); err != nil {
+			return fail(fmt.Errorf("subscribe to the events of %s: %w", conn.Where, err))
+		}
+	}
+	inDone := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(conn, std.in)
+		if cw, ok := conn.Conn.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite() // the engine answers what runs, then closes
+		} else {
+			conn.Close()
+		}
+		inDone <- err
+	}()
+	outDone := make(chan error, 1)
+	var goodbye string
+	go func() { outDone <- copyAnswers(std.out, conn, c.events, &goodbye) }()
+
+	select {
+	case <-sigs:
+		fmt.Fprintf(std.err, "%s: stopped by a signal; the kernels stay on the engine at %s\n", prog, conn.Where)
+		return exitOK
+	case err := <-outDone:
+		inputOver := false
+		select {
+		case inErr := <-inDone:
+			inputOver = inErr == nil
+		default:
+		}
+		switch {
+		case goodbye != "":
+			return fail(fmt.Errorf("the engine at %s said goodbye: %s", conn.Where, goodbye))
+		case err != nil:
+			return fail(fmt.Errorf("the connection to %s: %w", conn.Where, err))
+		case !inputOver:
+			return fail(fmt.Errorf("the engine at %s closed the connection", conn.Where))
+		}
+		return exitOK
+	}
+}
+
+// copyAnswers copies the engine's lines to out until the connection ends,
+// holding back the answer to --events' own subscription and noting a
+// goodbye.
+func copyAnswers(out io.Writer, conn io.Reader, subscribed bool, goodbye *string) error {
+	br := bufio.NewReaderSize(conn, 64<<10)
+	for {
+		line, err := br.ReadSlice('\n')
+		first := true
+		for errors.Is(err, bufio.ErrBufferFull) {
+			// A long line (a big result): pass it on in pieces.
+			if _, werr := out.Write(line); werr != nil {
+				return werr
+			}
+			first = false
+			line, err = br.ReadSlice('\n')
+		}
+		if first && len(line) > 0 {
+			switch {
+			case subscribed && bytes.HasPrefix(line, []byte(`{"id":"`+eventsSubscription+`",`)):
+				subscribed = false
+				continue
+			case bytes.HasPrefix(line, []byte(`{"op":"goodbye"`)):
+				var g struct{ Reason string }
+				json.Unmarshal(line, &g)
+				*goodbye = g.Reason
+			}
+		}
+		if len(line) > 0 {
+			if _, werr := out.Write(line); werr != nil {
+				return werr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/english"
+	"github.com/kerneldeck/kerneldeck/server"
+)
+
+const serveIntro = `Usage: kerneldeck serve [flags]
+
+Runs the engine with no UI, on a Unix socket, until SIGTERM or SIGINT. Any
+number of clients connect: agents with 'kerneldeck headless --connect' (or
+speaking the same JSON lines on the socket themselves), operators with
+'kerneldeck --attach' here or 'kerneldeck --attach ssh://thishost' from
+another machine, and 'kerneldeck repl --connect'. Each connection speaks the
+headless protocol ('kerneldeck help headless'). A client that goes away kills
+nothing; its running cells finish.
+
+Who may connect is checked on every connection by the kernel's account of
+the peer: the engine's own user may do anything; with --allow-group GROUP,
+members of GROUP connect too, but each acts only as the owner named by its
+login: it cannot run cells in, list, interrupt, kill or watch another
+owner's kernels, change the limits or answer approvals. Anyone else is
+refused, and the refusal is an event.
+
+On SIGTERM or SIGINT it stops accepting, tells every client (a goodbye
+line), lets running cells finish within --cell-timeout, interrupts what is
+left, kills every kernel unless --keep-kernels, and exits 0.
+
+`
+
+const serveEpilogue = `
+Every event is also kept in <state dir>/events/ (see 'kerneldeck help
+events'), and replayed to clients that subscribe with "since".
+
+Examples:
+  kerneldeck serve --backend local --backend ssh://gpu-box
+  kerneldeck serve --listen /run/kerneldeck/engine.sock --allow-group agents
+`
+
+// serveCmd is `kerneldeck serve`: the engine on a socket.
+type serveCmd struct {
+	eng        engineFlags
+	listen     string
+	allowGroup string
+}
+
+func (c *serveCmd) flags() *flagSet {
+	fs := newFlagSet("kerneldeck serve")
+	fs.section("Serve flags:")
+	fs.Path(&c.listen, "listen", "the socket `PATH` to serve on (default $XDG_RUNTIME_DIR/kerneldeck/engine.sock, else "+
+		"<state dir>/engine.sock); its dir is made 0700 if missing, and an existing one must already be 0700 and yours")
+	fs.Func("allow-group", "also admit members of `GROUP`, each held to the owner of its login name; the socket's dir "+
+		"is then 0750 and the socket 0660 of that group, and every dir above must let the group through",
+		func(s string) error {
+			if s == "" {
+				return errors.New("it needs a group name, e.g. --allow-group agents")
+			}
+			c.allowGroup = s
+			return nil
+		})
+	c.eng.register(fs)
+	return fs
+}
+
+func serveMode() mode {
+	help := func(w io.Writer) {
+		fmt.Fprint(w, serveIntro)
+		(&serveCmd{}).flags().writeHelp(w)
+		fmt.Fprint(w, serveEpilogue)
+	}
+	return mode{
+		name:    "serve",
+		summary: "run the engine on a socket for agents and dashboards (no UI)",
+		help:    help,
+		run:     func(args []string, std stdio) int { return (&serveCmd{}).run(args, std, help) },
+	}
+}
+
+func (c *serveCmd) run(args []string, std stdio, help func(io.Writer)) int {
+	const prog = "kerneldeck serve"
+	usageErr, fail := reporters(std.err, prog)
+	set, done, err := parseMode(c.flags(), args, std, help)
+	if done {
+		return exitOK
+	}
+	if err == nil {
+		err = c.eng.parsed(set)
+	}
+	if err != nil {
+		return usageErr(err)
+	}
+	s, err := resolve(&c.eng)
+	if err != nil {
+		return usageErr(err)
+	}
+	path := c.listen
+	if path == "" {
+		path = server.DefaultPath(s.stateDir)
+	}
+	eng, cleanup, code, err := openEngine(&c.eng, s)
+	if err != nil {
+		if code == exitUsage {
+			return usageErr(err)
+		}
+		return fail(err)
+	}
+	defer cleanup()
+	srv, err := server.Listen(eng, server.Options{Path: path, AllowGroup: c.allowGroup, Version: versionString()})
+	if err != nil {
+		closeEngine(eng, s.stateDir, false)
+		return fail(err)
+	}
+	takeKept(context.Background(), eng, &c.eng, s.stateDir, std.err, prog)
+
+	signal.Ignore(syscall.SIGPIPE)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	fmt.Fprintf(std.err, "%s: serving the engine at %s\n  dashboard: kerneldeck --attach %s\n  agents:    kerneldeck headless --connect %s\n",
+		prog, path, path, path)
+
+	var why string
+	var serveErr error
+	select {
+	case sig := <-sigs:
+		why = fmt.Sprintf("the engine is shutting down (%v)", sig)
+	case serveErr = <-served:
+		why = "the engine stopped serving"
+	}
+	// A second signal now ends the process at once.
+	signal.Stop(sigs)
+	grace := s.cfg.CellTimeout
+	if grace <= 0 {
+		grace = engine.DefaultCellTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	shutErr := srv.Shutdown(ctx, why)
+	cancel()
+	if serveErr == nil {
+		serveErr = <-served
+	}
+	n, recordErr, closeErr := closeEngine(eng, s.stateDir, c.eng.keep)
+	if recordErr != nil {
+		fmt.Fprintf(std.err, "%s: %v; the kernels are not recorded for the next start\n", prog, recordErr)
+	}
+	if shutErr != nil {
+		fmt.Fprintf(std.err, "%s: %v\n", prog, shutErr)
+	}
+	if c.eng.keep {
+		fmt.Fprintf(std.err, "%s: stopped; left %s running (--keep-kernels)\n", prog, english.Count(n, "kernel"))
+	} else {
+		fmt.Fprintf(std.err, "%s: stopped; killed %s\n", prog, english.Count(n, "kernel"))
+	}
+	if err := errors.Join(serveErr, closeErr); err != nil {
+		return fail(err)
+	}
+	return exitOK
+}
