@@ -3,9 +3,12 @@ package headless
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"os"
 	"os/user"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
@@ -178,6 +181,13 @@ type kernelsLine struct {
 	// Now is the engine's clock when it listed them (protocol 2), so a
 	// client on another host can place the times on its own clock.
 	Now time.Time `json:"now"`
+	// Version names this listing (protocol 2): a kernels request that gives
+	// it back as "unless_version" is answered with "unchanged" and no
+	// kernels while nothing in the listing changed (idle times aside, which
+	// follow from last_used), so a dashboard's refresh of an idle engine
+	// costs it almost nothing.
+	Version   string `json:"version"`
+	Unchanged bool   `json:"unchanged,omitempty"`
 }
 
 type kernelInfo struct {
@@ -205,12 +215,18 @@ type kernelInfo struct {
 func (s *server) kernels(r *request) {
 	maxKernels, idleExit := s.eng.Limits()
 	infos := s.eng.Kernels()
-	line := kernelsLine{ID: r.id, Op: "kernels", Cap: maxKernels, IdleExit: idleExit.Seconds(),
-		Kernels: make([]kernelInfo, 0, len(infos)), Now: time.Now()}
+	if s.peer.restricted() {
+		infos = slices.DeleteFunc(infos, func(k engine.KernelInfo) bool { return k.Owner != s.peer.Owner })
+	}
+	line := kernelsLine{ID: r.id, Op: "kernels", Cap: maxKernels, IdleExit: idleExit.Seconds(), Now: time.Now(),
+		Version: listingVersion(maxKernels, idleExit, infos)}
+	if r.version != "" && r.version == line.Version {
+		line.Unchanged, line.Count, line.Kernels = true, len(infos), []kernelInfo{}
+		s.w.write(line)
+		return
+	}
+	line.Kernels = make([]kernelInfo, 0, len(infos))
 	for _, k := range infos {
-		if s.peer.restricted() && k.Owner != s.peer.Owner {
-			continue
-		}
 		tools := k.Tools
 		if tools == nil {
 			tools = []string{} // the contract promises an array, never null
@@ -303,4 +319,36 @@ func (s *server) cells(r *request) {
 		line.Cells[i] = cellLine{CellRecord: rec, DurationMS: millis(rec.Duration)}
 	}
 	s.w.write(line)
+}
+
+// listingVersion hashes what a kernels listing says, but the idle times.
+func listingVersion(maxKernels int, idleExit time.Duration, infos []engine.KernelInfo) string {
+	h := fnv.New64a()
+	var b []byte
+	field := func(s string) { b = append(append(b, s...), 0) }
+	num := func(n int64) { b = strconv.AppendInt(b, n, 10); b = append(b, 0) }
+	num(int64(maxKernels))
+	num(int64(idleExit))
+	for _, k := range infos {
+		b = b[:0]
+		for _, s := range []string{k.ID, k.Owner, k.Task, k.Backend, k.Child, k.Dir, string(k.State), k.RunningCell, k.Confinement} {
+			field(s)
+		}
+		for _, t := range k.Tools {
+			field(t)
+		}
+		num(int64(k.PID))
+		num(int64(k.Queued))
+		num(int64(k.ExecutionCount))
+		num(k.RunningSince.UnixNano())
+		num(k.LastUsed.UnixNano())
+		if k.Attached {
+			field("a")
+		}
+		if k.NextEvict {
+			field("n")
+		}
+		h.Write(b)
+	}
+	return strconv.FormatUint(h.Sum64(), 36)
 }

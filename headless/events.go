@@ -57,8 +57,9 @@ type pump struct {
 	done   chan struct{}
 
 	// Owned by run.
-	sub *engine.Subscription
-	all bool
+	sub   *engine.Subscription
+	all   bool
+	batch time.Duration // how long events may wait to go out together
 }
 
 func newPump(eng *engine.Engine, w *lineWriter, peer *Peer, all bool, buffer int) *pump {
@@ -83,9 +84,39 @@ func (p *pump) run() {
 			if !ok {
 				return
 			}
-			if p.wants(ev) {
-				p.w.write(eventLineOf(ev))
+			// What else is already waiting (or, with a batch time, comes
+			// within it) goes in the same write: under load, one wake-up of
+			// the reader per batch, not per event.
+			batch := []any{}
+			var linger <-chan time.Time
+			if p.batch > 0 {
+				linger = time.After(p.batch)
 			}
+			for more := true; more; {
+				if p.wants(ev) {
+					batch = append(batch, eventLineOf(ev))
+				}
+				if len(batch) >= maxEventBatch {
+					break
+				}
+				if linger == nil {
+					select {
+					case ev, more = <-p.sub.C:
+					default:
+						more = false
+					}
+				} else {
+					select {
+					case ev, more = <-p.sub.C:
+					case <-linger:
+						more = false
+					}
+				}
+				if !more {
+					break
+				}
+			}
+			p.w.write(batch...)
 		case r := <-p.swap:
 			p.switchTo(r)
 		case <-p.done:
@@ -99,6 +130,9 @@ func (p *pump) run() {
 		}
 	}
 }
+
+// maxEventBatch bounds the events written at once.
+const maxEventBatch = 256
 
 // subscribe hands a subscribe request to the pump.
 func (p *pump) subscribe(r *request) {
@@ -132,7 +166,7 @@ func (p *pump) switchTo(r *request) {
 			p.w.write(eventLineOf(ev))
 		}
 	}
-	p.sub, p.all = next, true
+	p.sub, p.all, p.batch = next, true, r.batch
 	var replay []engine.Event
 	for _, ev := range next.History {
 		if p.peer.sees(ev) {

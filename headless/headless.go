@@ -211,14 +211,18 @@ type lineWriter struct {
 	fail context.CancelCauseFunc
 }
 
-func (lw *lineWriter) write(v any) {
+// write writes each value as a line, all of them in one write.
+func (lw *lineWriter) write(vs ...any) {
+	if len(vs) == 0 {
+		return
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	// Code and output often contain <, > and &; escaping them helps no reader.
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	for _, v := range vs {
 		// Only non-finite floats fail here, and we never send one.
-		return
+		enc.Encode(v)
 	}
 	lw.mu.Lock()
 	defer lw.mu.Unlock()

@@ -320,7 +320,7 @@ func TestKernelsListing(t *testing.T) {
 	a := h.call(execReq("a", "pass", "owner", "alice", "task", "t1", "tools", []string{"b_tool", "a_tool", "a_tool"}))
 	b := h.call(execReq("b", "pass", "owner", "bob", "child", "c1"))
 	l := h.call(line{"id": "k1", "op": "kernels"})
-	wantKeys(t, "kernels response", l, "id", "op", "count", "cap", "idle_exit", "kernels", "now")
+	wantKeys(t, "kernels response", l, "id", "op", "count", "cap", "idle_exit", "kernels", "now", "version")
 	if l["op"] != "kernels" || l["count"] != 2.0 || l["cap"] != 3.0 || l["idle_exit"] != 90.0 {
 		t.Errorf("kernels header: %v", l)
 	}
@@ -752,14 +752,21 @@ func TestEventsMissedWhenReaderLags(t *testing.T) {
 	h := startGated(t, eng, Options{Events: true, EventBuffer: 1}, true)
 	h.send(execReq("e", "pass"))
 	// Nobody reads the output yet: wait until the engine has published the
-	// cell's events, most of which cannot fit.
+	// cells' events, most of which cannot fit (the pump may take a burst
+	// at once before its write blocks, so two cells).
+	finished := 0
 	for ev := range watch.C {
 		if ev.Type == engine.EventCellFinished {
-			break
+			if finished++; finished == 1 {
+				h.send(execReq("e2", "pass"))
+			} else {
+				break
+			}
 		}
 	}
 	watch.Close()
 	close(h.gate)
+	h.next()
 	h.next()
 	// The missed count is delivered with the next event.
 	h.call(line{"id": "l", "op": "limits", "max_kernels": 3})

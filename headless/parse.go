@@ -34,7 +34,7 @@ const (
 // opFields lists, per op, the fields a request may have besides id and op.
 var opFields = map[op][]string{
 	opExecute:       {"code", "owner", "task", "backend", "child", "tools", "reset", "timeout", "stream"},
-	opKernels:       nil,
+	opKernels:       {"unless_version"},
 	opLimits:        {"max_kernels", "idle_exit"},
 	opInterrupt:     {"kernel"},
 	opKill:          {"kernel"},
@@ -42,7 +42,7 @@ var opFields = map[op][]string{
 	opShutdownAll:   nil,
 	opApprove:       {"request", "decision"},
 	opHello:         nil,
-	opSubscribe:     {"since", "output"},
+	opSubscribe:     {"since", "output", "batch_ms"},
 	opCells:         {"kernel"},
 }
 
@@ -63,6 +63,8 @@ type request struct {
 	decision   engine.Decision
 	since      time.Duration // subscribe: replay this far back
 	output     bool          // subscribe: cell output too
+	version    string        // kernels: "unchanged" if the listing is still this
+	batch      time.Duration // subscribe: how long events may wait to go out together
 }
 
 // maxEchoedID bounds an id that is not a string but is still echoed.
@@ -123,7 +125,9 @@ func (s *server) parse(line []byte) (*request, json.RawMessage, error) {
 	switch r.op {
 	case opExecute:
 		err = s.parseExecute(f, r)
-	case opKernels, opShutdownAll, opHello:
+	case opKernels:
+		r.version, _, err = f.str("unless_version")
+	case opShutdownAll, opHello:
 	case opLimits:
 		err = parseLimits(f, r)
 	case opInterrupt, opKill, opCells:
@@ -265,8 +269,20 @@ func parseSubscribe(f fields, r *request) error {
 		}
 		r.since = time.Duration(secs * float64(time.Second))
 	}
-	r.output, err = f.boolean("output")
-	return err
+	if r.output, err = f.boolean("output"); err != nil {
+		return err
+	}
+	ms, ok, err := f.number("batch_ms")
+	if err != nil {
+		return err
+	}
+	if ok {
+		if ms < 0 || ms > 1000 {
+			return fmt.Errorf(`"batch_ms" is how many milliseconds events may wait to be sent together (0 to 1000), got %g`, ms)
+		}
+		r.batch = time.Duration(ms * float64(time.Millisecond))
+	}
+	return nil
 }
 
 // fields reads typed values out of a request object. JSON null counts as

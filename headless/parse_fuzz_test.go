@@ -80,6 +80,10 @@ var parseSeeds = []string{
 	`{"id":"c2","op":"cells"}`,
 	`{"id":"st","op":"execute","code":"1","stream":true}`,
 	`{"id":"st2","op":"execute","code":"1","stream":1}`,
+	`{"id":"kv","op":"kernels","unless_version":"abc"}`,
+	`{"id":"kv2","op":"kernels","unless_version":5}`,
+	`{"id":"sb","op":"subscribe","batch_ms":50}`,
+	`{"id":"sb2","op":"subscribe","batch_ms":5000}`,
 }
 
 // FuzzParseRequest fuzzes one request line through server.parse: it never
@@ -253,8 +257,15 @@ func checkAccepted(t *testing.T, line []byte, obj map[string]json.RawMessage, re
 		if raw, ok := present("stream"); ok != req.stream && !(ok && string(raw) == "false") {
 			t.Fatalf("%q: stream %v", line, req.stream)
 		}
-	case opKernels, opShutdownAll, opHello:
+	case opKernels:
+		if v, _ := str("unless_version"); v != req.version {
+			t.Fatalf("%q: unless_version %q", line, req.version)
+		}
+	case opShutdownAll, opHello:
 	case opSubscribe:
+		if ms, ok := num("batch_ms"); ok && (ms < 0 || ms > 1000) || req.batch < 0 || req.batch > time.Second {
+			t.Fatalf("%q: batch %v", line, req.batch)
+		}
 		secs, ok := num("since")
 		if ok && (secs < 0 || req.since != time.Duration(secs*float64(time.Second))) || !ok && req.since != 0 {
 			t.Fatalf("%q: since %v", line, req.since)

@@ -289,3 +289,24 @@ func TestClientGoneMidCell(t *testing.T) {
 		t.Fatalf("kernels after the client left: %+v, want %s alive with one cell run", ks, k.ID)
 	}
 }
+
+// A kernels request that names the last listing's version is told when
+// nothing changed, without the listing.
+func TestKernelsUnlessVersion(t *testing.T) {
+	h := start(t, newEngine(t, engine.Config{}), Options{})
+	h.call(execReq("1", "x = 1", "owner", "a"))
+	first := h.call(line{"id": "k1", "op": "kernels"})
+	v, _ := first["version"].(string)
+	if v == "" || first["unchanged"] != nil || len(first["kernels"].([]any)) != 1 {
+		t.Fatalf("first listing %v", first)
+	}
+	same := h.call(line{"id": "k2", "op": "kernels", "unless_version": v})
+	if same["unchanged"] != true || same["version"] != v || len(same["kernels"].([]any)) != 0 || same["count"] != float64(1) {
+		t.Fatalf("listing with nothing changed: %v", same)
+	}
+	h.call(execReq("2", "x += 1", "owner", "a")) // last_used and the count change
+	changed := h.call(line{"id": "k3", "op": "kernels", "unless_version": v})
+	if changed["unchanged"] != nil || changed["version"] == v || len(changed["kernels"].([]any)) != 1 {
+		t.Fatalf("listing after a cell: %v", changed)
+	}
+}
