@@ -5,9 +5,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -215,9 +218,87 @@ func (s *Server) admit(uc *net.UnixConn) {
 			s.mu.Unlock()
 			uc.Close()
 		}()
-		headless.Serve(s.connCtx, s.eng, uc, deadlineWriter{uc}, headless.Options{Peer: peer, Version: s.opts.Version,
-			Drain: s.closing, Goodbye: s.goodbyeReason})
+		s.serveConn(uc, peer)
 	}()
+}
+
+// A client that hands the engine its own stdin and stdout (SCM_RIGHTS)
+// rather than relaying them, `headless --connect` on this machine, sends
+// {"op":"stdio","events":BOOL} with the two descriptors first. The engine
+// then reads and writes the agent's pipes itself, so the connection adds no
+// hop to a cell, and ends with {"op":"ended","goodbye":REASON} on the
+// socket.
+
+// serveConn serves one admitted connection: the headless protocol on the
+// socket, or on the pipes a stdio client handed over.
+func (s *Server) serveConn(uc *net.UnixConn, peer *headless.Peer) {
+	opts := headless.Options{Peer: peer, Version: s.opts.Version, Drain: s.closing, Goodbye: s.goodbyeReason}
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, syscall.CmsgSpace(2*4))
+	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return
+	}
+	fds := receivedFDs(oob[:oobn])
+	first := buf[:n]
+	line, rest, whole := bytes.Cut(first, []byte("\n"))
+	var hello struct {
+		Op     string `json:"op"`
+		Events bool   `json:"events"`
+	}
+	if len(fds) == 2 && whole && json.Unmarshal(line, &hello) == nil && hello.Op == "stdio" {
+		opts.Events = hello.Events
+		in, out := os.NewFile(uintptr(fds[0]), "client stdin"), os.NewFile(uintptr(fds[1]), "client stdout")
+		defer in.Close()
+		defer out.Close()
+		// The client's end of the control socket closing (it was killed)
+		// ends the reading, as the end of its input would.
+		go func() {
+			io.Copy(io.Discard, uc)
+			in.Close()
+		}()
+		headless.Serve(s.connCtx, s.eng, io.MultiReader(bytes.NewReader(rest), in), deadlineFile{out}, opts)
+		fmt.Fprintf(uc, "{\"op\":\"ended\",\"goodbye\":%q}\n", s.goodbyeIfClosing())
+		return
+	}
+	for _, fd := range fds {
+		syscall.Close(fd) // not a stdio hello: fds are not ours to keep
+	}
+	headless.Serve(s.connCtx, s.eng, io.MultiReader(bytes.NewReader(first), uc), deadlineWriter{uc}, opts)
+}
+
+// goodbyeIfClosing is the goodbye reason once Shutdown began, else "".
+func (s *Server) goodbyeIfClosing() string {
+	select {
+	case <-s.closing:
+		return s.goodbyeReason()
+	default:
+		return ""
+	}
+}
+
+// receivedFDs are the file descriptors an SCM_RIGHTS message carried.
+func receivedFDs(oob []byte) []int {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if got, err := syscall.ParseUnixRights(&m); err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	return fds
+}
+
+// deadlineFile gives writes to a client's stdout writeTimeout, when the
+// pipe is pollable.
+type deadlineFile struct{ f *os.File }
+
+func (w deadlineFile) Write(p []byte) (int, error) {
+	w.f.SetWriteDeadline(time.Now().Add(writeTimeout))
+	return w.f.Write(p)
 }
 
 func (s *Server) refuse(uc *net.UnixConn, peer *headless.Peer, why string) {

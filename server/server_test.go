@@ -386,3 +386,55 @@ func TestShutdownTellsClients(t *testing.T) {
 		t.Fatal("a client connected after shutdown")
 	}
 }
+
+// A client on this machine can hand the engine its stdin and stdout: the
+// engine then reads requests from the one and answers on the other, and
+// says on the socket when it is done.
+func TestStdioHandOver(t *testing.T) {
+	eng := newEngine(t)
+	path := filepath.Join(t.TempDir(), "run", server.SocketName)
+	serve(t, eng, server.Options{Path: path})
+	inR, inW, _ := os.Pipe()
+	outR, outW, _ := os.Pipe()
+	defer inW.Close()
+	defer outR.Close()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	uc := c.(*net.UnixConn)
+	syscall.SetNonblock(int(inR.Fd()), true)
+	syscall.SetNonblock(int(outW.Fd()), true)
+	if _, _, err := uc.WriteMsgUnix([]byte(`{"op":"stdio","events":true}`+"\n"), syscall.UnixRights(int(inR.Fd()), int(outW.Fd())), nil); err != nil {
+		t.Fatal(err)
+	}
+	inR.Close() // the engine holds its own copies now
+	outW.Close()
+	inW.Write([]byte(`{"id":"1","op":"execute","code":"print('through the pipe')"}` + "\n"))
+	inW.Close()
+	out := bufio.NewReader(outR)
+	sawEvent, sawResult := false, false
+	for {
+		line, err := out.ReadBytes('\n')
+		if err != nil {
+			break // the engine closed its end: done
+		}
+		var m map[string]any
+		json.Unmarshal(line, &m)
+		switch m["op"] {
+		case "event":
+			sawEvent = true
+		case "result":
+			sawResult = m["stdout"] == "through the pipe\n"
+		}
+	}
+	if !sawResult || !sawEvent {
+		t.Fatalf("through the handed-over pipes: result %v, events %v", sawResult, sawEvent)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	ended, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.Contains(ended, `"op":"ended"`) || !strings.Contains(ended, `"goodbye":""`) {
+		t.Fatalf("the socket after the pipes ended: %q %v", ended, err)
+	}
+}
