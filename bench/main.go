@@ -53,7 +53,7 @@ type config struct {
 }
 
 // phaseNames are the phases, in run order.
-var phaseNames = []string{"latency", "tools", "owners", "scale"}
+var phaseNames = []string{"latency", "tools", "owners", "scale", "serve"}
 
 func fullConfig() config {
 	return config{Rounds: 7, Warmup: 20, Warm: 200, Blocks: 8, Cold: 3, HeavyFloor: 16, ToolCells: 3, Owners: 50, OwnerCells: 10,
@@ -66,6 +66,9 @@ func quickConfig() config {
 }
 
 func main() {
+	if os.Getenv(dashboardRole) != "" {
+		runDashboardRole() // a child of the serve phase, not the bench
+	}
 	quick := flag.Bool("quick", false, "a smoke run in seconds: 2 rounds of few samples, 1,000 registered kernels instead of 10,000")
 	fs := flag.CommandLine
 	var over config
@@ -176,6 +179,7 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		{"tools", toolsPhase},
 		{"owners", ownersPhase},
 		{"scale", scalePhase},
+		{"serve", servePhase},
 	}
 	for _, p := range phases {
 		if ctx.Err() != nil {

@@ -168,7 +168,21 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 	p("| registering one kernel while they fill up (mean) | %s |", fig(res, "scale.register"))
 	p("")
 
-	p("#### Targets (issue 6)")
+	p("#### The shared engine: `kerneldeck serve` with clients")
+	p("")
+	p("| figure | value |")
+	p("| --- | --- |")
+	p("| warm cell through an embedded `kerneldeck headless` (p50, ms) | %s |", fig(res, "serve.embedded.p50"))
+	p("| warm cell through `kerneldeck headless --connect` to `kerneldeck serve` (p50, ms) | %s |", fig(res, "serve.connect.p50"))
+	p("| what --connect adds (difference of the p50s, ms) | %s |", fig(res, "serve.connect.extra"))
+	p("| engine CPU with 1,000 kernels, no dashboard (%% of a core) | %s |", fig(res, "serve.cpu.idle"))
+	p("| what one attached dashboard adds (%% of a core) | %s |", fig(res, "serve.cpu.one"))
+	p("| what ten attached dashboards add (%% of a core) | %s |", fig(res, "serve.cpu.ten"))
+	p("| warm local cell with no dashboard attached (p50, ms) | %s |", fig(res, "serve.cell.none"))
+	p("| warm local cell with ten attached (p50, ms) | %s |", fig(res, "serve.cell.ten"))
+	p("")
+
+	p("#### Targets (issues 6 and 13)")
 	p("")
 	p("| target | measured | |")
 	p("| --- | --- | --- |")
@@ -242,6 +256,11 @@ func targets(cfg config, env *setupEnv, res *results) []target {
 		}
 	}
 	out = append(out, target{"1 backend round trip per warm cell (most in any round)", strings.Join(trips, ", "), tv})
+	out = append(out,
+		target{"a warm cell through headless --connect costs at most 0.1 ms more at p50 than through an embedded headless",
+			fig(res, "serve.connect.extra"), verdict(res, "serve.connect.extra", 0.1)},
+		target{"one attached dashboard on an engine holding 1,000 kernels costs it under 1% of a core",
+			fig(res, "serve.cpu.one"), verdict(res, "serve.cpu.one", 1)})
 	if _, ok := res.get("owners.cold.fail"); ok {
 		fails := sum(res, "owners.cold.fail") + sum(res, "owners.warm.fail")
 		v := "met"

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -46,6 +47,11 @@ func (c *headlessCmd) bridge(std stdio) int {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
+	if uc, ok := conn.Conn.(*net.UnixConn); ok {
+		if in, out, ok := pollablePipes(std); ok {
+			return c.handOver(std, conn.Where, uc, in, out, sigs)
+		}
+	}
 	if c.events {
 		if _, err := fmt.Fprintf(conn, `{"id":%q,"op":"subscribe"}`+"\n", eventsSubscription); err != nil {
 			return fail(fmt.Errorf("subscribe to the events of %s: %w", conn.Where, err))
@@ -126,5 +132,75 @@ func copyAnswers(out io.Writer, conn io.Reader, subscribed bool, goodbye *string
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// pollablePipes returns the descriptors of stdin and stdout when both are
+// pipes or sockets, which the engine can take over; a terminal or a file
+// is relayed instead (making it non-blocking would change it for others).
+func pollablePipes(std stdio) (in, out int, ok bool) {
+	fd := func(x any) (int, bool) {
+		f, isFile := x.(*os.File)
+		if !isFile {
+			return 0, false
+		}
+		raw, err := f.SyscallConn()
+		if err != nil {
+			return 0, false
+		}
+		n := -1
+		raw.Control(func(p uintptr) { n = int(p) })
+		var st syscall.Stat_t
+		if n < 0 || syscall.Fstat(n, &st) != nil {
+			return 0, false
+		}
+		mode := st.Mode & syscall.S_IFMT
+		return n, mode == syscall.S_IFIFO || mode == syscall.S_IFSOCK
+	}
+	in, inOK := fd(std.in)
+	out, outOK := fd(std.out)
+	return in, out, inOK && outOK
+}
+
+// handOver gives the engine this process's stdin and stdout, then waits
+// for it to say the connection ended.
+func (c *headlessCmd) handOver(std stdio, where string, uc *net.UnixConn, in, out int, sigs <-chan os.Signal) int {
+	const prog = "kerneldeck headless"
+	_, fail := reporters(std.err, prog)
+	// The engine polls them; only this process shares these ends.
+	syscall.SetNonblock(in, true)
+	syscall.SetNonblock(out, true)
+	hello := fmt.Sprintf(`{"op":"stdio","events":%v}`+"\n", c.events)
+	if _, _, err := uc.WriteMsgUnix([]byte(hello), syscall.UnixRights(in, out), nil); err != nil {
+		return fail(fmt.Errorf("hand stdin and stdout to the engine at %s: %w", where, err))
+	}
+	ended := make(chan string, 1)
+	go func() {
+		br := bufio.NewReader(uc)
+		for {
+			line, err := br.ReadBytes('\n')
+			var m struct{ Op, Goodbye string }
+			if json.Unmarshal(line, &m) == nil && m.Op == "ended" {
+				ended <- m.Goodbye
+				return
+			}
+			if err != nil {
+				close(ended)
+				return
+			}
+		}
+	}()
+	select {
+	case <-sigs:
+		fmt.Fprintf(std.err, "%s: stopped by a signal; the kernels stay on the engine at %s\n", prog, where)
+		return exitOK
+	case goodbye, ok := <-ended:
+		switch {
+		case !ok:
+			return fail(fmt.Errorf("the engine at %s closed the connection", where))
+		case goodbye != "":
+			return fail(fmt.Errorf("the engine at %s said goodbye: %s", where, goodbye))
+		}
+		return exitOK
 	}
 }

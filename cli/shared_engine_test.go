@@ -362,3 +362,33 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// With a file for stdin and stdout (not pipes the engine can take over),
+// --connect relays the lines itself, with the same answers.
+func TestConnectRelaysFiles(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	se := startServe(t, bin, dirs)
+	dir := t.TempDir()
+	reqs := filepath.Join(dir, "requests.jsonl")
+	os.WriteFile(reqs, []byte(`{"id":"1","op":"execute","owner":"filer","code":"print(6*7)"}`+"\n"+`{"id":"2","op":"hello"}`+"\n"), 0o600)
+	in, _ := os.Open(reqs)
+	defer in.Close()
+	outPath := filepath.Join(dir, "answers.jsonl")
+	out, _ := os.Create(outPath)
+	cmd := exec.Command(bin, "headless", "--connect", se.sock, "--events")
+	cmd.Env = dirs.env()
+	cmd.Stdin, cmd.Stdout = in, out
+	var errOut syncBuffer
+	cmd.Stderr = &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("headless --connect with files: %v\n%s", err, errOut.String())
+	}
+	out.Close()
+	data, _ := os.ReadFile(outPath)
+	got := string(data)
+	if !strings.Contains(got, `"id":"1","op":"result","status":"success","stdout":"42\n"`) || !strings.Contains(got, `"id":"2","op":"hello"`) ||
+		!strings.Contains(got, `"type":"cell_finished"`) || strings.Contains(got, eventsSubscription) {
+		t.Fatalf("answers relayed to a file:\n%s", got)
+	}
+}

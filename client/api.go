@@ -230,7 +230,7 @@ func (c *Client) Cells(ctx context.Context, id string) ([]engine.CellRecord, err
 }
 
 // refresher renews the kernels snapshot every RefreshEvery, and sooner
-// (at most every quarter of it) after events.
+// (at most every half of it) after events.
 func (c *Client) refresher() {
 	tick := time.NewTicker(c.opts.RefreshEvery)
 	defer tick.Stop()
@@ -241,7 +241,7 @@ func (c *Client) refresher() {
 			return
 		case <-tick.C:
 		case <-c.refresh:
-			if wait := c.opts.RefreshEvery/4 - time.Since(last); wait > 0 {
+			if wait := c.opts.RefreshEvery/2 - time.Since(last); wait > 0 {
 				select {
 				case <-time.After(wait):
 				case <-c.done:
@@ -259,16 +259,24 @@ func (c *Client) refresher() {
 // fetchKernels takes a new snapshot. The engine's times are moved onto our
 // clock by the engine's own "now", so idle timers are right across hosts.
 func (c *Client) fetchKernels(ctx context.Context) error {
-	m, err := c.do(ctx, map[string]any{"op": "kernels"}, nil)
+	req := map[string]any{"op": "kernels"}
+	c.mu.Lock()
+	if c.version != "" {
+		req["unless_version"] = c.version
+	}
+	c.mu.Unlock()
+	m, err := c.do(ctx, req, nil)
 	if err != nil {
 		return err
 	}
 	received := time.Now()
 	var l struct {
-		Cap      int       `json:"cap"`
-		IdleExit float64   `json:"idle_exit"`
-		Now      time.Time `json:"now"`
-		Kernels  []struct {
+		Cap       int       `json:"cap"`
+		IdleExit  float64   `json:"idle_exit"`
+		Now       time.Time `json:"now"`
+		Version   string    `json:"version"`
+		Unchanged bool      `json:"unchanged"`
+		Kernels   []struct {
 			engine.KernelInfo
 			RunningSince *time.Time `json:"running_since"`
 			IdleS        float64    `json:"idle_s"`
@@ -276,6 +284,12 @@ func (c *Client) fetchKernels(ctx context.Context) error {
 	}
 	if err := decode(m, &l); err != nil {
 		return fmt.Errorf("engine at %s: a kernels listing that does not decode: %w", c.where, err)
+	}
+	if l.Unchanged {
+		c.mu.Lock()
+		c.max, c.idle = l.Cap, seconds(l.IdleExit)
+		c.mu.Unlock()
+		return nil
 	}
 	skew := time.Duration(0)
 	if !l.Now.IsZero() {
@@ -291,7 +305,7 @@ func (c *Client) fetchKernels(ctx context.Context) error {
 		}
 	}
 	c.mu.Lock()
-	c.kernels, c.max, c.idle = ks, l.Cap, seconds(l.IdleExit)
+	c.kernels, c.max, c.idle, c.version = ks, l.Cap, seconds(l.IdleExit), l.Version
 	c.mu.Unlock()
 	return nil
 }

@@ -28,11 +28,15 @@ type Options struct {
 	Since time.Duration
 	// Output also delivers the output of every cell as EventCellOutput.
 	Output bool
+	// Batch lets the engine hold events that long to send them together
+	// (a dashboard: 50 ms is invisible and saves a wake-up per event).
+	Batch time.Duration
 	// EventBuffer is how many events may wait in Events (default 4096);
 	// past it they are dropped and one EventMissed says how many.
 	EventBuffer int
 	// RefreshEvery is how often the kernels snapshot is renewed (default
-	// 1 s); events renew it sooner, at most every RefreshEvery/4.
+	// 1 s); events renew it sooner, at most every RefreshEvery/2. A renewal
+	// while nothing changed costs the engine a hash, not a listing.
 	RefreshEvery time.Duration
 }
 
@@ -67,6 +71,7 @@ type Client struct {
 	mu      sync.Mutex
 	pending map[string]*call
 	kernels []engine.KernelInfo
+	version string // of the engine's last listing
 	max     int
 	idle    time.Duration
 	err     error // why the connection ended
@@ -115,7 +120,11 @@ func New(ctx context.Context, conn io.ReadWriteCloser, where string, o Options) 
 		return fail(fmt.Errorf("it speaks protocol %d; this kerneldeck needs 2 or newer (upgrade the engine's host)", c.hello.Protocol))
 	}
 	c.max, c.idle = c.hello.MaxKernels, seconds(c.hello.IdleExit)
-	if _, err := c.do(ctx, map[string]any{"op": "subscribe", "since": o.Since.Seconds(), "output": o.Output}, nil); err != nil {
+	sub := map[string]any{"op": "subscribe", "since": o.Since.Seconds(), "output": o.Output}
+	if o.Batch > 0 {
+		sub["batch_ms"] = o.Batch.Milliseconds()
+	}
+	if _, err := c.do(ctx, sub, nil); err != nil {
 		return fail(err)
 	}
 	if err := c.fetchKernels(ctx); err != nil {

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/client"
+	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/server"
+)
+
+// The shared engine (issue 13): what a connection through `headless
+// --connect` adds to a warm cell, what attached dashboards cost the engine,
+// and whether ten of them slow a cell.
+
+// dashboardRole, in the environment, makes the bench binary a dashboard's
+// client of the engine at $KDBENCH_SOCK instead of the bench: what an
+// attached dashboard asks of an engine (hello, a subscription with history
+// and cell output, a kernels snapshot every second), in a process of its
+// own so that its CPU is not the engine's. (The same options as
+// `kerneldeck --attach`.)
+const dashboardRole = "KDBENCH_ROLE_DASHBOARD"
+
+// runDashboardRole is the bench binary in that role; it ends with stdin.
+func runDashboardRole() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	conn, err := client.Dial(ctx, os.Getenv("KDBENCH_SOCK"), client.DialOptions{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	c, err := client.New(ctx, conn, conn.Where, client.Options{Since: time.Hour, Output: true, Batch: 50 * time.Millisecond})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	go func() {
+		for range c.Events() {
+		}
+	}()
+	fmt.Println("attached")
+	io.Copy(io.Discard, os.Stdin)
+	c.Close()
+	os.Exit(0)
+}
+
+// servePhase measures the shared engine.
+func servePhase(ctx context.Context, cfg config, env *setupEnv, res *results, log io.Writer) {
+	t := newTB("serve", log)
+	defer t.close()
+	connectOverhead(ctx, t, cfg, res, log)
+	dashboardCost(ctx, t, cfg, res, log)
+}
+
+// lineProc is a kerneldeck process spoken to in JSON lines.
+type lineProc struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+	n   int
+}
+
+func startLineProc(t *tb, env []string, bin string, args ...string) (*lineProc, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { in.Close(); cmd.Wait() })
+	return &lineProc{cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<20)}, nil
+}
+
+// cell runs one trivial cell and returns its round trip.
+func (p *lineProc) cell() (time.Duration, error) {
+	p.n++
+	req := `{"id":"` + strconv.Itoa(p.n) + `","op":"execute","owner":"bench","code":"1"}` + "\n"
+	start := time.Now()
+	if _, err := io.WriteString(p.in, req); err != nil {
+		return 0, err
+	}
+	line, err := p.out.ReadBytes('\n')
+	d := time.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	var ans struct{ Op, Stdout string }
+	if json.Unmarshal(line, &ans) != nil || ans.Op != "result" || ans.Stdout != "1\n" {
+		return 0, fmt.Errorf("answer %q", line)
+	}
+	return d, nil
+}
+
+// buildKerneldeck builds the binary the phase runs.
+func buildKerneldeck(t *tb) (string, error) {
+	bin := filepath.Join(t.TempDir(), "kerneldeck")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/kerneldeck/kerneldeck").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v: %s", err, out)
+	}
+	return bin, nil
+}
+
+// connectOverhead: the same warm cell through an embedded `kerneldeck
+// headless` and through `kerneldeck headless --connect` to `kerneldeck
+// serve`, in alternating blocks; per round the difference of the p50s.
+func connectOverhead(ctx context.Context, t *tb, cfg config, res *results, log io.Writer) {
+	bin, err := buildKerneldeck(t)
+	if err != nil {
+		res.fail("serve: %v", err)
+		return
+	}
+	dir := shortTempDir(t)
+	env := append(os.Environ(), "TMPDIR="+dir, "XDG_RUNTIME_DIR=")
+	embedded, err := startLineProc(t, env, bin, "headless", "--state-dir", filepath.Join(dir, "s1"))
+	if err != nil {
+		res.fail("serve: %v", err)
+		return
+	}
+	sock := filepath.Join(dir, "run", "engine.sock")
+	serve := exec.Command(bin, "serve", "--listen", sock, "--state-dir", filepath.Join(dir, "s2"))
+	serve.Env = env
+	if err := serve.Start(); err != nil {
+		res.fail("serve: %v", err)
+		return
+	}
+	t.Cleanup(func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() })
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			res.fail("serve: the engine never listened on %s", sock)
+			return
+		}
+	}
+	connected, err := startLineProc(t, env, bin, "headless", "--connect", sock)
+	if err != nil {
+		res.fail("serve: %v", err)
+		return
+	}
+	subjects := []*lineProc{embedded, connected}
+	for _, p := range subjects {
+		for range cfg.Warmup {
+			if _, err := p.cell(); err != nil {
+				res.fail("serve: warm-up cell: %v", err)
+				return
+			}
+		}
+	}
+	block := max(1, cfg.Warm/cfg.Blocks)
+	for r := range cfg.Rounds {
+		lat := [2][]float64{}
+		for b := range 2 * cfg.Blocks {
+			i := (b + r) % 2
+			for range block {
+				if ctx.Err() != nil {
+					return
+				}
+				d, err := subjects[i].cell()
+				if err != nil {
+					res.fail("serve: cell: %v", err)
+					return
+				}
+				lat[i] = append(lat[i], ms(d))
+			}
+		}
+		e, c := quantile(lat[0], 0.5), quantile(lat[1], 0.5)
+		res.add("serve.embedded.p50", e)
+		res.add("serve.connect.p50", c)
+		res.add("serve.connect.extra", c-e)
+		fmt.Fprintf(log, "bench: serve round %d/%d: embedded %.3fms, --connect %.3fms (+%.3f)\n", r+1, cfg.Rounds, e, c, c-e)
+	}
+}
+
+// cpuSeconds is this process's CPU time so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// dashboardCost: an engine in this process holding 1,000 kernels, served on
+// a socket; its CPU over a window with no dashboard, one and ten attached
+// (each a process of its own); and a warm cell with none and with ten.
+func dashboardCost(ctx context.Context, t *tb, cfg config, res *results, log io.Writer) {
+	const kernels = 1000
+	eng, err := scaleEngine(ctx, t, kernels)
+	if err != nil {
+		res.fail("serve: %v", err)
+		return
+	}
+	if err := register(ctx, eng, kernels); err != nil {
+		res.fail("serve: %v", err)
+		return
+	}
+	sock := filepath.Join(shortTempDir(t), "engine.sock")
+	srv, err := server.Listen(eng, server.Options{Path: sock})
+	if err != nil {
+		res.fail("serve: %v", err)
+		return
+	}
+	go srv.Serve()
+	t.Cleanup(func() { srv.Shutdown(context.Background(), "bench over") })
+	self, err := os.Executable()
+	if err != nil {
+		res.fail("serve: %v", err)
+		return
+	}
+	type dashboardProc struct {
+		cmd *exec.Cmd
+		in  io.WriteCloser
+	}
+	var attached []dashboardProc
+	attach := func(n int) error {
+		for range n {
+			cmd := exec.Command(self)
+			cmd.Env = append(os.Environ(), dashboardRole+"=1", "KDBENCH_SOCK="+sock)
+			in, _ := cmd.StdinPipe()
+			out, _ := cmd.StdoutPipe()
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				return err
+			}
+			attached = append(attached, dashboardProc{cmd, in})
+			line, err := bufio.NewReader(out).ReadString('\n')
+			if err != nil || strings.TrimSpace(line) != "attached" {
+				return fmt.Errorf("a dashboard client did not attach: %q %v", line, err)
+			}
+		}
+		return nil
+	}
+	detachAll := func() {
+		for _, d := range attached {
+			d.in.Close()
+			d.cmd.Wait()
+		}
+		attached = nil
+	}
+	t.Cleanup(detachAll)
+	window := 10 * time.Second
+	if cfg.Quick {
+		window = 3 * time.Second
+	}
+	cpu := func() float64 {
+		// A dashboard that attaches first gets the last hour replayed (the
+		// kernels' registration here): a one-off, let it pass.
+		select {
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+		}
+		start, c0 := time.Now(), cpuSeconds()
+		select {
+		case <-time.After(window):
+		case <-ctx.Done():
+		}
+		return 100 * (cpuSeconds() - c0) / time.Since(start).Seconds()
+	}
+	warm := func() (float64, error) {
+		var xs []float64
+		for range cfg.ScaleCells {
+			s := time.Now()
+			if _, err := kdRun(ctx, eng, engine.Request{Owner: "warm", Code: "1"}, "1\n"); err != nil {
+				return 0, err
+			}
+			xs = append(xs, ms(time.Since(s)))
+		}
+		return quantile(xs, 0.5), nil
+	}
+	for r := range cfg.Rounds {
+		idle := cpu()
+		c0, err := warm()
+		if err != nil {
+			res.fail("serve: warm cell: %v", err)
+			return
+		}
+		if err := attach(1); err != nil {
+			res.fail("serve: %v", err)
+			return
+		}
+		one := cpu()
+		if err := attach(9); err != nil {
+			res.fail("serve: %v", err)
+			return
+		}
+		ten := cpu()
+		c10, err := warm()
+		if err != nil {
+			res.fail("serve: warm cell: %v", err)
+			return
+		}
+		detachAll()
+		res.add("serve.cpu.idle", idle)
+		res.add("serve.cpu.one", one-idle)
+		res.add("serve.cpu.ten", ten-idle)
+		res.add("serve.cell.none", c0)
+		res.add("serve.cell.ten", c10)
+		res.add("serve.cell.ten.extra", c10-c0)
+		fmt.Fprintf(log, "bench: serve round %d/%d: engine CPU %.2f%% idle, +%.2f%% with one dashboard, +%.2f%% with ten; warm cell %.3f → %.3f ms\n",
+			r+1, cfg.Rounds, idle, one-idle, ten-idle, c0, c10)
+	}
+}
