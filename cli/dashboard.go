@@ -25,12 +25,17 @@ import (
 )
 
 const dashboardIntro = `Usage: kerneldeck [flags]
+       kerneldeck --attach [PATH | ssh://[user@]host[/PATH]] [flags]
 
 Opens the dashboard on the embedded engine: live kernels per owner with their
 timers (running time, idle time, countdown to idle reap), the cap and which
 kernel is next in line for eviction, a cell editor, the output of the
-selected kernel's cells, the engine's event stream with the reason for every
-reap and eviction, and prompts for tool calls that need approval.
+selected kernel's cells (also those other clients run), the engine's event
+stream with the reason for every reap and eviction (the last hour first),
+and prompts for tool calls that need approval. The embedded engine is served
+on a socket too, so agents can join it with 'kerneldeck headless --connect'.
+With --attach it opens on a shared engine instead ('kerneldeck serve', or
+another dashboard's), here or over ssh, and quitting leaves it running.
 
 `
 

@@ -19,7 +19,9 @@ JSON response per output line. Requests run concurrently; every response
 echoes its request's "id" (a string) and has an "op". Cells for one kernel
 run in the order their lines arrived. At EOF it finishes the running
 requests, kills every kernel on its host (unless --keep-kernels) and exits 0;
-SIGINT and SIGTERM also kill every kernel before exiting.
+SIGINT and SIGTERM also kill every kernel before exiting. With --connect it
+runs no engine of its own: the lines go to a shared one ('kerneldeck serve',
+or a dashboard's), and the end of input ends only this connection.
 
 `
 
@@ -52,8 +54,19 @@ Requests (timeouts and idle_exit are in seconds):
       kerneldeck exits, deny refuses it. Answered with {"id":"8","op":"ok"},
       or an error if the request is unknown (already answered, timed out or
       its cell ended)
-A bad request is answered with {"id":...,"op":"error","error":"..."} and
-serving goes on.
+  {"id":"9","op":"hello"}                   the engine's version, protocol (2),
+      backends, limits, and who you are to it
+  {"id":"10","op":"subscribe","since":3600,"output":true}
+      every event from now on, the last hour's first (marked "history":true),
+      and with output the output of every cell as cell_output events
+  {"id":"11","op":"cells","kernel":"KERNEL-ID"}
+      the kernel's recent cells, whoever ran them: code, status, duration,
+      the head and tail of the output
+  "stream":true on an execute sends {"id","op":"started","cell"} and
+  {"id","op":"output","stream","text"} lines while the cell runs.
+A bad request (not JSON, a field given twice, a field its op does not have,
+an id that is not a string) is answered with
+{"id":...,"op":"error","error":"..."} and serving goes on.
 
 Example:
   echo '{"id":"1","op":"execute","code":"print(1)"}' | kerneldeck headless
