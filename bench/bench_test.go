@@ -11,6 +11,16 @@ import (
 	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
 )
 
+// TestMain lets the test binary be a child of the serve phase, which runs
+// os.Executable() as a dashboard client: without it the child would run the
+// tests again, and start dashboards of its own.
+func TestMain(m *testing.M) {
+	if os.Getenv(dashboardRole) != "" {
+		runDashboardRole()
+	}
+	os.Exit(m.Run())
+}
+
 // TestQuickBench runs the bench's quick mode end to end, so a change that
 // breaks a measurement fails CI. The local rows always run; the Jupyter rows
 // run when /usr/bin/python3 imports jupyter_client and ipykernel (the test

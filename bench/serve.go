@@ -227,7 +227,9 @@ func dashboardCost(ctx context.Context, t *tb, cfg config, res *results, log io.
 	var attached []dashboardProc
 	attach := func(n int) error {
 		for range n {
-			cmd := exec.Command(self)
+			// Killed with the bench's context, so a child that never
+			// attaches cannot hold the read below for ever.
+			cmd := exec.CommandContext(ctx, self)
 			cmd.Env = append(os.Environ(), dashboardRole+"=1", "KDBENCH_SOCK="+sock)
 			in, _ := cmd.StdinPipe()
 			out, _ := cmd.StdoutPipe()

@@ -459,7 +459,14 @@ type pipedBinary struct {
 // startPiped starts bin with args; cleanup kills it and closes its stdin.
 func startPiped(t *testing.T, bin string, args ...string) *pipedBinary {
 	t.Helper()
+	return startPipedEnv(t, nil, bin, args...)
+}
+
+// startPipedEnv is startPiped with env as the environment (nil: the test's).
+func startPipedEnv(t *testing.T, env []string, bin string, args ...string) *pipedBinary {
+	t.Helper()
 	p := &pipedBinary{cmd: exec.Command(bin, args...), stderr: &syncedBuffer{}}
+	p.cmd.Env = env
 	var err error
 	if p.in, err = p.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)

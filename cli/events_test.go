@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,14 +38,30 @@ func TestEventLogAcrossRestarts(t *testing.T) {
 	dirs := newDashboardDirs(t)
 	env := dirs.env()
 	state := []string{"--state-dir", dirs.state}
-	out := runHeadless(t, bin, env, `{"id":"a","op":"execute","owner":"alice","code":"1"}`+"\n"+
-		`{"id":"b","op":"execute","owner":"bob","code":"1"}`+"\n", append(state, "--max-kernels", "1")...)
+	// Headless runs requests concurrently: bob's goes in only after alice's
+	// answer, so it is alice's kernel that the cap of 1 evicts.
+	first := startPipedEnv(t, env, bin, append(append([]string{"headless"}, state...), "--max-kernels", "1")...)
+	answers := bufio.NewScanner(first.out)
+	ask := func(line string) string {
+		t.Helper()
+		io.WriteString(first.in, line+"\n")
+		if !answers.Scan() {
+			t.Fatalf("first run ended before answering %s: %s", line, first.stderr.String())
+		}
+		return answers.Text()
+	}
 	var alice struct {
 		Kernel struct{ ID string } `json:"kernel"`
 	}
-	json.Unmarshal([]byte(strings.Split(out, "\n")[0]), &alice)
+	out := ask(`{"id":"a","op":"execute","owner":"alice","code":"1"}`)
+	json.Unmarshal([]byte(out), &alice)
 	if alice.Kernel.ID == "" {
 		t.Fatalf("first run: %s", out)
+	}
+	ask(`{"id":"b","op":"execute","owner":"bob","code":"1"}`)
+	first.in.Close()
+	if err := first.cmd.Wait(); err != nil {
+		t.Fatalf("first run: %v\n%s", err, first.stderr.String())
 	}
 	runHeadless(t, bin, env, `{"id":"c","op":"execute","owner":"carol","code":"1"}`+"\n", state...)
 
