@@ -7,7 +7,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -241,13 +240,8 @@ func (s *Server) serveConn(uc *net.UnixConn, peer *headless.Peer) {
 	}
 	fds := receivedFDs(oob[:oobn])
 	first := buf[:n]
-	line, rest, whole := bytes.Cut(first, []byte("\n"))
-	var hello struct {
-		Op     string `json:"op"`
-		Events bool   `json:"events"`
-	}
-	if len(fds) == 2 && whole && json.Unmarshal(line, &hello) == nil && hello.Op == "stdio" {
-		opts.Events = hello.Events
+	if events, rest, ok := parseHandover(first, len(fds)); ok {
+		opts.Events = events
 		in, out := os.NewFile(uintptr(fds[0]), "client stdin"), os.NewFile(uintptr(fds[1]), "client stdout")
 		defer in.Close()
 		defer out.Close()
