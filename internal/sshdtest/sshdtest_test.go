@@ -30,8 +30,14 @@ func run(c *ssh.Client, cmd string) (string, error) {
 		return "", err
 	}
 	defer sess.Close()
-	out, err := sess.CombinedOutput(cmd)
-	return strings.TrimSpace(string(out)), err
+	// Only stdout is the command's answer: a login's rc files may print
+	// to stderr (root's pyenv here: "cannot rehash" when shells race).
+	var stdout, stderr bytes.Buffer
+	sess.Stdout, sess.Stderr = &stdout, &stderr
+	if err := sess.Run(cmd); err != nil {
+		return strings.TrimSpace(stdout.String() + stderr.String()), err
+	}
+	return strings.TrimSpace(stdout.String()), nil
 }
 
 func mustRun(t *testing.T, c *ssh.Client, cmd string) string {
