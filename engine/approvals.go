@@ -157,7 +157,7 @@ func (e *Engine) authorize(ctx context.Context, k *Kernel, tool string, args hos
 	owner := k.key.Owner
 	e.mu.Lock()
 	granted := e.grants[owner+"\x00"+tool]
-	kernelID := k.id
+	kernelID, cell := k.id, k.runningCell
 	e.mu.Unlock()
 	if granted {
 		return nil
@@ -187,12 +187,12 @@ func (e *Engine) authorize(ctx context.Context, k *Kernel, tool string, args hos
 		delete(e.approvals, p.req.ID)
 		e.mu.Unlock()
 	}()
-	e.emit(Event{Type: EventApprovalRequest, Kernel: kernelID, Owner: owner, Key: k.key.String(),
+	e.emit(Event{Type: EventApprovalRequest, Kernel: kernelID, Owner: owner, Key: k.key.String(), Cell: cell,
 		Request: p.req.ID, Tool: tool, Args: shown, Detail: fmt.Sprintf("%s wants to call %s", owner, tool)})
 	timer := time.NewTimer(e.cfg.ApprovalTimeout)
 	defer timer.Stop()
 	decided := func(d Decision, detail string) {
-		e.emit(Event{Type: EventApprovalDecided, Kernel: kernelID, Owner: owner, Key: k.key.String(),
+		e.emit(Event{Type: EventApprovalDecided, Kernel: kernelID, Owner: owner, Key: k.key.String(), Cell: cell,
 			Request: p.req.ID, Tool: tool, Detail: string(d) + ": " + detail})
 	}
 	select {

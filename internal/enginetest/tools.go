@@ -332,7 +332,8 @@ for f, a in [(kt.read_file, {"path": %q}), (kt.read_file, {"path": %q}), (kt.rea
 				if ev.Type != engine.EventApprovalRequest {
 					continue
 				}
-				if ev.Tool != "read_file" || ev.Owner != "a" || !strings.Contains(string(ev.Args), `"f"`) {
+				// Cell names the cell that asks, so its caller can answer.
+				if ev.Tool != "read_file" || ev.Owner != "a" || !strings.Contains(string(ev.Args), `"f"`) || ev.Cell == "" {
 					t.Errorf("approval request %+v", ev)
 				}
 				select {
