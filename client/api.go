@@ -229,6 +229,10 @@ func (c *Client) Cells(ctx context.Context, id string) ([]engine.CellRecord, err
 	return out, nil
 }
 
+// Refresh renews the kernels snapshot now, for a caller that must not act
+// on one up to a second old.
+func (c *Client) Refresh(ctx context.Context) error { return c.fetchKernels(ctx) }
+
 // refresher renews the kernels snapshot every RefreshEvery, and sooner
 // (at most every half of it) after events.
 func (c *Client) refresher() {
