@@ -46,7 +46,7 @@ type mode struct {
 
 // modes lists every mode, the dashboard first.
 func modes() []mode {
-	return []mode{dashboardMode(), headlessMode(), replMode(), serveMode(), eventsMode()}
+	return []mode{dashboardMode(), headlessMode(), replMode(), serveMode(), mcpMode(), eventsMode()}
 }
 
 // Run is main without the process: it runs the command line args and

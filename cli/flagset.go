@@ -188,3 +188,14 @@ func wrapWords(text string, width int) []string {
 	}
 	return lines
 }
+
+// nonEmpty is a flag value that must not be blank, stored in dst.
+func nonEmpty(name string, dst *string) func(string) error {
+	return func(s string) error {
+		if strings.TrimSpace(s) == "" {
+			return fmt.Errorf("the %s must not be empty", name)
+		}
+		*dst = s
+		return nil
+	}
+}

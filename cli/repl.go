@@ -83,15 +83,6 @@ type replCmd struct {
 
 func (c *replCmd) flags() *flagSet {
 	fs := newFlagSet("kerneldeck repl")
-	nonEmpty := func(name string, dst *string) func(string) error {
-		return func(s string) error {
-			if strings.TrimSpace(s) == "" {
-				return fmt.Errorf("the %s must not be empty", name)
-			}
-			*dst = s
-			return nil
-		}
-	}
 	fs.section("REPL flags:")
 	fs.Func("owner", "the kernel's owner `O` (default $USER, else \"me\")", nonEmpty("owner", &c.owner))
 	fs.Func("task", "the kernel's task `T` (default \"default\")", nonEmpty("task", &c.task))
