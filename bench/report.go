@@ -175,6 +175,8 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 	p("| warm cell through an embedded `kerneldeck headless` (p50, ms) | %s |", fig(res, "serve.embedded.p50"))
 	p("| warm cell through `kerneldeck headless --connect` to `kerneldeck serve` (p50, ms) | %s |", fig(res, "serve.connect.p50"))
 	p("| what --connect adds (difference of the p50s, ms) | %s |", fig(res, "serve.connect.extra"))
+	p("| warm `python_exec` through `kerneldeck mcp` on stdio, the MCP SDK's client (p50, ms) | %s |", fig(res, "serve.mcp.p50"))
+	p("| what MCP adds over the embedded headless (difference of the p50s, ms) | %s |", fig(res, "serve.mcp.extra"))
 	p("| engine CPU with 1,000 kernels, no dashboard (%% of a core) | %s |", fig(res, "serve.cpu.idle"))
 	p("| what one attached dashboard adds (%% of a core) | %s |", fig(res, "serve.cpu.one"))
 	p("| what ten attached dashboards add (%% of a core) | %s |", fig(res, "serve.cpu.ten"))
@@ -182,7 +184,7 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 	p("| warm local cell with ten attached (p50, ms) | %s |", fig(res, "serve.cell.ten"))
 	p("")
 
-	p("#### Targets (issues 6 and 13)")
+	p("#### Targets (issues 6, 13 and 14)")
 	p("")
 	p("| target | measured | |")
 	p("| --- | --- | --- |")
@@ -260,7 +262,9 @@ func targets(cfg config, env *setupEnv, res *results) []target {
 		target{"a warm cell through headless --connect costs at most 0.1 ms more at p50 than through an embedded headless",
 			fig(res, "serve.connect.extra"), verdict(res, "serve.connect.extra", 0.1)},
 		target{"one attached dashboard on an engine holding 1,000 kernels costs it under 1% of a core",
-			fig(res, "serve.cpu.one"), verdict(res, "serve.cpu.one", 1)})
+			fig(res, "serve.cpu.one"), verdict(res, "serve.cpu.one", 1)},
+		target{"a warm python_exec over MCP stdio costs at most 0.3 ms more at p50 than the same cell over headless",
+			fig(res, "serve.mcp.extra"), verdict(res, "serve.mcp.extra", 0.3)})
 	if _, ok := res.get("owners.cold.fail"); ok {
 		fails := sum(res, "owners.cold.fail") + sum(res, "owners.warm.fail")
 		v := "met"

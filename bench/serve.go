@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"io"
 	"os"
 	"os/exec"
@@ -104,6 +105,44 @@ func (p *lineProc) cell() (time.Duration, error) {
 	return d, nil
 }
 
+// cellRunner runs one trivial warm cell and returns its round trip.
+type cellRunner interface {
+	cell() (time.Duration, error)
+}
+
+// mcpProc is `kerneldeck mcp` on stdio, driven by the MCP SDK's client.
+type mcpProc struct {
+	ctx context.Context
+	cs  *mcp.ClientSession
+}
+
+func startMCPProc(ctx context.Context, t *tb, env []string, bin string, args ...string) (*mcpProc, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	cmd.Stderr = io.Discard
+	c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "bench"}, nil)
+	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("kerneldeck mcp: %w", err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return &mcpProc{ctx: ctx, cs: cs}, nil
+}
+
+func (p *mcpProc) cell() (time.Duration, error) {
+	start := time.Now()
+	res, err := p.cs.CallTool(p.ctx, &mcp.CallToolParams{Name: "python_exec", Arguments: map[string]any{"code": "1"}})
+	d := time.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	out, _ := res.StructuredContent.(map[string]any)
+	if res.IsError || out["stdout"] != "1\n" {
+		return 0, fmt.Errorf("python_exec answered %+v", res.StructuredContent)
+	}
+	return d, nil
+}
+
 // buildKerneldeck builds the binary the phase runs.
 func buildKerneldeck(t *tb) (string, error) {
 	bin := filepath.Join(t.TempDir(), "kerneldeck")
@@ -152,7 +191,12 @@ func connectOverhead(ctx context.Context, t *tb, cfg config, res *results, log i
 		res.fail("serve: %v", err)
 		return
 	}
-	subjects := []*lineProc{embedded, connected}
+	mcpc, err := startMCPProc(ctx, t, env, bin, "mcp", "--owner", "bench", "--state-dir", filepath.Join(dir, "s3"))
+	if err != nil {
+		res.fail("serve: %v", err)
+		return
+	}
+	subjects := []cellRunner{embedded, connected, mcpc}
 	for _, p := range subjects {
 		for range cfg.Warmup {
 			if _, err := p.cell(); err != nil {
@@ -163,9 +207,9 @@ func connectOverhead(ctx context.Context, t *tb, cfg config, res *results, log i
 	}
 	block := max(1, cfg.Warm/cfg.Blocks)
 	for r := range cfg.Rounds {
-		lat := [2][]float64{}
-		for b := range 2 * cfg.Blocks {
-			i := (b + r) % 2
+		lat := make([][]float64, len(subjects))
+		for b := range len(subjects) * cfg.Blocks {
+			i := (b + r) % len(subjects)
 			for range block {
 				if ctx.Err() != nil {
 					return
@@ -178,11 +222,13 @@ func connectOverhead(ctx context.Context, t *tb, cfg config, res *results, log i
 				lat[i] = append(lat[i], ms(d))
 			}
 		}
-		e, c := quantile(lat[0], 0.5), quantile(lat[1], 0.5)
+		e, c, m := quantile(lat[0], 0.5), quantile(lat[1], 0.5), quantile(lat[2], 0.5)
 		res.add("serve.embedded.p50", e)
 		res.add("serve.connect.p50", c)
 		res.add("serve.connect.extra", c-e)
-		fmt.Fprintf(log, "bench: serve round %d/%d: embedded %.3fms, --connect %.3fms (+%.3f)\n", r+1, cfg.Rounds, e, c, c-e)
+		res.add("serve.mcp.p50", m)
+		res.add("serve.mcp.extra", m-e)
+		fmt.Fprintf(log, "bench: serve round %d/%d: embedded %.3fms, --connect %.3fms (+%.3f), mcp %.3fms (+%.3f)\n", r+1, cfg.Rounds, e, c, c-e, m, m-e)
 	}
 }
 

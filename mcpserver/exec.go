@@ -91,15 +91,17 @@ func (s *Server) pythonExec(ctx context.Context, req *mcp.CallToolRequest, in Ex
 		if in.TimeoutS < 0 || in.TimeoutS > 7*24*3600 {
 			return nil, ExecOutput{}, fmt.Errorf("timeout_s %g is out of range: give seconds between 0 (the default) and 604800", in.TimeoutS)
 		}
-		x = s.start(owner, session, in)
+		// Output is streamed only to a caller that asked for progress: a
+		// streamed cell costs the runner frames and ticks.
+		x = s.start(owner, session, in, req.Params.GetProgressToken() != nil)
 	}
 	return s.wait(ctx, req, x)
 }
 
 // start runs the cell on the engine, in the background of the server.
-func (s *Server) start(owner, session string, in ExecInput) *execution {
+func (s *Server) start(owner, session string, in ExecInput, stream bool) *execution {
 	x := &execution{owner: owner, session: session, done: make(chan struct{}),
-		approvals: make(chan engine.Event, 8), out: make(chan chunk, 256)}
+		approvals: make(chan engine.Event, 4), out: make(chan chunk, 64)}
 	r := engine.Request{Owner: owner, Task: session, Backend: s.opts.Backend, Tools: s.opts.Tools, Code: in.Code,
 		Timeout: time.Duration(in.TimeoutS * float64(time.Second)), Reset: in.Reset,
 		OnStart: func(cell string) {
@@ -110,12 +112,15 @@ func (s *Server) start(owner, session string, in ExecInput) *execution {
 			s.byCell[cell] = x
 			s.mu.Unlock()
 		},
-		OnOutput: func(stream, text string) {
+	}
+	if stream {
+		r.OnOutput = func(stream, text string) {
 			select {
 			case x.out <- chunk{stream, text}:
 			default: // progress is best effort; the result has all of it
 			}
-		}}
+		}
+	}
 	go func() {
 		x.res, x.err = s.eng.Execute(s.base, r)
 		x.mu.Lock()

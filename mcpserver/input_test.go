@@ -107,3 +107,31 @@ func TestReadToken(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeExecInput(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want ExecInput
+		err  string
+	}{
+		{`{"code":"1"}`, ExecInput{Code: "1"}, ""},
+		{`{"code":"x","session":"s","timeout_s":2.5,"reset":true}`, ExecInput{Code: "x", Session: "s", TimeoutS: 2.5, Reset: true}, ""},
+		{``, ExecInput{}, `missing argument "code"`},
+		{`{}`, ExecInput{}, `missing argument "code"`},
+		{`{"session":"s"}`, ExecInput{}, `missing argument "code"`},
+		{`{"code":5}`, ExecInput{}, `"code" must be a JSON string, not number`},
+		{`{"code":null}`, ExecInput{}, `"code" must be a JSON string, not null`},
+		{`{"code":"1","timeout_s":"5"}`, ExecInput{}, `"timeout_s" must be a JSON number`},
+		{`{"code":"1","reset":1}`, ExecInput{}, `"reset" must be a JSON boolean`},
+		{`{"code":"1","timout_s":1}`, ExecInput{}, `unknown argument "timout_s"; python_exec takes code, reset, session, timeout_s`},
+		{`{"Code":"1"}`, ExecInput{}, `unknown argument "Code"`},
+		{`{"code":"1","code":"2"}`, ExecInput{}, `twice`},
+		{`[1]`, ExecInput{}, `not a JSON object`},
+		{`{"code":"1"} x`, ExecInput{}, `not a JSON object`},
+	} {
+		got, err := decodeExecInput([]byte(tc.raw))
+		if (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) || (err == nil && got != tc.want) {
+			t.Errorf("decodeExecInput(%s) = %+v, %v; want %+v, %q", tc.raw, got, err, tc.want, tc.err)
+		}
+	}
+}

@@ -157,11 +157,11 @@ func (s *Server) pythonClose(ctx context.Context, req *mcp.CallToolRequest, arg 
 
 func (s *Server) addTools() {
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true}
-	mcp.AddTool(s.mcp, &mcp.Tool{Name: "python_exec", Title: "Run Python in a persistent kernel",
+	s.addExecTool(&mcp.Tool{Name: "python_exec", Title: "Run Python in a persistent kernel",
 		Description: "Run Python code in your persistent kernel for `session` (default \"default\") and return its stdout, stderr and traceback. " +
 			"State persists between calls with the same session, like notebook cells. An exception is a normal result with status \"error\" and the traceback. " +
 			"Check kernel.state_lost: when true the kernel was replaced (idle reap, eviction, crash) and earlier variables are gone. " +
-			"Long output is clipped; the result names the file with all of it."}, s.pythonExec)
+			"Long output is clipped; the result names the file with all of it."})
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "python_sessions", Title: "List your Python kernels", Annotations: readOnly,
 		Description: "List your kernels: session, state (idle, running, queued), seconds idle, seconds until an idle kernel is reaped, and cells run."}, s.pythonSessions)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "python_interrupt", Title: "Interrupt a running cell",
