@@ -166,7 +166,7 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	}
 	sub := eng.SubscribeWith(engine.SubscribeOptions{Buffer: 4096, Output: true, Since: time.Now().Add(-historyShown)})
 	m := ui.New(ui.Options{Engine: ui.Embedded{Engine: eng}, Events: sub.C, History: sub.History, Theme: theme,
-		User: os.Getenv("USER"), Where: where})
+		User: os.Getenv("USER"), Where: where, KeepsKernels: c.eng.keep})
 	p := tea.NewProgram(m, tea.WithAltScreen(), tea.WithInput(in), tea.WithOutput(out))
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
@@ -256,7 +256,7 @@ func (c *dashboardCmd) runAttached(std stdio) int {
 	}
 	defer cl.Close()
 	m := ui.New(ui.Options{Engine: cl, Events: cl.Events(), Theme: theme, User: os.Getenv("USER"),
-		Where: "attached to " + cl.Where(), Lost: cl.Err})
+		Where: "attached to " + cl.Where(), Lost: cl.Err, KeepsKernels: true})
 	p := tea.NewProgram(m, tea.WithAltScreen(), tea.WithInput(in), tea.WithOutput(out))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()

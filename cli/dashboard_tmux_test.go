@@ -77,7 +77,7 @@ func TestDashboardTmux(t *testing.T) {
 		focusKernels(s)
 		s.Keys("q")
 		s.WaitScreen("the quit confirmation", tmuxWait, func(screen string) bool {
-			return strings.Contains(screen, "Quit and kill every kernel? y/n")
+			return strings.Contains(screen, "Quit and kill")
 		})
 		s.Keys("y")
 		wantExitKilled(t, s, "killed 1 kernel")
@@ -152,9 +152,9 @@ func TestDashboardTmux(t *testing.T) {
 		s.Keys("q")
 		screen := s.WaitScreen("the quit confirmation or the exit", tmuxWait, func(screen string) bool {
 			_, exited := s.ExitStatus()
-			return exited || strings.Contains(screen, "Quit and kill every kernel? y/n")
+			return exited || strings.Contains(screen, "Quit and kill")
 		})
-		if _, exited := s.ExitStatus(); !exited && strings.Contains(screen, "Quit and kill every kernel? y/n") {
+		if _, exited := s.ExitStatus(); !exited && strings.Contains(screen, "Quit and kill") {
 			s.Keys("y")
 		}
 		wantExitKilled(t, s, "killed 3 kernels")

@@ -25,6 +25,8 @@ type Context struct {
 	// act runs an engine action in the background; the root reports its
 	// outcome on the status line.
 	act func(what string, f func(ctx context.Context, eng Engine) error) tea.Cmd
+	// ask puts a yes/no question to the operator; yes runs only on y.
+	ask func(text string, yes tea.Cmd)
 }
 
 // boxStyle holds what a pane border needs, derived from the theme once.

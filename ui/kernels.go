@@ -100,6 +100,16 @@ var kernelColumns = []kernelColumn{
 	}},
 }
 
+// kernelName names a kernel for the operator: owner/task[/child]@backend,
+// and its tools.
+func kernelName(k engine.KernelInfo) string {
+	name := plain(k.Owner) + "/" + taskLabel(&k) + "@" + plain(k.Backend)
+	if len(k.Tools) > 0 {
+		name += "[" + plain(strings.Join(k.Tools, ",")) + "]"
+	}
+	return name
+}
+
 func taskLabel(k *engine.KernelInfo) string {
 	if k.Child != "" {
 		return plain(k.Task + "/" + k.Child)
@@ -147,27 +157,40 @@ func newKernelsPane(ctx *Context) *KernelsPane {
 		{k.Toggle, run(func() tea.Cmd { p.toggleFold(); return nil })},
 		{k.Reset, onKernel(func(sel engine.KernelInfo) tea.Cmd {
 			t := targetOf(sel)
-			return ctx.act("reset "+sel.ID, func(c context.Context, eng Engine) error {
-				_, err := eng.Execute(c, engine.Request{Owner: t.Owner, Task: t.Task, Backend: t.Backend, Child: t.Child,
-					Tools: t.Tools, Code: "pass", Reset: true})
-				return err
-			})
+			ctx.ask(fmt.Sprintf("Reset %s (%s)? Its state is lost. y/n", kernelName(sel), sel.ID),
+				ctx.act("reset "+kernelName(sel), func(c context.Context, eng Engine) error {
+					_, err := eng.Execute(c, engine.Request{Owner: t.Owner, Task: t.Task, Backend: t.Backend, Child: t.Child,
+						Tools: t.Tools, Code: "pass", Reset: true})
+					return err
+				}))
+			return nil
 		})},
 		{k.InterruptSel, onKernel(func(sel engine.KernelInfo) tea.Cmd {
 			return ctx.act("interrupted "+sel.ID, func(c context.Context, eng Engine) error { return eng.Interrupt(c, sel.ID) })
 		})},
 		{k.Kill, onKernel(func(sel engine.KernelInfo) tea.Cmd {
-			return ctx.act("killed "+sel.ID, func(c context.Context, eng Engine) error { return eng.Kill(c, sel.ID) })
+			id := sel.ID
+			ctx.ask(fmt.Sprintf("Kill %s (%s)? Its state is lost. y/n", kernelName(sel), id),
+				ctx.act("killed "+kernelName(sel), func(c context.Context, eng Engine) error { return eng.Kill(c, id) }))
+			return nil
 		})},
 		{k.ShutdownOwner, run(func() tea.Cmd {
 			owner := p.SelectedOwner()
 			if owner == "" {
 				return nil
 			}
-			return ctx.act("shut down owner "+owner, func(c context.Context, eng Engine) error {
-				eng.ShutdownOwner(c, owner)
-				return nil
-			})
+			n := 0
+			for _, k := range p.kernels {
+				if k.Owner == owner {
+					n++
+				}
+			}
+			ctx.ask(fmt.Sprintf("Shut down owner %s: kill %s? y/n", plain(owner), english.Count(n, "kernel")),
+				ctx.act("shut down owner "+owner, func(c context.Context, eng Engine) error {
+					eng.ShutdownOwner(c, owner)
+					return nil
+				}))
+			return nil
 		})},
 		{k.Up, run(func() tea.Cmd { p.move(-1); return nil })},
 		{k.Down, run(func() tea.Cmd { p.move(1); return nil })},
@@ -245,9 +268,22 @@ func (p *KernelsPane) setSnapshot(ks []engine.KernelInfo, idleExit time.Duration
 // rebuild regroups the rows. The engine lists kernels sorted by owner, so
 // each owner's kernels are one run of the slice: no copies, no maps.
 func (p *KernelsPane) rebuild() {
-	selectedID := ""
-	if r := p.selectedRow(); r != nil && r.kernel != nil {
-		selectedID = r.kernel.ID
+	// The cursor follows the kernel, not the row number: by id, else (a
+	// reset or a respawn gives it a new id) by its key, else its dead row.
+	selectedID, selectedOwner := "", ""
+	var selectedKey *Target
+	if r := p.selectedRow(); r != nil {
+		selectedOwner = r.owner
+		switch {
+		case r.kernel != nil:
+			selectedID = r.kernel.ID
+			t := targetOf(*r.kernel)
+			selectedKey = &t
+		case r.gone != nil:
+			selectedID = r.gone.info.ID
+			t := targetOf(r.gone.info)
+			selectedKey = &t
+		}
 	}
 	goneBy := map[string][]*goneKernel{}
 	for _, g := range p.gone {
@@ -291,14 +327,35 @@ func (p *KernelsPane) rebuild() {
 		ownerIx++
 	}
 	p.rows = rows
-	if selectedID != "" {
-		for i, r := range rows {
-			if r.kernel != nil && r.kernel.ID == selectedID {
-				p.cursor = i
-			}
-		}
+	if i := p.follow(selectedID, selectedKey, selectedOwner); i >= 0 {
+		p.cursor = i
 	}
 	p.scroll()
+}
+
+// follow finds the row of the kernel that was selected: the live kernel
+// with its id, else the live kernel with its key, else its dead row, else
+// its owner's row; -1 if none.
+func (p *KernelsPane) follow(id string, key *Target, owner string) int {
+	byKey, dead, ownerRow := -1, -1, -1
+	for i, r := range p.rows {
+		switch {
+		case r.kernel != nil && id != "" && r.kernel.ID == id:
+			return i
+		case r.kernel != nil && key != nil && byKey < 0 && key.matches(*r.kernel):
+			byKey = i
+		case r.gone != nil && id != "" && r.gone.info.ID == id:
+			dead = i
+		case r.kernel == nil && r.gone == nil && r.owner == owner && owner != "":
+			ownerRow = i
+		}
+	}
+	for _, i := range []int{byKey, dead} {
+		if i >= 0 {
+			return i
+		}
+	}
+	return ownerRow
 }
 
 func (p *KernelsPane) selectedRow() *kernelRow {

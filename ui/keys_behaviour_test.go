@@ -156,12 +156,23 @@ func TestKillSelected(t *testing.T) {
 	if k, _ := f.m.kernels.Selected(); k.ID != "k-a2" {
 		t.Fatalf("selected %q, want k-a2", k.ID)
 	}
-	f.run(t, f.update(runes("x")))
+	// x asks first, naming the kernel; n (or esc) kills nothing.
+	if cmd := f.update(runes("x")); cmd != nil {
+		t.Fatal("x ran a command before it was confirmed")
+	}
+	mustContain(t, f.m.View(), "Kill alice/etl@local (k-a2)? Its state is lost. y/n")
+	f.update(runes("n"))
+	if k := f.eng.Killed(); len(k) != 0 {
+		t.Fatalf("x then n killed %v", k)
+	}
+	mustContain(t, f.m.View(), "cancelled: nothing was done")
+	f.update(runes("x"))
+	f.run(t, f.update(runes("y")))
 	if got := f.eng.Killed(); !slices.Equal(got, []string{"k-a2"}) {
 		t.Errorf("Kill calls = %v, want [k-a2]", got)
 	}
 	v := f.m.View()
-	mustContain(t, v, "killed k-a2", "kernels 2/8")
+	mustContain(t, v, "killed alice/etl@local", "kernels 2/8")
 	if l := linesWith(v, " etl "); len(l) != 1 || !strings.Contains(l[0], "dead") {
 		t.Errorf("etl row = %q, want it dead", l)
 	}
@@ -176,11 +187,21 @@ func TestOtherKernelActions(t *testing.T) {
 	if got := f.eng.Interrupted(); !slices.Equal(got, []string{"k-a1"}) {
 		t.Errorf("Interrupt calls = %v", got)
 	}
-	f.run(t, f.update(runes("r")))
+	f.update(runes("r"))
+	if ex := f.eng.Executed(); len(ex) != 0 {
+		t.Fatalf("r reset before it was confirmed: %+v", ex)
+	}
+	mustContain(t, f.m.View(), "Reset alice/default@local[read_file] (k-a1)? Its state is lost. y/n")
+	f.run(t, f.update(runes("y")))
 	if ex := f.eng.Executed(); len(ex) != 1 || !ex[0].Reset || ex[0].Owner != "alice" || ex[0].Task != "default" {
 		t.Errorf("reset: Execute calls = %+v", ex)
 	}
-	f.run(t, f.update(runes("X")))
+	f.update(runes("X"))
+	mustContain(t, f.m.View(), "Shut down owner alice: kill 2 kernels? y/n")
+	if got := f.eng.ShutdownOwners(); len(got) != 0 {
+		t.Fatalf("X shut down %v before it was confirmed", got)
+	}
+	f.run(t, f.update(runes("y")))
 	if got := f.eng.ShutdownOwners(); !slices.Equal(got, []string{"alice"}) {
 		t.Errorf("ShutdownOwner calls = %v", got)
 	}
@@ -202,6 +223,7 @@ func TestQuitKeys(t *testing.T) {
 		confirm   bool
 		interrupt string
 		editor    string
+		ask       string // the question, when not the running-cells one
 	}{
 		{name: "ctrl+c idle", kernels: idle, keys: []tea.KeyMsg{keyCtrlC}, quits: true},
 		{name: "ctrl+c no kernels", keys: []tea.KeyMsg{keyCtrlC}, quits: true},
@@ -212,9 +234,13 @@ func TestQuitKeys(t *testing.T) {
 		{name: "ctrl+c running other key", kernels: twoOwnerKernels(), keys: []tea.KeyMsg{keyCtrlC, runes("x")}, confirm: true},
 		{name: "ctrl+c interrupts own cell", kernels: []engine.KernelInfo{mine}, keys: []tea.KeyMsg{keyCtrlC}, interrupt: "k-me"},
 		{name: "q in editor types", kernels: idle, keys: []tea.KeyMsg{runes("q")}, editor: "q"},
-		{name: "q in kernels quits", kernels: idle, keys: []tea.KeyMsg{keyTab, runes("q")}, quits: true},
+		{name: "q in kernels no kernels quits", keys: []tea.KeyMsg{keyTab, runes("q")}, quits: true},
+		{name: "q in kernels idle asks", kernels: idle, keys: []tea.KeyMsg{keyTab, runes("q")}, confirm: true, ask: "Quit and kill 2 kernels? y/n"},
+		{name: "q in kernels idle y", kernels: idle, keys: []tea.KeyMsg{keyTab, runes("q"), runes("y")}, quits: true},
+		{name: "q in kernels idle n", kernels: idle, keys: []tea.KeyMsg{keyTab, runes("q"), runes("n")}},
 		{name: "q in kernels running asks", kernels: twoOwnerKernels(), keys: []tea.KeyMsg{keyTab, runes("q")}, confirm: true},
-		{name: "q in events quits", kernels: idle, keys: []tea.KeyMsg{keyTab, keyTab, keyTab, runes("q")}, quits: true},
+		{name: "q in events quits", keys: []tea.KeyMsg{keyTab, keyTab, keyTab, runes("q")}, quits: true},
+		{name: "q in events idle asks", kernels: idle, keys: []tea.KeyMsg{keyTab, keyTab, keyTab, runes("q")}, confirm: true, ask: "Quit and kill 2 kernels?"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := sized(t, fixtureOpts{kernels: tc.kernels})
@@ -232,8 +258,8 @@ func TestQuitKeys(t *testing.T) {
 			if got := isQuit(cmd); got != tc.quits {
 				t.Errorf("quits = %v, want %v", got, tc.quits)
 			}
-			if !tc.quits && f.m.confirm != tc.confirm {
-				t.Errorf("confirm = %v, want %v", f.m.confirm, tc.confirm)
+			if asking := f.m.asking != nil; !tc.quits && asking != tc.confirm {
+				t.Errorf("asking = %v, want %v", asking, tc.confirm)
 			}
 			v := f.m.View()
 			switch {
@@ -241,6 +267,8 @@ func TestQuitKeys(t *testing.T) {
 				if v != "" {
 					t.Errorf("view after quit = %q, want empty", v)
 				}
+			case tc.confirm && tc.ask != "":
+				mustContain(t, v, tc.ask)
 			case tc.confirm:
 				mustContain(t, v, "Cells are running. Quit and kill every kernel? y/n")
 			default:
@@ -518,5 +546,36 @@ func TestDeadRowReason(t *testing.T) {
 				t.Errorf("dead rows = %q, want bob's with the eviction reason", rows)
 			}
 		})
+	}
+}
+
+// TestSelectionFollowsTheKernel: a reset gives alice/etl a new id and
+// moves it up the list; the cursor stays on alice/etl, so the next x asks
+// about it and not about the kernel that took its row.
+func TestSelectionFollowsTheKernel(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	f.keys(keyTab, runes("j"), runes("j"))
+	if k, _ := f.m.kernels.Selected(); k.ID != "k-a2" {
+		t.Fatalf("selected %q, want k-a2 (alice/etl)", k.ID)
+	}
+	ks := twoOwnerKernels()
+	fresh := ks[1]
+	fresh.ID, fresh.PID, fresh.ExecutionCount, fresh.LastUsed = "k-a9", 4199, 1, t0
+	f.eng.SetKernels([]engine.KernelInfo{fresh, ks[0], ks[2]}) // etl now first among alice's
+	f.update(refreshNowMsg{})
+	if k, ok := f.m.kernels.Selected(); !ok || k.ID != "k-a9" {
+		t.Fatalf("after the reset the cursor is on %q (%v), want the new alice/etl kernel k-a9", k.ID, ok)
+	}
+	f.update(runes("x"))
+	mustContain(t, f.m.View(), "Kill alice/etl@local (k-a9)?")
+	f.update(runes("n"))
+	// Killed and gone from the listing: the cursor stays on its dead row.
+	f.eng.SetKernels([]engine.KernelInfo{ks[0], ks[2]})
+	f.update(refreshNowMsg{})
+	if r := f.m.kernels.selectedRow(); r == nil || r.gone == nil || r.gone.info.ID != "k-a9" {
+		t.Fatalf("after k-a9 went, the cursor is on %+v, want its dead row", r)
+	}
+	if len(f.eng.Killed()) != 0 {
+		t.Fatal("something was killed")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/english"
 	"github.com/kerneldeck/kerneldeck/themes"
 )
 
@@ -36,6 +37,17 @@ type Options struct {
 	// Lost, when the events stop, says why the engine is gone (an attached
 	// dashboard's connection); nil or a nil error says nothing.
 	Lost func() error
+	// KeepsKernels says quitting leaves the kernels running (an attached
+	// dashboard, --keep-kernels), so it asks nothing first.
+	KeepsKernels bool
+}
+
+// question is a yes/no prompt on the status line; the action it guards
+// runs only on y.
+type question struct {
+	text string
+	yes  tea.Cmd
+	quit bool // y quits
 }
 
 // Focusable panes, in tab order.
@@ -114,7 +126,8 @@ type Model struct {
 	lost       func() error
 	status     string
 	statusErr  bool
-	confirm    bool // quitting while cells run: waiting for y/n
+	asking     *question // an action waiting for y/n
+	keeps      bool      // quitting leaves the kernels running
 	quitting   bool
 }
 
@@ -158,11 +171,13 @@ func New(opts Options) *Model {
 		fetchWant:  true,
 		where:      opts.Where,
 		lost:       opts.Lost,
+		keeps:      opts.KeepsKernels,
 	}
 	if len(opts.History) > 0 {
 		m.evPane.add(opts.History...)
 	}
 	ctx.act = m.action
+	ctx.ask = func(text string, yes tea.Cmd) { m.asking = &question{text: text, yes: yes} }
 	if m.tick == 0 {
 		m.tick = time.Second
 	}
@@ -217,8 +232,8 @@ func (m *Model) globalKeys() actions {
 	}
 	return actions{
 		{k.Quit, run(func() tea.Cmd {
-			if m.anyRunning() {
-				m.confirm = true
+			if q := m.quitQuestion(); q != nil {
+				m.asking = q
 				return nil
 			}
 			_, cmd := m.quit()
@@ -483,8 +498,20 @@ func (m *Model) anyRunning() bool {
 }
 
 func (m *Model) quit() (tea.Model, tea.Cmd) {
-	m.quitting, m.confirm = true, false
+	m.quitting, m.asking = true, nil
 	return m, tea.Quit
+}
+
+// quitQuestion is what quitting must ask first, or nil: quitting kills
+// the kernels unless they are kept.
+func (m *Model) quitQuestion() *question {
+	if m.anyRunning() {
+		return &question{text: "Cells are running. Quit and kill every kernel? y/n", quit: true}
+	}
+	if n := len(m.kernels.kernels); n > 0 && !m.keeps {
+		return &question{text: fmt.Sprintf("Quit and kill %s? y/n (--keep-kernels keeps them)", english.Count(n, "kernel")), quit: true}
+	}
+	return nil
 }
 
 func (m *Model) action(what string, f func(ctx context.Context, eng Engine) error) tea.Cmd {
@@ -494,13 +521,21 @@ func (m *Model) action(what string, f func(ctx context.Context, eng Engine) erro
 
 func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 	keys := m.ctx.Keys
-	if m.confirm {
+	if q := m.asking; q != nil {
 		switch {
 		case key.Matches(km, keys.Yes):
-			return m.quit()
+			m.asking = nil
+			if q.quit {
+				return m.quit()
+			}
+			return m, q.yes
 		case key.Matches(km, keys.No), key.Matches(km, keys.Interrupt):
-			m.confirm = false
-			m.setStatus("quit cancelled", nil)
+			m.asking = nil
+			if q.quit {
+				m.setStatus("quit cancelled", nil)
+			} else {
+				m.setStatus("cancelled: nothing was done", nil)
+			}
 		}
 		return m, nil
 	}
@@ -532,7 +567,7 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 			return m, m.action("interrupted "+id, func(ctx context.Context, eng Engine) error { return eng.Interrupt(ctx, id) })
 		}
 		if m.anyRunning() {
-			m.confirm = true
+			m.asking = m.quitQuestion()
 			return m, nil
 		}
 		return m.quit()
@@ -779,8 +814,8 @@ func (m *Model) approvalView(w, h int) string {
 
 func (m *Model) helpView() string {
 	t := m.ctx.Theme
-	if m.confirm {
-		return t.Warn.Render("Cells are running. Quit and kill every kernel? y/n")
+	if m.asking != nil {
+		return t.Warn.Render(plain(m.asking.text))
 	}
 	if m.showHelp {
 		return m.help.FullHelpView(m.fullHelp())
