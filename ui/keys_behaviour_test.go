@@ -2,6 +2,7 @@ package ui
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -69,11 +70,11 @@ func TestCapKeys(t *testing.T) {
 		{name: "equals is plus", cap: 4, keys: []string{"="}, want: []int{5}, header: "kernels 3/5"},
 		{name: "minus", cap: 4, keys: []string{"-"}, want: []int{3}, header: "kernels 3/3 FULL"},
 		{name: "minus to over cap", cap: 3, keys: []string{"-"}, want: []int{2}, header: "kernels 3/2"},
-		{name: "up down down", cap: 4, keys: []string{"+", "-", "-"}, want: []int{5, 4, 3}, header: "kernels 3/3"},
+		{name: "up down down", cap: 4, keys: []string{"+", "-", "-"}, want: []int{3}, header: "kernels 3/3"},
 		{name: "not below one", cap: 1, keys: []string{"-"}, want: nil, header: "the cap is at least 1"},
 		{name: "typed in the editor", cap: 4, keys: []string{"+", "-"}, want: nil, header: "kernels 3/4", editing: true},
 		// Keys read together arrive as one message (auto-repeat, tmux send-keys).
-		{name: "three at once", cap: 4, keys: []string{"+++"}, want: []int{5, 6, 7}, header: "kernels 3/7"},
+		{name: "three at once", cap: 4, keys: []string{"+++"}, want: []int{7}, header: "kernels 3/7"},
 		{name: "three typed at once in the editor", cap: 4, keys: []string{"+-"}, want: nil, header: "kernels 3/4", editing: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,6 +85,15 @@ func TestCapKeys(t *testing.T) {
 			for _, k := range tc.keys {
 				f.keys(runes(k))
 			}
+			// Nothing applies while keys come; the pause applies the
+			// last value, once.
+			if calls := f.eng.SetLimitsCalls(); len(calls) != 0 {
+				t.Fatalf("SetLimits called before the pause: %+v", calls)
+			}
+			if tc.want != nil {
+				mustContain(t, f.m.View(), fmt.Sprintf("→ %d pending", tc.want[0]))
+			}
+			f.update(applyLimitsMsg{seq: f.m.pendingSeq})
 			var got []int
 			for _, c := range f.eng.SetLimitsCalls() {
 				if c.MaxKernels == nil || c.IdleExit != nil {
@@ -123,6 +133,7 @@ func TestIdleExitKeys(t *testing.T) {
 		t.Run(tc.from.String()+tc.key, func(t *testing.T) {
 			f := sized(t, fixtureOpts{kernels: twoOwnerKernels(), idleExit: tc.from})
 			f.keys(keyTab, runes(tc.key))
+			f.update(applyLimitsMsg{seq: f.m.pendingSeq})
 			calls := f.eng.SetLimitsCalls()
 			if len(calls) != 1 || calls[0].IdleExit == nil || calls[0].MaxKernels != nil {
 				t.Fatalf("SetLimits calls = %+v, want one with only idle_exit", calls)
@@ -578,4 +589,33 @@ func TestSelectionFollowsTheKernel(t *testing.T) {
 	if len(f.eng.Killed()) != 0 {
 		t.Fatal("something was killed")
 	}
+}
+
+// TestLimitsEditIsOneChange: three [ presses and the pause after them make
+// one SetLimits call with the value of the last; the pause scheduled by an
+// earlier press does nothing; esc drops a pending edit.
+func TestLimitsEditIsOneChange(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels(), idleExit: 30 * time.Minute})
+	f.keys(keyTab)
+	first := f.update(runes("["))
+	f.update(runes("["))
+	last := f.update(runes("["))
+	mustContain(t, f.m.View(), "idle_exit 30m00s → 27m00s pending")
+	f.run(t, first) // the first press's pause: superseded
+	if calls := f.eng.SetLimitsCalls(); len(calls) != 0 {
+		t.Fatalf("an earlier pause applied the edit: %+v", calls)
+	}
+	f.run(t, last)
+	calls := f.eng.SetLimitsCalls()
+	if len(calls) != 1 || calls[0].IdleExit == nil || *calls[0].IdleExit != 27*time.Minute || calls[0].MaxKernels != nil {
+		t.Fatalf("SetLimits calls = %+v, want one with idle_exit 27m", calls)
+	}
+	mustNotContain(t, f.m.View(), "pending")
+	f.update(runes("+"))
+	f.update(tea.KeyMsg{Type: tea.KeyEsc})
+	f.update(applyLimitsMsg{seq: f.m.pendingSeq})
+	if n := len(f.eng.SetLimitsCalls()); n != 1 {
+		t.Fatalf("esc did not drop the pending cap: %d calls", n)
+	}
+	mustContain(t, f.m.View(), "limits unchanged")
 }

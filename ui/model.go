@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"regexp"
@@ -40,6 +41,9 @@ type Options struct {
 	// KeepsKernels says quitting leaves the kernels running (an attached
 	// dashboard, --keep-kernels), so it asks nothing first.
 	KeepsKernels bool
+	// LimitsPause is how long a cap or idle_exit edit waits for the next
+	// key before it applies (default DefaultLimitsPause).
+	LimitsPause time.Duration
 }
 
 // question is a yes/no prompt on the status line; the action it guards
@@ -77,7 +81,14 @@ type (
 		err  error
 	}
 	refreshNowMsg struct{}
+	// applyLimitsMsg applies the pending limits if nothing changed them
+	// since it was scheduled.
+	applyLimitsMsg struct{ seq int }
 )
+
+// DefaultLimitsPause is how long + - [ ] wait for the next press before
+// the pending value is applied, as one change.
+const DefaultLimitsPause = 1500 * time.Millisecond
 
 // maxStreamKept bounds the streamed output kept per stream of a running cell.
 const maxStreamKept = 256 << 10
@@ -110,25 +121,30 @@ type Model struct {
 
 	maxKernels int
 	idleExit   time.Duration
-	backends   []string
-	backendOK  map[string]string // URI -> "ok" or the last transport error
-	unconfined map[string]bool   // URI -> its runners cannot confine themselves (Landlock)
-	reasons    map[string]string // kernel id -> why it left the registry
-	approvals  []engine.Event    // pending approval requests, oldest first
-	runs       map[*cellRun]bool // cells started here and still running
-	runSeq     int
-	own        ownCells            // ids of the cells started here
-	byCell     map[string]*cellRun // others' cells, by id
-	cellsAsked map[string]time.Time
-	cellsDue   map[string]bool // kernels whose records changed while asked
-	fetchWant  bool            // the target changed: show its kernel's cells
-	where      string
-	lost       func() error
-	status     string
-	statusErr  bool
-	asking     *question // an action waiting for y/n
-	keeps      bool      // quitting leaves the kernels running
-	quitting   bool
+	// An edit of the limits, applied as one change after limitsPause.
+	pendingCap  *int
+	pendingIdle *time.Duration
+	pendingSeq  int
+	limitsPause time.Duration
+	backends    []string
+	backendOK   map[string]string // URI -> "ok" or the last transport error
+	unconfined  map[string]bool   // URI -> its runners cannot confine themselves (Landlock)
+	reasons     map[string]string // kernel id -> why it left the registry
+	approvals   []engine.Event    // pending approval requests, oldest first
+	runs        map[*cellRun]bool // cells started here and still running
+	runSeq      int
+	own         ownCells            // ids of the cells started here
+	byCell      map[string]*cellRun // others' cells, by id
+	cellsAsked  map[string]time.Time
+	cellsDue    map[string]bool // kernels whose records changed while asked
+	fetchWant   bool            // the target changed: show its kernel's cells
+	where       string
+	lost        func() error
+	status      string
+	statusErr   bool
+	asking      *question // an action waiting for y/n
+	keeps       bool      // quitting leaves the kernels running
+	quitting    bool
 }
 
 // New builds the dashboard model.
@@ -155,23 +171,24 @@ func New(opts Options) *Model {
 	runCtx, cancel := context.WithCancel(context.Background())
 	m := &Model{
 		ctx: ctx, eng: opts.Engine, events: opts.Events, inbox: newInbox(), runCtx: runCtx, cancel: cancel,
-		tick:       opts.TickEvery,
-		kernels:    newKernelsPane(ctx),
-		editor:     newEditorPane(ctx, target),
-		output:     newOutputPane(ctx),
-		evPane:     newEventsPane(ctx),
-		backends:   backendsList,
-		backendOK:  map[string]string{},
-		unconfined: map[string]bool{},
-		reasons:    map[string]string{},
-		runs:       map[*cellRun]bool{},
-		byCell:     map[string]*cellRun{},
-		cellsAsked: map[string]time.Time{},
-		cellsDue:   map[string]bool{},
-		fetchWant:  true,
-		where:      opts.Where,
-		lost:       opts.Lost,
-		keeps:      opts.KeepsKernels,
+		tick:        opts.TickEvery,
+		kernels:     newKernelsPane(ctx),
+		editor:      newEditorPane(ctx, target),
+		output:      newOutputPane(ctx),
+		evPane:      newEventsPane(ctx),
+		backends:    backendsList,
+		backendOK:   map[string]string{},
+		unconfined:  map[string]bool{},
+		reasons:     map[string]string{},
+		runs:        map[*cellRun]bool{},
+		byCell:      map[string]*cellRun{},
+		cellsAsked:  map[string]time.Time{},
+		cellsDue:    map[string]bool{},
+		fetchWant:   true,
+		where:       opts.Where,
+		lost:        opts.Lost,
+		keeps:       opts.KeepsKernels,
+		limitsPause: cmp.Or(opts.LimitsPause, DefaultLimitsPause),
 	}
 	if len(opts.History) > 0 {
 		m.evPane.add(opts.History...)
@@ -213,22 +230,18 @@ type layoutRow struct {
 func (m *Model) globalKeys() actions {
 	k := m.ctx.Keys
 	setCap := func(d int) tea.Cmd {
-		n := m.maxKernels + d
+		n := cmp.Or(deref(m.pendingCap), m.maxKernels) + d
 		if n < 1 {
 			m.setStatus("the cap is at least 1", nil)
 			return nil
 		}
-		err := m.eng.SetLimits(&n, nil)
-		m.setStatus(fmt.Sprintf("max_kernels %d", n), err)
-		m.refresh()
-		return nil
+		m.pendingCap = &n
+		return m.schedulePending()
 	}
 	setIdle := func(up bool) tea.Cmd {
-		d := stepIdle(m.idleExit, up)
-		err := m.eng.SetLimits(nil, &d)
-		m.setStatus("idle_exit "+short(d), err)
-		m.refresh()
-		return nil
+		d := stepIdle(cmp.Or(deref(m.pendingIdle), m.idleExit), up)
+		m.pendingIdle = &d
+		return m.schedulePending()
 	}
 	return actions{
 		{k.Quit, run(func() tea.Cmd {
@@ -355,6 +368,11 @@ func (m *Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case actionDoneMsg:
 		m.setStatus(msg.what, msg.err)
 		m.refresh()
+		return m, nil
+	case applyLimitsMsg:
+		if msg.seq == m.pendingSeq {
+			m.applyPending()
+		}
 		return m, nil
 	case tea.KeyMsg:
 		return m.onKey(msg)
@@ -596,11 +614,66 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 		}
 	}
 	if !typing {
+		if key.Matches(km, keys.Cancel) && m.cancelPending() {
+			return m, nil
+		}
 		if cmd, ok := m.globals.handle(km); ok {
 			return m, cmd
 		}
 	}
 	return m, focused.Update(km)
+}
+
+// schedulePending shows the pending limits and applies them after a pause
+// without another press.
+func (m *Model) schedulePending() tea.Cmd {
+	m.pendingSeq++
+	seq := m.pendingSeq
+	m.setStatus(m.pendingText()+fmt.Sprintf(" pending: applies %s after the last key; esc cancels", short(m.limitsPause)), nil)
+	return tea.Tick(m.limitsPause, func(time.Time) tea.Msg { return applyLimitsMsg{seq: seq} })
+}
+
+func (m *Model) pendingText() string {
+	var parts []string
+	if m.pendingCap != nil {
+		parts = append(parts, fmt.Sprintf("max_kernels %d → %d", m.maxKernels, *m.pendingCap))
+	}
+	if m.pendingIdle != nil {
+		parts = append(parts, fmt.Sprintf("idle_exit %s → %s", short(m.idleExit), short(*m.pendingIdle)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// applyPending applies the pending limits as one change.
+func (m *Model) applyPending() {
+	if m.pendingCap == nil && m.pendingIdle == nil {
+		return
+	}
+	what := m.pendingText()
+	err := m.eng.SetLimits(m.pendingCap, m.pendingIdle)
+	m.pendingCap, m.pendingIdle = nil, nil
+	m.pendingSeq++
+	m.setStatus(what, err)
+	m.refresh()
+}
+
+// cancelPending drops a pending edit of the limits.
+func (m *Model) cancelPending() bool {
+	if m.pendingCap == nil && m.pendingIdle == nil {
+		return false
+	}
+	m.pendingCap, m.pendingIdle = nil, nil
+	m.pendingSeq++
+	m.setStatus("limits unchanged", nil)
+	return true
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }
 
 // stepIdle moves idle_exit by a step that suits its size: 10s under two
@@ -761,7 +834,14 @@ func (m *Model) headerView() string {
 		queued += k.Queued
 	}
 	b.WriteString("  " + capStyle.Render(capText))
-	b.WriteString(t.Muted.Render(fmt.Sprintf("  idle_exit %s  running %d  queued %d", short(m.idleExit), running, queued)))
+	if m.pendingCap != nil {
+		b.WriteString(t.Warn.Render(fmt.Sprintf(" → %d pending", *m.pendingCap)))
+	}
+	b.WriteString(t.Muted.Render("  idle_exit " + short(m.idleExit)))
+	if m.pendingIdle != nil {
+		b.WriteString(t.Warn.Render(" → " + short(*m.pendingIdle) + " pending"))
+	}
+	b.WriteString(t.Muted.Render(fmt.Sprintf("  running %d  queued %d", running, queued)))
 	for _, uri := range m.backends {
 		state, ok := m.backendOK[uri]
 		mark := t.Muted.Render("○")
