@@ -53,6 +53,11 @@ Keys:
   ctrl+d   (end of input) run the block being typed, if any, then exit,
            killing the kernel unless --keep-kernels is given.
 
+Exit status: 0; through a pipe, 1 when a block raised or timed out (the
+later blocks still run; the last line on stderr says which block failed
+first), as python3 exits 1 when a script raises. Blocks interrupted with
+ctrl+c do not count.
+
 `
 
 const replEpilogue = `

@@ -35,15 +35,18 @@ func TestREPLPipe(t *testing.T) {
 	kernels := isolate(t)
 	in := "import os; print(os.getpid())\nx = 41\ndef f(v):\n    return v + 1\n\nf(x)\n1/0\nprint('still here')\n"
 	code, stdout, stderr := runCLI(t, in, "repl", "--owner", "tester", "--task", "t1")
-	if code != exitOK {
-		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	// A script whose cell raised exits 1, as python3 does, saying which
+	// cell; the rest of it still ran.
+	if code != exitFail {
+		t.Fatalf("exit %d, want 1 for the failed cell; stderr:\n%s", code, stderr)
 	}
 	pid := firstPID(t, stdout)
 	if want := strconv.Itoa(pid) + "\n42\nstill here\n"; stdout != want {
 		t.Errorf("stdout %q, want %q", stdout, want)
 	}
-	// Through a pipe: no prompts, no banner; just the traceback.
-	if !strings.HasPrefix(stderr, "Traceback") || !strings.HasSuffix(stderr, "ZeroDivisionError: division by zero\n") {
+	// Through a pipe: no prompts, no banner; the traceback and the verdict.
+	if !strings.HasPrefix(stderr, "Traceback") || !strings.Contains(stderr, "ZeroDivisionError: division by zero\n") ||
+		!strings.HasSuffix(stderr, "kerneldeck repl: 1 of 6 cells failed; the first was cell 5 (from input line 7): error\n") {
 		t.Errorf("stderr:\n%s", stderr)
 	}
 	// At the end of input the kernel is killed.

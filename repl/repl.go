@@ -94,6 +94,28 @@ type session struct {
 	out    *stickyWriter
 	errOut *stickyWriter
 	block  block
+	// Cells run, and those that did not succeed: a script's failure is
+	// its exit status.
+	cells, failed int
+	first         *CellsFailedError
+	// lineNo is the input line being taken; blockStart the line the open
+	// block began on, cellLine that of the cell running.
+	lineNo, blockStart, cellLine int
+}
+
+// CellsFailedError ends a script (input that is not a terminal) in which
+// some cells did not succeed, as python3 exits non-zero when a script raises.
+type CellsFailedError struct {
+	Failed, Cells int
+	// First is the number of the first failed cell (from 1), its status
+	// and the line of input its code started on.
+	First  int
+	Status string
+	Line   int
+}
+
+func (e *CellsFailedError) Error() string {
+	return fmt.Sprintf("%d of %d cells failed; the first was cell %d (from input line %d): %s", e.Failed, e.Cells, e.First, e.Line, e.Status)
 }
 
 // input is one line read, or the error that ended the input.
@@ -158,6 +180,7 @@ func (r *session) loop(ctx context.Context, lines <-chan input) error {
 				return r.finish(ctx, in.err)
 			}
 			line := strings.TrimSuffix(strings.TrimSuffix(in.line, "\n"), "\r")
+			r.lineNo++
 			if err := r.take(ctx, line); err != nil {
 				return err
 			}
@@ -181,11 +204,21 @@ func (r *session) finish(ctx context.Context, inErr error) error {
 	if !errors.Is(inErr, io.EOF) {
 		return errors.Join(fmt.Errorf("repl: read input: %w", inErr), r.writeErr())
 	}
-	return r.writeErr()
+	if err := r.writeErr(); err != nil {
+		return err
+	}
+	if r.first != nil && !r.opts.Prompt {
+		r.first.Failed, r.first.Cells = r.failed, r.cells
+		return r.first
+	}
+	return nil
 }
 
 // take feeds one input line to the block and runs the block when complete.
 func (r *session) take(ctx context.Context, line string) error {
+	if r.block.empty() {
+		r.blockStart = r.lineNo
+	}
 	switch r.block.add(line) {
 	case vSkip:
 		r.prompt(PromptNew)
@@ -223,6 +256,7 @@ func (r *session) writeErr() error {
 // runCell runs code as one cell, streaming its output, and answers ctrl+c by
 // interrupting it. It returns an error only when the REPL must stop.
 func (r *session) runCell(ctx context.Context, code string) error {
+	r.cellLine = r.blockStart
 	st := newStreamer(r.out, r.errOut)
 	type outcome struct {
 		res *engine.Result
@@ -267,15 +301,29 @@ wait:
 		}
 	}
 	streamed := st.close()
+	r.cells++
 	if o.err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("repl: %w", ctx.Err())
 		}
+		r.cellFailed("not run: " + o.err.Error())
 		fmt.Fprintf(r.errOut, "kerneldeck: %v\n", o.err)
 		return r.writeErr()
 	}
+	// An interrupt (or the kill after ctrl+c presses) is the operator's
+	// doing, not the script's failure.
+	if presses == 0 && (o.res.Status == engine.StatusError || o.res.Status == engine.StatusTimeout) {
+		r.cellFailed(string(o.res.Status))
+	}
 	r.report(o.res, streamed)
 	return r.writeErr()
+}
+
+func (r *session) cellFailed(status string) {
+	r.failed++
+	if r.first == nil {
+		r.first = &CellsFailedError{First: r.cells, Status: status, Line: r.cellLine}
+	}
 }
 
 // kernel finds the REPL's kernel in the engine; running asks for one with a

@@ -113,8 +113,11 @@ func TestPipeSession(t *testing.T) {
 	forBothPaths(t, func(t *testing.T, eng *engine.Engine) {
 		var out, errOut bytes.Buffer
 		err := Run(context.Background(), eng, strings.NewReader(pipeSession), &out, &errOut, Options{Owner: "me"})
-		if err != nil {
-			t.Fatalf("Run: %v", err)
+		// A script whose cell raised fails, naming the cell, as python3
+		// exits 1; the cells after it still ran.
+		var failed *CellsFailedError
+		if !errors.As(err, &failed) || failed.Failed != 1 || failed.Cells != 8 || failed.First != 7 || failed.Line != 11 || failed.Status != "error" {
+			t.Fatalf("Run: %v, want 1 of 8 cells failed, the first cell 7 on line 11", err)
 		}
 		if got, want := out.String(), "42\n82\n0\n1\n2\nafter 41\n"; got != want {
 			t.Errorf("stdout %q, want %q", got, want)
@@ -140,8 +143,9 @@ func TestOutputOrder(t *testing.T) {
 	forBothPaths(t, func(t *testing.T, eng *engine.Engine) {
 		var both syncBuffer
 		in := "print('one')\nraise ValueError('two')\nprint('three')\nimport sys; sys.stderr.write('four\\n')\nprint('five')\n"
-		if err := Run(context.Background(), eng, strings.NewReader(in), &both, &both, Options{}); err != nil {
-			t.Fatal(err)
+		var failed *CellsFailedError
+		if err := Run(context.Background(), eng, strings.NewReader(in), &both, &both, Options{}); !errors.As(err, &failed) || failed.First != 2 {
+			t.Fatalf("Run: %v, want cell 2 failed", err)
 		}
 		got := both.String()
 		last := -1
