@@ -147,6 +147,43 @@ func goldenCases() []goldenCase {
 			want: []string{"kernels 4/4 FULL", "next"},
 		},
 		{
+			name: "filter_alice", w: 100, h: 30,
+			opts: fixtureOpts{kernels: twoOwnerKernels()},
+			drive: func(t *testing.T, s *session) {
+				s.tm.Send(keyTab)
+				s.tm.Type("/alice")
+				s.tm.Send(keyEnter)
+			},
+			want: []string{"Kernels (2 of 3) · /alice", "/alice", "▾ alice  2 kernels"},
+		},
+		{
+			name: "filter_no_match", w: 100, h: 30,
+			opts: fixtureOpts{kernels: twoOwnerKernels()},
+			drive: func(t *testing.T, s *session) {
+				s.tm.Send(keyTab)
+				s.tm.Type("/k424601")
+			},
+			want: []string{"no match for /k424601 among 3 kernels (esc clears the filter)", "Kernels (0 of 3)"},
+		},
+		{
+			name: "confirm_kill", w: 100, h: 30,
+			opts: fixtureOpts{kernels: twoOwnerKernels()},
+			drive: func(t *testing.T, s *session) {
+				s.tm.Send(keyTab)
+				s.tm.Type("jjx")
+			},
+			want: []string{"Kill alice/etl@local (k-a2)? Its state is lost. y/n"},
+		},
+		{
+			name: "pending_cap", w: 100, h: 30,
+			opts: fixtureOpts{kernels: twoOwnerKernels(), cap: 4},
+			drive: func(t *testing.T, s *session) {
+				s.tm.Send(keyTab)
+				s.tm.Type("---")
+			},
+			want: []string{"kernels 3/4 → 1 pending", "max_kernels 4 → 1 pending"},
+		},
+		{
 			name: "over_cap_all_busy", w: 100, h: 30,
 			opts: fixtureOpts{kernels: overCapKernels(), cap: 4},
 			// (At 100 columns the header cuts "queued 2": see the report.)

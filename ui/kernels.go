@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/bubbles/textinput"
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
 
@@ -130,8 +131,14 @@ type KernelsPane struct {
 	rows     []kernelRow
 	cursor   int
 	offset   int
+	shown    int // kernels that pass the filter
 	header   string
 	keys     actions
+	// The / filter: the line being edited, and the filter applied.
+	filterIn textinput.Model
+	editing  bool
+	filter   kernelFilter
+	editKeys actions
 
 	// onSelect is told the target of the kernel the cursor moved onto;
 	// onEdit, of the kernel enter was pressed on.
@@ -140,7 +147,10 @@ type KernelsPane struct {
 }
 
 func newKernelsPane(ctx *Context) *KernelsPane {
-	p := &KernelsPane{pane: pane{ctx: ctx}, gone: map[string]*goneKernel{}, folded: map[string]bool{}}
+	fi := textinput.New()
+	fi.Prompt = "/"
+	fi.Placeholder = "owner, task, id, backend or state (a regexp; !x hides x)"
+	p := &KernelsPane{pane: pane{ctx: ctx}, gone: map[string]*goneKernel{}, folded: map[string]bool{}, filterIn: fi}
 	p.header = "   " + columnsHeader()
 	k := ctx.Keys
 	onKernel := func(f func(k engine.KernelInfo) tea.Cmd) func(tea.KeyMsg) (tea.Cmd, bool) {
@@ -192,13 +202,46 @@ func newKernelsPane(ctx *Context) *KernelsPane {
 				}))
 			return nil
 		})},
+		{k.Filter, run(func() tea.Cmd { p.editing = true; return p.filterIn.Focus() })},
+		{k.Cancel, func(tea.KeyMsg) (tea.Cmd, bool) {
+			if !p.filter.active() {
+				return nil, false
+			}
+			p.setFilter("")
+			return nil, true
+		}},
 		{k.Up, run(func() tea.Cmd { p.move(-1); return nil })},
 		{k.Down, run(func() tea.Cmd { p.move(1); return nil })},
 		{k.PageUp, run(func() tea.Cmd { p.move(-p.page()); return nil })},
 		{k.PageDown, run(func() tea.Cmd { p.move(p.page()); return nil })},
 	}
+	endEdit := func(clear bool) tea.Cmd {
+		p.editing = false
+		p.filterIn.Blur()
+		if clear {
+			p.setFilter("")
+		}
+		return nil
+	}
+	p.editKeys = actions{
+		{k.Submit, run(func() tea.Cmd { return endEdit(false) })},
+		{k.Cancel, run(func() tea.Cmd { return endEdit(true) })},
+	}
 	return p
 }
+
+// setFilter applies the / filter (and shows it in the line).
+func (p *KernelsPane) setFilter(s string) {
+	p.filterIn.SetValue(s)
+	p.filter = parseKernelFilter(s)
+	p.rebuild()
+}
+
+// Typing implements Pane: the filter line takes the keys while it is open.
+func (p *KernelsPane) Typing() bool { return p.editing }
+
+// Modal implements Pane: so does it take tab.
+func (p *KernelsPane) Modal() bool { return p.editing }
 
 func columnsHeader() string {
 	var b strings.Builder
@@ -213,19 +256,27 @@ func columnsHeader() string {
 }
 
 // Title implements Pane.
-func (p *KernelsPane) Title() string { return fmt.Sprintf("Kernels (%d)", len(p.kernels)) }
+func (p *KernelsPane) Title() string {
+	if p.filter.active() {
+		return fmt.Sprintf("Kernels (%d of %d) · /%s", p.shown, len(p.kernels), plain(strings.TrimPrefix(p.filter.text, "/")))
+	}
+	return fmt.Sprintf("Kernels (%d)", len(p.kernels))
+}
 
 // ShortHelp implements help.KeyMap.
 func (p *KernelsPane) ShortHelp() []key.Binding {
 	k := p.ctx.Keys
-	return []key.Binding{k.Select, k.Toggle, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner,
+	if p.editing {
+		return []key.Binding{k.Submit, k.Cancel}
+	}
+	return []key.Binding{k.Select, k.Filter, k.Toggle, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner,
 		k.CapUp, k.CapDown, k.IdleUp, k.IdleDown, k.Help, k.Quit}
 }
 
 // FullHelp implements help.KeyMap.
 func (p *KernelsPane) FullHelp() [][]key.Binding {
 	k := p.ctx.Keys
-	return [][]key.Binding{{k.Up, k.Down, k.PageUp, k.PageDown, k.Toggle}, {k.Select, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner}}
+	return [][]key.Binding{{k.Up, k.Down, k.PageUp, k.PageDown, k.Toggle, k.Filter}, {k.Select, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner}}
 }
 
 // SetSize implements Pane.
@@ -287,7 +338,9 @@ func (p *KernelsPane) rebuild() {
 	}
 	goneBy := map[string][]*goneKernel{}
 	for _, g := range p.gone {
-		goneBy[g.info.Owner] = append(goneBy[g.info.Owner], g)
+		if p.filter.match(g.info) {
+			goneBy[g.info.Owner] = append(goneBy[g.info.Owner], g)
+		}
 	}
 	var goneOwners []string
 	for o, gs := range goneBy {
@@ -297,6 +350,15 @@ func (p *KernelsPane) rebuild() {
 	slices.Sort(goneOwners)
 	rows := p.rows[:0]
 	ks := p.kernels
+	if p.filter.active() {
+		ks = nil // a copy: p.kernels stays the engine's listing
+		for _, k := range p.kernels {
+			if p.filter.match(k) {
+				ks = append(ks, k)
+			}
+		}
+	}
+	p.shown = len(ks)
 	i, gi, ownerIx := 0, 0, 0
 	for i < len(ks) || gi < len(goneOwners) {
 		var owner string
@@ -424,6 +486,9 @@ func (p *KernelsPane) toggleFold() {
 func (p *KernelsPane) scroll() {
 	p.cursor = min(max(p.cursor, 0), max(len(p.rows)-1, 0))
 	visible := p.height - 3 // border and header
+	if p.editing || p.filter.active() {
+		visible-- // the filter line
+	}
 	if p.cursor < p.offset {
 		p.offset = p.cursor
 	}
@@ -439,6 +504,16 @@ func (p *KernelsPane) Update(msg tea.Msg) tea.Cmd {
 	if !ok {
 		return nil
 	}
+	if p.editing {
+		if cmd, ok := p.editKeys.handle(km); ok {
+			return cmd
+		}
+		var cmd tea.Cmd
+		p.filterIn, cmd = p.filterIn.Update(msg)
+		p.filter = parseKernelFilter(p.filterIn.Value())
+		p.rebuild()
+		return cmd
+	}
 	cmd, _ := p.keys.handle(km)
 	return cmd
 }
@@ -451,6 +526,10 @@ func (p *KernelsPane) View() string {
 	}
 	lines := []string{p.ctx.Theme.Muted.Render(p.header)}
 	visible := inner - 1
+	if p.editing || p.filter.active() {
+		lines = append([]string{p.filterIn.View()}, lines...)
+		visible--
+	}
 	now := p.ctx.Now()
 	for i := p.offset; i < len(p.rows) && i < p.offset+visible; i++ {
 		// A text cursor as well as the style: it shows without colour or
@@ -466,7 +545,11 @@ func (p *KernelsPane) View() string {
 		}
 		lines = append(lines, line)
 	}
-	if len(p.rows) == 0 {
+	switch {
+	case len(p.rows) == 0 && p.filter.active():
+		lines = append(lines, p.ctx.Theme.Warn.Render(fmt.Sprintf("  no match for /%s among %s (esc clears the filter)",
+			plain(p.filter.text), english.Count(len(p.kernels), "kernel"))))
+	case len(p.rows) == 0:
 		lines = append(lines, p.ctx.Theme.Muted.Render("  no kernels yet: write a cell below and press ctrl+r"))
 	}
 	return p.ctx.box(p.Title(), lines, p.width, p.height, p.focused)

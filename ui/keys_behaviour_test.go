@@ -595,7 +595,7 @@ func TestSelectionFollowsTheKernel(t *testing.T) {
 // one SetLimits call with the value of the last; the pause scheduled by an
 // earlier press does nothing; esc drops a pending edit.
 func TestLimitsEditIsOneChange(t *testing.T) {
-	f := sized(t, fixtureOpts{kernels: twoOwnerKernels(), idleExit: 30 * time.Minute})
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels(), idleExit: 30 * time.Minute, limitsPause: 20 * time.Millisecond})
 	f.keys(keyTab)
 	first := f.update(runes("["))
 	f.update(runes("["))
@@ -618,4 +618,50 @@ func TestLimitsEditIsOneChange(t *testing.T) {
 		t.Fatalf("esc did not drop the pending cap: %d calls", n)
 	}
 	mustContain(t, f.m.View(), "limits unchanged")
+}
+
+// TestKernelFilter: / filters by owner, task, id, backend, state and tools
+// (a regexp, a literal if it does not compile), ! inverts, esc clears; the
+// actions act on what the cursor shows.
+func TestKernelFilter(t *testing.T) {
+	for _, tc := range []struct {
+		filter string
+		want   []string // kernel ids listed
+	}{
+		{"alice", []string{"k-a1", "k-a2"}},
+		{"ETL", []string{"k-a2"}},
+		{"!alice", []string{"k-b1"}},
+		{"gpu1", []string{"k-b1"}},
+		{"^bob default", []string{"k-b1"}},
+		{"running", []string{"k-a1"}},
+		{"terminal", []string{"k-b1"}},
+		{"k-a[12]", []string{"k-a1", "k-a2"}},
+		{"(", nil}, // not a regexp: taken literally, matches nothing
+		{"zzz", nil},
+	} {
+		t.Run(tc.filter, func(t *testing.T) {
+			f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+			f.keys(keyTab, runes("/"))
+			for _, r := range tc.filter {
+				f.keys(runes(string(r)))
+			}
+			f.keys(keyEnter)
+			var got []string
+			for _, r := range f.m.kernels.rows {
+				if r.kernel != nil {
+					got = append(got, r.kernel.ID)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("/%s lists %v, want %v", tc.filter, got, tc.want)
+			}
+			if tc.want == nil {
+				mustContain(t, f.m.View(), "no match for /"+tc.filter)
+			}
+			f.keys(keyEsc)
+			if n := len(f.m.kernels.rows); n != 5 {
+				t.Errorf("after esc %d rows, want all 5", n)
+			}
+		})
+	}
 }

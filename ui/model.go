@@ -629,7 +629,7 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 func (m *Model) schedulePending() tea.Cmd {
 	m.pendingSeq++
 	seq := m.pendingSeq
-	m.setStatus(m.pendingText()+fmt.Sprintf(" pending: applies %s after the last key; esc cancels", short(m.limitsPause)), nil)
+	m.setStatus(m.pendingText()+fmt.Sprintf(" pending: applies %s after the last key; esc cancels", m.limitsPause), nil)
 	return tea.Tick(m.limitsPause, func(time.Time) tea.Msg { return applyLimitsMsg{seq: seq} })
 }
 

@@ -111,6 +111,9 @@ type fixtureOpts struct {
 	idleExit time.Duration
 	theme    *themes.Theme
 	events   <-chan engine.Event
+	// limitsPause is how long a cap edit waits (default an hour: tests
+	// deliver the pause themselves, and goldens never see it pass).
+	limitsPause time.Duration
 }
 
 func newFixture(t testing.TB, o fixtureOpts) *fixture {
@@ -127,7 +130,10 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	eng := uitest.New(testBackends, o.cap, o.idleExit)
 	eng.SetKernels(o.kernels)
 	clock := uitest.NewClock(t0)
-	m := New(Options{Engine: eng, Events: o.events, Theme: o.theme, Now: clock.Now, User: "me", TickEvery: -1})
+	if o.limitsPause == 0 {
+		o.limitsPause = time.Hour
+	}
+	m := New(Options{Engine: eng, Events: o.events, Theme: o.theme, Now: clock.Now, User: "me", TickEvery: -1, LimitsPause: o.limitsPause})
 	t.Cleanup(m.Close)
 	return &fixture{eng: eng, clock: clock, m: m}
 }
