@@ -27,6 +27,8 @@ type Context struct {
 	act func(what string, f func(ctx context.Context, eng Engine) error) tea.Cmd
 	// ask puts a yes/no question to the operator; yes runs only on y.
 	ask func(text string, yes tea.Cmd)
+	// detail opens the detail view of the selected kernel.
+	detail func() tea.Cmd
 }
 
 // boxStyle holds what a pane border needs, derived from the theme once.

@@ -184,6 +184,31 @@ func goldenCases() []goldenCase {
 			want: []string{"kernels 3/4 → 1 pending", "max_kernels 4 → 1 pending"},
 		},
 		{
+			name: "detail_live", w: 100, h: 30,
+			opts: fixtureOpts{kernels: fullCapKernels(), cap: 4},
+			drive: func(t *testing.T, s *session) {
+				s.eng.SetCells("k-b1", []engine.CellRecord{{ID: "c-1", Kernel: "k-b1", Owner: "bob", Code: "import pandas as pd\ndf = pd.read_csv('x.csv')",
+					Status: engine.StatusSuccess, Started: t0.Add(-6 * time.Minute), Duration: 1994 * time.Millisecond,
+					Stdout: engine.Excerpt{Head: "read 120 rows\n", Bytes: 14}}})
+				s.tm.Send(keyTab)
+				s.tm.Type("jjjjd") // bob/default, next in line
+				s.waitOutput(t, "read 120 rows")
+			},
+			want: []string{"Kernel k-b1", "bob/default@ssh://gpu1", "LRU", "1 of 4 idle kernels", "next to be evicted", "reaped in 25m00s", "1.99s", "read 120 rows"},
+		},
+		{
+			name: "detail_evicted", w: 100, h: 30,
+			opts: fixtureOpts{kernels: fullCapKernels(), cap: 4},
+			drive: func(t *testing.T, s *session) {
+				s.tm.Send(keyTab)
+				s.tm.Type("jjjj") // bob/default
+				evict(t, s)
+				s.tm.Type("d")
+				s.waitOutput(t, "Kernel k-b1")
+			},
+			want: []string{"Kernel k-b1", "dead", "evicted_cap: LRU position 1 of 4, cap 4, idle 5m00s"},
+		},
+		{
 			name: "over_cap_all_busy", w: 100, h: 30,
 			opts: fixtureOpts{kernels: overCapKernels(), cap: 4},
 			// (At 100 columns the header cuts "queued 2": see the report.)

@@ -203,6 +203,7 @@ func newKernelsPane(ctx *Context) *KernelsPane {
 			return nil
 		})},
 		{k.Filter, run(func() tea.Cmd { p.editing = true; return p.filterIn.Focus() })},
+		{k.Detail, run(func() tea.Cmd { return ctx.detail() })},
 		{k.Cancel, func(tea.KeyMsg) (tea.Cmd, bool) {
 			if !p.filter.active() {
 				return nil, false
@@ -269,14 +270,14 @@ func (p *KernelsPane) ShortHelp() []key.Binding {
 	if p.editing {
 		return []key.Binding{k.Submit, k.Cancel}
 	}
-	return []key.Binding{k.Select, k.Filter, k.Toggle, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner,
+	return []key.Binding{k.Select, k.Detail, k.Filter, k.Toggle, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner,
 		k.CapUp, k.CapDown, k.IdleUp, k.IdleDown, k.Help, k.Quit}
 }
 
 // FullHelp implements help.KeyMap.
 func (p *KernelsPane) FullHelp() [][]key.Binding {
 	k := p.ctx.Keys
-	return [][]key.Binding{{k.Up, k.Down, k.PageUp, k.PageDown, k.Toggle, k.Filter}, {k.Select, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner}}
+	return [][]key.Binding{{k.Up, k.Down, k.PageUp, k.PageDown, k.Toggle, k.Filter}, {k.Select, k.Detail, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner}}
 }
 
 // SetSize implements Pane.

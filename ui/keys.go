@@ -10,7 +10,7 @@ type KeyMap struct {
 	Reset, InterruptSel, Kill, ShutdownOwner   key.Binding
 	CapUp, CapDown, IdleUp, IdleDown           key.Binding
 	Filter, ApproveOnce, ApproveAlways, Deny   key.Binding
-	Yes, No, Cancel, Submit                    key.Binding
+	Yes, No, Cancel, Submit, Detail            key.Binding
 }
 
 // DefaultKeyMap is the standard key map.
@@ -50,5 +50,6 @@ func DefaultKeyMap() KeyMap {
 		No:            b("n", "no", "n", "esc"),
 		Cancel:        b("esc", "cancel", "esc"),
 		Submit:        b("enter", "ok", "enter"),
+		Detail:        b("d", "detail", "d"),
 	}
 }

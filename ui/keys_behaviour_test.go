@@ -665,3 +665,29 @@ func TestKernelFilter(t *testing.T) {
 		})
 	}
 }
+
+// TestDetailView: d opens the selected kernel's detail (and asks for its
+// cells), keys other than scrolling do nothing there, esc closes it.
+func TestDetailView(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	f.keys(keyTab, runes("j"), runes("j")) // alice/etl
+	f.run(t, f.update(runes("d")))
+	if f.m.detail == nil || f.m.detail.id != "k-a2" {
+		t.Fatalf("d opened %+v, want the detail of k-a2", f.m.detail)
+	}
+	if got := f.eng.CellsAsked(); !slices.Contains(got, "k-a2") {
+		t.Errorf("the detail did not ask for k-a2's cells: %v", got)
+	}
+	mustContain(t, f.m.View(), "Kernel k-a2", "alice/etl@local", "2 of 2 idle kernels")
+	for _, k := range []string{"x", "r", "X", "+"} {
+		f.update(runes(k))
+	}
+	if f.m.asking != nil || len(f.eng.Killed()) != 0 || f.m.pendingCap != nil {
+		t.Fatal("keys leaked through the detail view")
+	}
+	f.update(keyEsc)
+	if f.m.detail != nil {
+		t.Fatal("esc did not close the detail")
+	}
+	mustNotContain(t, f.m.View(), "Kernel k-a2")
+}

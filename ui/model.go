@@ -143,7 +143,8 @@ type Model struct {
 	status      string
 	statusErr   bool
 	asking      *question // an action waiting for y/n
-	keeps       bool      // quitting leaves the kernels running
+	detail      *kernelDetail
+	keeps       bool // quitting leaves the kernels running
 	quitting    bool
 }
 
@@ -195,6 +196,7 @@ func New(opts Options) *Model {
 	}
 	ctx.act = m.action
 	ctx.ask = func(text string, yes tea.Cmd) { m.asking = &question{text: text, yes: yes} }
+	ctx.detail = m.openDetail
 	if m.tick == 0 {
 		m.tick = time.Second
 	}
@@ -579,6 +581,9 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 			return m, nil // the prompt is modal
 		}
 	}
+	if m.detail != nil && !key.Matches(km, keys.Interrupt) {
+		return m.onDetailKey(km)
+	}
 	if key.Matches(km, keys.Interrupt) {
 		if k, ok := m.runningTargetKernel(); ok {
 			id := k.ID
@@ -773,6 +778,13 @@ func (m *Model) View() string {
 	parts := []string{fit(m.headerView(), w)}
 	for i, r := range m.rows {
 		h := hs[i]
+		if m.detail != nil && len(m.approvals) == 0 {
+			// The detail takes every row below the header.
+			if i == 0 {
+				parts = append(parts, m.detailView(w, sum(hs)))
+			}
+			continue
+		}
 		if len(m.approvals) > 0 && i > 0 {
 			// The prompt is modal and takes the rows below the kernels: the
 			// more of the arguments the operator sees, the better.
@@ -912,7 +924,7 @@ func (m *Model) helpView() string {
 }
 
 // fullHelpRows is the height of the full help.
-const fullHelpRows = 6
+const fullHelpRows = 7
 
 // fullHelp is every pane's keys, then the dashboard's own, each key once,
 // in columns of fullHelpRows.

@@ -1,0 +1,207 @@
+package ui
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/bubbles/key"
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+)
+
+// kernelDetail is the detail view of one kernel ("d" on its row): what the
+// list has no room for. It stays open on a kernel that died, with its
+// last state and the reason, until dismissed.
+type kernelDetail struct {
+	id     string
+	recs   []engine.CellRecord
+	err    error
+	offset int // first line shown
+}
+
+// openDetail opens the detail of the selected kernel, live or dead.
+func (m *Model) openDetail() tea.Cmd {
+	r := m.kernels.selectedRow()
+	switch {
+	case r == nil:
+		return nil
+	case r.kernel != nil:
+		m.detail = &kernelDetail{id: r.kernel.ID}
+	case r.gone != nil:
+		m.detail = &kernelDetail{id: r.gone.info.ID}
+	default:
+		return nil
+	}
+	delete(m.cellsAsked, m.detail.id) // a fresh look
+	return m.fetchCells(m.detail.id)
+}
+
+// detailKernel is the kernel the detail shows: live, or its last listing
+// and why it went.
+func (m *Model) detailKernel() (k engine.KernelInfo, reason string, live bool) {
+	for _, k := range m.kernels.kernels {
+		if k.ID == m.detail.id {
+			return k, "", true
+		}
+	}
+	if g := m.kernels.gone[m.detail.id]; g != nil {
+		return g.info, g.reason, false
+	}
+	return engine.KernelInfo{ID: m.detail.id}, m.reasons[m.detail.id], false
+}
+
+// lruPosition is k's place in the eviction order: the idle kernels, least
+// recently used first (1 is evicted first); 0 when k is not idle.
+func lruPosition(ks []engine.KernelInfo, k engine.KernelInfo) (pos, of int) {
+	var idle []engine.KernelInfo
+	for _, x := range ks {
+		if x.State == engine.StateIdle && !x.Attached {
+			idle = append(idle, x)
+		}
+	}
+	slices.SortStableFunc(idle, func(a, b engine.KernelInfo) int { return a.LastUsed.Compare(b.LastUsed) })
+	for i, x := range idle {
+		if x.ID == k.ID {
+			return i + 1, len(idle)
+		}
+	}
+	return 0, len(idle)
+}
+
+// detailLines is the detail's text at width w.
+func (m *Model) detailLines(w int) []string {
+	t := m.ctx.Theme
+	k, reason, live := m.detailKernel()
+	now := m.ctx.Now()
+	var out []string
+	add := func(label, value string) {
+		for i, l := range wordWrapLines(value, max(10, w-16)) {
+			if i == 0 {
+				out = append(out, t.Muted.Render(fmt.Sprintf("%-14s", label))+l)
+			} else {
+				out = append(out, strings.Repeat(" ", 14)+l)
+			}
+		}
+	}
+	add("kernel", plain(k.ID))
+	add("key", kernelName(k))
+	if !live {
+		add("state", "dead")
+		add("why", cmpOr(plain(reason), "gone from the engine's listing (no reason seen)"))
+	} else {
+		state := string(k.State)
+		switch k.State {
+		case engine.StateRunning:
+			state += fmt.Sprintf(" for %s (cell %s)", short(now.Sub(k.RunningSince)), plain(k.RunningCell))
+		case engine.StateIdle:
+			state += " for " + short(now.Sub(k.LastUsed))
+			if !k.Attached {
+				state += fmt.Sprintf("; reaped in %s unless used", short(m.idleExit-now.Sub(k.LastUsed)))
+			}
+		}
+		if k.Queued > 0 {
+			state += fmt.Sprintf("; %d cells queued", k.Queued)
+		}
+		add("state", state)
+		if pos, of := lruPosition(m.kernels.kernels, k); pos > 0 {
+			lru := fmt.Sprintf("%d of %d idle kernels (1 goes first when the cap needs room)", pos, of)
+			if k.NextEvict {
+				lru += "; next to be evicted"
+			}
+			add("LRU", lru)
+		} else {
+			add("LRU", "not evictable while busy")
+		}
+	}
+	add("pid", fmt.Sprint(k.PID))
+	add("dir", plain(k.Dir))
+	add("cells run", fmt.Sprint(k.ExecutionCount))
+	if k.Confinement != "" {
+		add("confinement", plain(k.Confinement))
+	}
+	out = append(out, "", t.Bold.Render("Cells (recent, whoever ran them)"))
+	switch {
+	case m.detail.err != nil:
+		out = append(out, t.Error.Render("  "+plain(m.detail.err.Error())))
+	case len(m.detail.recs) == 0:
+		out = append(out, t.Muted.Render("  none recorded"))
+	}
+	for i := len(m.detail.recs) - 1; i >= 0; i-- {
+		rec := m.detail.recs[i]
+		status := string(rec.Status)
+		if rec.Running {
+			status = "running"
+		}
+		out = append(out, fmt.Sprintf("  %s  %-11s %-9s %s", rec.Started.Format("15:04:05"), plain(rec.Owner), status, duration(rec.Duration)))
+		for _, l := range strings.Split(strings.TrimRight(plain(rec.Code), "\n"), "\n") {
+			out = append(out, "    "+t.Muted.Render("│ ")+l)
+		}
+		if o := strings.TrimRight(plain(rec.Stdout.Head+rec.Stdout.Tail), "\n"); o != "" {
+			for _, l := range wordWrapLines(o, max(10, w-8)) {
+				out = append(out, "    "+l)
+			}
+		}
+		if rec.Traceback != "" {
+			tb := strings.Split(strings.TrimRight(plain(rec.Traceback), "\n"), "\n")
+			out = append(out, "    "+t.Error.Render(tb[len(tb)-1]))
+		}
+	}
+	out = append(out, "", t.Bold.Render("Events"))
+	n := 0
+	for _, ev := range m.evPane.events {
+		if ev.Kernel == k.ID && ev.Type != engine.EventCellOutput {
+			out = append(out, "  "+ev.Time.Format("15:04:05")+" "+t.EventStyle(ev.Type).Render(fmt.Sprintf("%-18s", plain(string(ev.Type))))+" "+plain(ev.Detail))
+			n++
+		}
+	}
+	if n == 0 {
+		out = append(out, t.Muted.Render("  none seen by this dashboard"))
+	}
+	return out
+}
+
+// detailView draws the detail in w×h, from its scroll offset.
+func (m *Model) detailView(w, h int) string {
+	lines := m.detailLines(w - 2)
+	from := min(m.detail.offset, max(0, len(lines)-(h-2)))
+	return m.ctx.box("Kernel "+plain(m.detail.id)+" · esc closes, j/k scroll", lines[from:], w, h, true)
+}
+
+// onDetailKey handles the keys while the detail is open.
+func (m *Model) onDetailKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
+	keys := m.ctx.Keys
+	switch {
+	case key.Matches(km, keys.Cancel), key.Matches(km, keys.Detail), key.Matches(km, keys.Quit):
+		m.detail = nil
+	case key.Matches(km, keys.Down):
+		m.detail.offset++
+	case key.Matches(km, keys.Up):
+		m.detail.offset = max(0, m.detail.offset-1)
+	case key.Matches(km, keys.PageDown):
+		m.detail.offset += 10
+	case key.Matches(km, keys.PageUp):
+		m.detail.offset = max(0, m.detail.offset-10)
+	}
+	return m, nil
+}
+
+// duration is one format for every duration shown: 312ms, 1.99s, 2m05s.
+func duration(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	}
+	return short(d)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
