@@ -254,7 +254,7 @@ func runLongCell(s *tmuxtest.Session) int {
 func focusKernels(s *tmuxtest.Session) {
 	s.Keys("Tab")
 	s.WaitScreen("the kernels pane focused (its keys in the help line)", tmuxWait, func(screen string) bool {
-		return strings.Contains(helpLine(screen), "x kill")
+		return strings.Contains(helpLine(screen), "edit here")
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -395,27 +396,31 @@ func (e *Engine) enforceCap() {
 	var victims []*Kernel
 	if over := len(e.kernels) - e.max; over > 0 {
 		idle := e.lruLocked()
+		busy := e.busyNamesLocked()
 		for i, k := range idle {
 			if i >= over {
 				break
 			}
 			e.removeLocked(k, "evicted by the cap")
-			e.emit(kernelEvent(EventEvictedCap, k, fmt.Sprintf(
-				"cap %d exceeded by %d: least recently used (LRU 1 of %d idle), idle %v",
-				e.max, over-i, len(idle)-i, now.Sub(k.lastUsed).Round(time.Millisecond))))
+			// The reason names kernels by owner and task, so an operator
+			// can read it without looking up ids.
+			why := fmt.Sprintf("the least recently used of %d idle kernels", len(idle)-i)
+			if left := len(idle) - i; left == 1 {
+				why = "the only idle kernel"
+			} else if i+1 < len(idle) {
+				why += fmt.Sprintf(" (next: %s)", keyName(idle[i+1]))
+			}
+			detail := fmt.Sprintf("cap %d exceeded by %d: %s, idle %v", e.max, over-i, why, now.Sub(k.lastUsed).Round(time.Millisecond))
+			if len(busy) > 0 {
+				detail += "; busy, never evicted: " + listSome(busy, 5)
+			}
+			e.emit(kernelEvent(EventEvictedCap, k, detail))
 			victims = append(victims, k)
 		}
 		if left := len(e.kernels) - e.max; left > 0 && !e.overCap {
 			e.overCap = true
-			var busy []string
-			for _, k := range e.kernels {
-				if k.attachedLocked() {
-					busy = append(busy, k.id)
-				}
-			}
-			slices.Sort(busy)
 			e.emit(Event{Type: EventEvictSkippedBusy, Detail: fmt.Sprintf(
-				"%d kernel(s) over cap %d; busy kernels are never evicted: %v", left, e.max, busy)})
+				"%d kernel(s) over cap %d; busy kernels are never evicted: %s", left, e.max, strings.Join(e.busyNamesLocked(), ", "))})
 		}
 	}
 	if len(e.kernels) <= e.max {
@@ -423,6 +428,35 @@ func (e *Engine) enforceCap() {
 	}
 	e.mu.Unlock()
 	e.killAsync(victims)
+}
+
+// keyName names a kernel for people: owner/task[/child], and its id.
+func keyName(k *Kernel) string {
+	n := k.key.Owner + "/" + k.key.Task
+	if k.key.Child != "" {
+		n += "/" + k.key.Child
+	}
+	return n + " (" + k.id + ")"
+}
+
+// listSome joins the first n names and counts the rest.
+func listSome(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
+}
+
+// busyNamesLocked names the kernels with a running or queued cell, sorted.
+func (e *Engine) busyNamesLocked() []string {
+	var busy []string
+	for _, k := range e.kernels {
+		if k.attachedLocked() {
+			busy = append(busy, keyName(k))
+		}
+	}
+	slices.Sort(busy)
+	return busy
 }
 
 // lruLocked lists the evictable kernels, least recently used first.

@@ -245,6 +245,14 @@ func TestBusyKernelNeverEvicted(t *testing.T) {
 	if got := r.ev.of(engine.EventEvictedCap); got[0].Owner != "settled" {
 		t.Fatalf("evicted %+v, want the settled kernel", got)
 	}
+	// The reasons name kernels by owner and task, not by id alone.
+	if d := r.ev.of(engine.EventEvictedCap)[0].Detail; !strings.Contains(d, "the only idle kernel") ||
+		!strings.Contains(d, "busy, never evicted: busy/default ("+busyID+")") {
+		t.Fatalf("evicted_cap detail %q, want it to say it was the only idle kernel and name busy/default", d)
+	}
+	if d := skipped[0].Detail; !strings.Contains(d, "busy/default ("+busyID+")") || !strings.Contains(d, "settled/default (") {
+		t.Fatalf("evict_skipped_busy detail %q, want both busy kernels by owner/task", d)
+	}
 	if got := r.owners(); !slices.Equal(got, []string{"busy"}) {
 		t.Fatalf("owners %v, want [busy]", got)
 	}

@@ -56,8 +56,10 @@ func NewInvariants(maxKernels int) *Invariants {
 
 var (
 	replacesRE    = regexp.MustCompile(` \(replaces (k[0-9a-f]+)\)$`)
-	evictedCapRE  = regexp.MustCompile(`^cap (\d+) exceeded by (\d+): least recently used \(LRU 1 of (\d+) idle\)`)
-	skippedBusyRE = regexp.MustCompile(`^(\d+) kernel\(s\) over cap (\d+); busy kernels are never evicted: \[(.*)\]$`)
+	evictedCapRE  = regexp.MustCompile(`^cap (\d+) exceeded by (\d+): (the only idle kernel|the least recently used of \d+ idle kernels)`)
+	skippedBusyRE = regexp.MustCompile(`^(\d+) kernel\(s\) over cap (\d+); busy kernels are never evicted: (.*)$`)
+	// namedIDRE finds the ids in a list of kernels named owner/task (id).
+	namedIDRE = regexp.MustCompile(`\((k[0-9a-f]+)\)`)
 )
 
 func (v *Invariants) fail(ev engine.Event, format string, args ...any) {
@@ -198,7 +200,10 @@ func (v *Invariants) Observe(ev engine.Event) {
 		}
 		left, _ := strconv.Atoi(m[1])
 		c, _ := strconv.Atoi(m[2])
-		busy := strings.Fields(m[3])
+		var busy []string
+		for _, id := range namedIDRE.FindAllStringSubmatch(m[3], -1) {
+			busy = append(busy, id[1])
+		}
 		if c != v.max {
 			v.fail(ev, "reports cap %d, configured %d", c, v.max)
 		}
