@@ -14,6 +14,7 @@ import (
 	"github.com/charmbracelet/x/term"
 
 	"github.com/kerneldeck/kerneldeck/client"
+	"github.com/kerneldeck/kerneldeck/config"
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/repl"
 )
@@ -45,7 +46,9 @@ Output:
   most 50,000 characters of each stream (more may have been shown while it
   ran); the full text is kept under the state dir and its path printed.
 
-Keys:
+Keys (on a terminal; arrows, home/end, ctrl+a/e/k/u/w edit the line):
+  up/down  earlier and later lines from the history (kept across sessions in
+           <state dir>/repl_history, mode 0600); ctrl+r searches it
   ctrl+c   while a cell runs: interrupt it (KeyboardInterrupt in the cell; the
            kernel and its state stay). The third ctrl+c during one cell kills
            its kernel, losing its state; the next block starts a fresh one.
@@ -81,6 +84,7 @@ Examples:
 type replCmd struct {
 	eng         engineFlags
 	owner, task string
+	noEditing   bool
 	raw         bool
 	connect     string
 	connected   bool
@@ -93,6 +97,8 @@ func (c *replCmd) flags() *flagSet {
 	fs.Func("task", "the kernel's task `T` (default \"default\")", nonEmpty("task", &c.task))
 	fs.Bool(&c.raw, "raw-output", "write what the kernel prints as it is, escape sequences included (default: on a "+
 		"terminal, escape sequences are shown, not obeyed, and plain colours kept)")
+	fs.Bool(&c.noEditing, "no-line-editing", "on a terminal, read plain lines: no arrow keys, no history (default: "+
+		"line editing, with history in <state dir>/repl_history, 0600; ctrl+r searches it)")
 	fs.Optional(&c.connect, "connect", "run the REPL's kernel on "+connectTarget+", not in an engine of its own; at the "+
 		"end the kernel stays there (that engine reaps it once idle)")
 	c.eng.register(fs)
@@ -126,7 +132,7 @@ func (c *replCmd) parse(args []string, std stdio, help func(io.Writer)) (done bo
 		return false, fmt.Errorf("--backend is given %d times; the REPL runs one kernel on one backend, so give it once", len(c.eng.backends))
 	}
 	if c.connected = set["connect"]; c.connected {
-		if err := checkConnectFlags(&c.eng, "connect", "owner", "task", "raw-output", "backend"); err != nil {
+		if err := checkConnectFlags(&c.eng, "connect", "owner", "task", "raw-output", "backend", "no-line-editing"); err != nil {
 			return false, err
 		}
 	}
@@ -141,6 +147,21 @@ func defaultOwner() string {
 		return u
 	}
 	return "me"
+}
+
+// lineEditor is the REPL's line editor when stdin is a terminal (nil
+// otherwise, or with --no-line-editing), and what closes it.
+func (c *replCmd) lineEditor(interactive bool, stateDir string, std stdio) (repl.LineReader, func()) {
+	f, ok := std.in.(*os.File)
+	if !interactive || !ok || c.noEditing {
+		return nil, func() {}
+	}
+	e, err := newLineEditor(stateDir, f, std.out, std.err)
+	if err != nil {
+		fmt.Fprintf(std.err, "kerneldeck repl: %v; reading lines without editing\n", err)
+		return nil, func() {}
+	}
+	return e, e.Close
 }
 
 // stdinIsTerminal decides whether prompts are shown, like Python.
@@ -200,8 +221,10 @@ func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
 		fmt.Fprintf(std.err, "kerneldeck repl: Python on %s as owner %s, task %s; the kernel starts with the first block.\nctrl+c interrupts a running block, ctrl+d %s.\n",
 			uri, c.owner, c.task, atExit)
 	}
+	lines, closeLines := c.lineEditor(interactive, s.stateDir, std)
+	defer closeLines()
 	runErr := repl.Run(ctx, eng, std.in, std.out, std.err, repl.Options{
-		Owner: c.owner, Task: c.task, Backend: uri, Interrupts: interrupts, Prompt: interactive,
+		Owner: c.owner, Task: c.task, Backend: uri, Interrupts: interrupts, Prompt: interactive, Lines: lines,
 		CleanOut: !c.raw && isTerminal(std.out), CleanErr: !c.raw && isTerminal(std.err),
 	})
 	signaled := ctx.Err() != nil
@@ -277,8 +300,14 @@ func (c *replCmd) runConnected(std stdio) int {
 		fmt.Fprintf(std.err, "kerneldeck repl: Python on the engine at %s as owner %s, task %s.\nctrl+c interrupts a running block; ctrl+d exits and leaves the kernel there.\n",
 			cl.Where(), c.owner, c.task)
 	}
+	stateDir := c.eng.stateDir
+	if stateDir == "" {
+		stateDir, _ = config.DefaultStateDir()
+	}
+	lines, closeLines := c.lineEditor(interactive, stateDir, std)
+	defer closeLines()
 	runErr := repl.Run(ctx, cl, std.in, std.out, std.err, repl.Options{
-		Owner: c.owner, Task: c.task, Backend: backend, Interrupts: interrupts, Prompt: interactive,
+		Owner: c.owner, Task: c.task, Backend: backend, Interrupts: interrupts, Prompt: interactive, Lines: lines,
 		CleanOut: !c.raw && isTerminal(std.out), CleanErr: !c.raw && isTerminal(std.err),
 	})
 	signaled := ctx.Err() != nil

@@ -49,7 +49,22 @@ type Options struct {
 	// and errOut instead of passing them to the terminal (plain colours are
 	// kept). Callers set each when that output is a terminal.
 	CleanOut, CleanErr bool
+	// Lines, when set, reads the input instead of in: a line editor on a
+	// terminal, which shows the prompt itself. It is asked for one line at
+	// a time, only when the REPL waits for one, so the terminal is back to
+	// normal (ctrl+c interrupts) while a cell runs.
+	Lines LineReader
 }
+
+// LineReader reads one line of input after showing prompt. It returns
+// ErrLineInterrupted for ctrl+c, io.EOF at the end of input.
+type LineReader interface {
+	ReadLine(prompt string) (string, error)
+}
+
+// ErrLineInterrupted is a LineReader's answer to ctrl+c at the prompt: the
+// block being typed is dropped.
+var ErrLineInterrupted = errors.New("interrupted")
 
 // Run reads blocks from in and runs each in the kernel until in ends, then
 // returns nil; the caller closes the engine (which kills the kernel unless
@@ -73,9 +88,39 @@ func Run(ctx context.Context, eng Engine, in io.Reader, out, errOut io.Writer, o
 	var mu sync.Mutex
 	r := &session{eng: eng, opts: opts, out: &stickyWriter{mu: &mu, w: out, clean: opts.CleanOut},
 		errOut: &stickyWriter{mu: &mu, w: errOut, clean: opts.CleanErr}}
+	if opts.Lines != nil {
+		return r.loopEditor(ctx)
+	}
 	lines, stop := readLines(in)
 	defer stop()
 	return r.loop(ctx, lines)
+}
+
+// loopEditor is loop over a line editor: one line asked for at a time.
+func (r *session) loopEditor(ctx context.Context) error {
+	r.next = PromptNew
+	for {
+		if err := r.writeErr(); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("repl: %w", ctx.Err())
+		}
+		line, err := r.opts.Lines.ReadLine(r.next)
+		switch {
+		case errors.Is(err, ErrLineInterrupted):
+			r.block = block{}
+			io.WriteString(r.errOut, "KeyboardInterrupt\n")
+			r.next = PromptNew
+			continue
+		case err != nil:
+			return r.finish(ctx, err)
+		}
+		r.lineNo++
+		if err := r.take(ctx, line); err != nil {
+			return err
+		}
+	}
 }
 
 // Engine is what the REPL needs of an engine: the embedded one, or one it
@@ -101,6 +146,7 @@ type session struct {
 	// lineNo is the input line being taken; blockStart the line the open
 	// block began on, cellLine that of the cell running.
 	lineNo, blockStart, cellLine int
+	next                         string // the prompt of the next line
 }
 
 // CellsFailedError ends a script (input that is not a terminal) in which
@@ -152,8 +198,10 @@ func readLines(in io.Reader) (<-chan input, func()) {
 	return ch, sync.OnceFunc(func() { close(done) })
 }
 
+// prompt shows p, or with a line editor leaves it for the next line read.
 func (r *session) prompt(p string) {
-	if r.opts.Prompt {
+	r.next = p
+	if r.opts.Prompt && r.opts.Lines == nil {
 		io.WriteString(r.out, p)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -478,5 +479,53 @@ func TestCleanOutput(t *testing.T) {
 		if out.String() != want || errOut.String() != wantErr {
 			t.Errorf("clean %v: stdout %q stderr %q, want %q and %q", clean, out.String(), errOut.String(), want, wantErr)
 		}
+	}
+}
+
+// scriptedLines is a LineReader that answers from a script and records the
+// prompts it was shown.
+type scriptedLines struct {
+	answers []any // string or error
+	prompts []string
+}
+
+func (s *scriptedLines) ReadLine(prompt string) (string, error) {
+	s.prompts = append(s.prompts, prompt)
+	if len(s.answers) == 0 {
+		return "", io.EOF
+	}
+	a := s.answers[0]
+	s.answers = s.answers[1:]
+	if err, ok := a.(error); ok {
+		return "", err
+	}
+	return a.(string), nil
+}
+
+// TestLineEditor: with a line editor the REPL asks for one line at a time,
+// telling it the prompt; ctrl+c at the prompt drops the open block.
+func TestLineEditor(t *testing.T) {
+	eng := newEngine(t, true)
+	lines := &scriptedLines{answers: []any{"def f():", "    return 1", ErrLineInterrupted, "x = 41", "print(x + 1)"}}
+	var out, errOut bytes.Buffer
+	if err := Run(context.Background(), eng, strings.NewReader("never read"), &out, &errOut, Options{Prompt: true, Lines: lines}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{PromptNew, PromptMore, PromptMore, PromptNew, PromptNew, PromptNew}; !slices.Equal(lines.prompts, want) {
+		t.Errorf("prompts %q, want %q", lines.prompts, want)
+	}
+	if out.String() != "42\n\n" || !strings.Contains(errOut.String(), "KeyboardInterrupt") {
+		t.Errorf("stdout %q stderr %q", out.String(), errOut.String())
+	}
+	if strings.Contains(out.String(), ">>>") {
+		t.Error("the REPL wrote a prompt itself: the editor shows it")
+	}
+	// f was dropped with its block.
+	lines = &scriptedLines{answers: []any{"f()"}}
+	out.Reset()
+	errOut.Reset()
+	Run(context.Background(), eng, strings.NewReader(""), &out, &errOut, Options{Prompt: true, Lines: lines})
+	if !strings.Contains(errOut.String(), "NameError") {
+		t.Errorf("f() after ctrl+c: stderr %q, want NameError", errOut.String())
 	}
 }

@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/chzyer/readline"
+
+	"github.com/kerneldeck/kerneldeck/repl"
+)
+
+// historyMax is how many REPL lines the history keeps.
+const historyMax = 1000
+
+// lineEditor is the REPL's input on a terminal: line editing, history
+// (arrow keys, ctrl+r search) kept in <state dir>/repl_history (0600).
+type lineEditor struct {
+	rl   *readline.Instance
+	hist *os.File // nil: history for this session only
+}
+
+// newLineEditor reads from the terminal stdin. A history file that is not
+// a private regular file of this user is not used (a warning says why).
+func newLineEditor(stateDir string, stdin *os.File, out, errOut io.Writer) (*lineEditor, error) {
+	rl, err := readline.NewEx(&readline.Config{
+		Stdin: stdin, Stdout: out, Stderr: errOut,
+		HistoryLimit: historyMax, DisableAutoSaveHistory: true, HistorySearchFold: true,
+		InterruptPrompt: "^C", EOFPrompt: "",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("line editor: %w", err)
+	}
+	e := &lineEditor{rl: rl}
+	if stateDir == "" {
+		return e, nil
+	}
+	f, err := openHistory(filepath.Join(stateDir, "repl_history"))
+	if err != nil {
+		fmt.Fprintf(errOut, "kerneldeck repl: %v; history is kept for this session only\n", err)
+		return e, nil
+	}
+	e.hist = f
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	var lines []string
+	for sc.Scan() {
+		if l, err := strconv.Unquote(sc.Text()); err == nil {
+			lines = append(lines, l)
+		}
+	}
+	lines = lines[max(0, len(lines)-historyMax):]
+	if sc.Err() == nil && len(lines) == historyMax {
+		// Keep the file about as long as the history: rewrite it with the
+		// lines kept (appends go to the new end).
+		if f.Truncate(0) == nil {
+			w := bufio.NewWriter(f)
+			for _, l := range lines {
+				fmt.Fprintln(w, strconv.Quote(l))
+			}
+			w.Flush()
+		}
+	}
+	for _, l := range lines {
+		rl.SaveHistory(l)
+	}
+	return e, nil
+}
+
+// openHistory opens (or makes) the history file: a regular file of this
+// user, mode 0600, not a symlink, in a directory that is ours.
+func openHistory(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("history %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("history %s: %w", path, err)
+	}
+	st, err := f.Stat()
+	if err == nil {
+		sys, _ := st.Sys().(*syscall.Stat_t)
+		switch {
+		case !st.Mode().IsRegular():
+			err = errors.New("not a regular file")
+		case st.Mode().Perm()&0o077 != 0:
+			err = fmt.Errorf("mode %04o lets others read it (chmod 600 %s)", st.Mode().Perm(), path)
+		case sys != nil && int(sys.Uid) != os.Geteuid():
+			err = fmt.Errorf("it belongs to uid %d", sys.Uid)
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("history %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// ReadLine implements repl.LineReader.
+func (e *lineEditor) ReadLine(prompt string) (string, error) {
+	e.rl.SetPrompt(prompt)
+	line, err := e.rl.Readline()
+	switch {
+	case errors.Is(err, readline.ErrInterrupt):
+		return "", repl.ErrLineInterrupted
+	case err != nil:
+		return "", err
+	}
+	// What the editor did not take as a key is text; no control byte (an
+	// escape sequence it did not know) reaches the code.
+	line = strings.Map(func(r rune) rune {
+		if r < 0x20 && r != '\t' || r == 0x7f {
+			return -1
+		}
+		return r
+	}, line)
+	if strings.TrimSpace(line) != "" {
+		e.rl.SaveHistory(line)
+		if e.hist != nil {
+			fmt.Fprintln(e.hist, strconv.Quote(line))
+		}
+	}
+	return line, nil
+}
+
+// Close gives the terminal back.
+func (e *lineEditor) Close() {
+	e.rl.Close()
+	if e.hist != nil {
+		e.hist.Close()
+	}
+}
