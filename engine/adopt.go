@@ -225,6 +225,7 @@ func (e *Engine) adoptOne(ctx context.Context, kk KeptKernel) error {
 		lastUsed: last, execCount: kk.ExecutionCount}
 	e.kernels[key] = k
 	e.byID[k.id] = k
+	e.orderDirty()
 	e.idleSince = time.Time{} // it may have been idle for long: scan again
 	e.emit(kernelEvent(EventAdopted, k, fmt.Sprintf("pid %d in %s, left running by an earlier kerneldeck", kk.PID, kk.Dir)))
 	return nil

@@ -97,9 +97,12 @@ type Engine struct {
 	bus      *bus
 	cells    *cellLog
 
-	mu       sync.Mutex
-	kernels  map[Key]*Kernel
-	byID     map[string]*Kernel
+	mu      sync.Mutex
+	kernels map[Key]*Kernel
+	byID    map[string]*Kernel
+	// order is e.kernels sorted as Kernels lists them; nil when a kernel
+	// came, went or changed id since (orderDirty).
+	order    []*Kernel
 	max      int
 	idleExit time.Duration
 	closed   bool
@@ -344,6 +347,7 @@ const maxLostNotes = 4096
 func (e *Engine) removeLocked(k *Kernel, reason string) {
 	if e.kernels[k.key] == k {
 		delete(e.kernels, k.key)
+		e.orderDirty()
 		if k.pid > 0 { // it ran, so it had state
 			if _, ok := e.lost[k.key]; !ok && len(e.lost) >= maxLostNotes {
 				for old := range e.lost {
@@ -747,19 +751,46 @@ func (e *Engine) Kernels() []KernelInfo {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.cfg.Now()
+	order := e.orderLocked()
 	var next *Kernel
-	if len(e.kernels) >= e.max {
-		if lru := e.lruLocked(); len(lru) > 0 {
-			next = lru[0]
+	if len(order) >= e.max {
+		next = lruFirst(order)
+	}
+	out := make([]KernelInfo, len(order))
+	for i, k := range order {
+		k.fillInfoLocked(&out[i], now, k == next)
+	}
+	return out
+}
+
+// orderDirty drops the sorted order after a kernel came, went or changed id.
+func (e *Engine) orderDirty() { e.order = nil }
+
+// orderLocked is the registry sorted by owner, task, child, backend and
+// id, sorted again only after it changed: a dashboard lists it every second.
+func (e *Engine) orderLocked() []*Kernel {
+	if e.order == nil {
+		e.order = make([]*Kernel, 0, len(e.kernels))
+		for _, k := range e.kernels {
+			e.order = append(e.order, k)
+		}
+		slices.SortFunc(e.order, func(a, b *Kernel) int {
+			return cmp.Or(cmp.Compare(a.key.Owner, b.key.Owner), cmp.Compare(a.key.Task, b.key.Task),
+				cmp.Compare(a.key.Child, b.key.Child), cmp.Compare(a.key.Backend, b.key.Backend), cmp.Compare(a.id, b.id))
+		})
+	}
+	return e.order
+}
+
+// lruFirst is the first of lruLocked among ks, found without sorting
+// (under Engine.mu).
+func lruFirst(ks []*Kernel) *Kernel {
+	var first *Kernel
+	for _, k := range ks {
+		if k.state == phaseReady && !k.attachedLocked() &&
+			(first == nil || cmp.Or(k.lastUsed.Compare(first.lastUsed), cmp.Compare(k.id, first.id)) < 0) {
+			first = k
 		}
 	}
-	out := make([]KernelInfo, 0, len(e.kernels))
-	for _, k := range e.kernels {
-		out = append(out, k.infoLocked(now, k == next))
-	}
-	slices.SortFunc(out, func(a, b KernelInfo) int {
-		return cmp.Or(cmp.Compare(a.Owner, b.Owner), cmp.Compare(a.Task, b.Task),
-			cmp.Compare(a.Child, b.Child), cmp.Compare(a.Backend, b.Backend), cmp.Compare(a.ID, b.ID))
-	})
-	return out
+	return first
 }

@@ -28,8 +28,9 @@ const (
 // Kernel is one registry entry: a persistent runner on a backend for one Key.
 // A respawn (reset, death) replaces the runner in place under a new id.
 type Kernel struct {
-	key Key
-	env backends.Env
+	key   Key
+	env   backends.Env
+	tools []string // key.ToolList(), made once (toolList)
 
 	// Guarded by Engine.mu.
 	id         string
@@ -86,7 +87,7 @@ type KernelInfo struct {
 	Task           string        `json:"task"`
 	Backend        string        `json:"backend"`
 	Child          string        `json:"child"`
-	Tools          []string      `json:"tools"`
+	Tools          []string      `json:"tools"` // shared between snapshots: do not modify
 	PID            int           `json:"pid"`
 	Dir            string        `json:"dir"`
 	State          KernelState   `json:"state"`
@@ -105,6 +106,14 @@ type KernelInfo struct {
 }
 
 func (k *Kernel) infoLocked(now time.Time, next bool) KernelInfo {
+	var info KernelInfo
+	k.fillInfoLocked(&info, now, next)
+	return info
+}
+
+// fillInfoLocked writes k's listing into info, which is zero: a snapshot
+// fills its slice in place rather than copying each entry.
+func (k *Kernel) fillInfoLocked(info *KernelInfo, now time.Time, next bool) {
 	state := StateIdle
 	switch {
 	case k.state == phaseStarting:
@@ -114,16 +123,23 @@ func (k *Kernel) infoLocked(now time.Time, next bool) KernelInfo {
 	case len(k.waiters) > 0:
 		state = StateQueued
 	}
-	idle := time.Duration(0)
-	if !k.attachedLocked() {
-		idle = now.Sub(k.lastUsed)
+	attached := k.attachedLocked()
+	if !attached {
+		info.Idle = now.Sub(k.lastUsed)
 	}
-	return KernelInfo{
-		ID: k.id, Owner: k.key.Owner, Task: k.key.Task, Backend: k.key.Backend, Child: k.key.Child,
-		Tools: k.key.ToolList(), PID: k.pid, Dir: k.dir, State: state, Attached: k.attachedLocked(),
-		Queued: len(k.waiters), RunningCell: k.runningCell, RunningSince: k.runningSince, LastUsed: k.lastUsed,
-		Idle: idle, ExecutionCount: k.execCount, NextEvict: next, Confinement: k.confinement,
+	info.ID, info.Owner, info.Task, info.Backend, info.Child = k.id, k.key.Owner, k.key.Task, k.key.Backend, k.key.Child
+	info.Tools, info.PID, info.Dir, info.State, info.Attached = k.toolList(), k.pid, k.dir, state, attached
+	info.Queued, info.RunningCell, info.RunningSince, info.LastUsed = len(k.waiters), k.runningCell, k.runningSince, k.lastUsed
+	info.ExecutionCount, info.NextEvict, info.Confinement = k.execCount, next, k.confinement
+}
+
+// toolList is the key's tools as a list, made once: every snapshot shares
+// it, so callers must not modify KernelInfo.Tools.
+func (k *Kernel) toolList() []string {
+	if k.tools == nil {
+		k.tools = k.key.ToolList()
 	}
+	return k.tools
 }
 
 func randomHex(n int) string {
@@ -158,6 +174,7 @@ func (e *Engine) acquire(ctx context.Context, key Key, env backends.Env, deadlin
 			delete(e.lost, key)
 			e.kernels[key] = k
 			e.byID[k.id] = k
+			e.orderDirty()
 			e.mu.Unlock()
 			notify()
 			return k, true, nil
@@ -285,6 +302,9 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) error {
 		delete(e.byID, k.id)
 	}
 	old := k.id
+	if id != old {
+		e.orderDirty()
+	}
 	k.id, k.pid, k.dir, k.token = id, pid, dir, token
 	k.execCount = 0
 	k.rpcSeen = nil
