@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/headless"
 	"github.com/kerneldeck/kerneldeck/internal/english"
+	"github.com/kerneldeck/kerneldeck/replay"
 	"github.com/kerneldeck/kerneldeck/server"
 	"github.com/kerneldeck/kerneldeck/themes"
 	"github.com/kerneldeck/kerneldeck/ui"
@@ -53,11 +55,13 @@ outside the editor. Quitting asks first only while cells are running.
 
 // dashboardCmd is kerneldeck with no command: the dashboard.
 type dashboardCmd struct {
-	eng    engineFlags
-	theme  string
-	replay string
-	attach string
-	listen string
+	eng          engineFlags
+	theme        string
+	replay       string
+	replayPaused bool
+	replaySpeed  float64
+	attach       string
+	listen       string
 }
 
 func newDashboardCmd() *dashboardCmd { return &dashboardCmd{} }
@@ -68,7 +72,19 @@ func (c *dashboardCmd) registerOwn(fs *flagSet) {
 	fs.Func("theme", "dark (default), light or high-contrast: the colour `NAME`; theme in the config file sets the "+
 		"default. NO_COLOR turns colour off", func(s string) error { c.theme = s; return nil })
 	fs.Path(&c.replay, "replay", "feed a `FILE` of headless requests (one JSON object per line, see 'kerneldeck help "+
-		"headless') into the engine while the dashboard shows it, e.g. examples/eviction.jsonl")
+		"headless'; a line may also carry \"after_ms\": wait that long before sending it) into the engine while the "+
+		"dashboard shows it, from its first frame, e.g. examples/eviction.jsonl; p pauses and resumes it, n sends one "+
+		"request while paused")
+	fs.Bool(&c.replayPaused, "replay-paused", "start the --replay paused: n sends the requests one by one, p runs the rest")
+	fs.Func("replay-speed", "scale the --replay's after_ms delays by `FACTOR`: 2 is twice as fast, 0.5 half (default 1)",
+		func(v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f <= 0 || f > 1000 {
+				return fmt.Errorf("%q is not a factor above 0 and up to 1000, e.g. 0.5 or 2", v)
+			}
+			c.replaySpeed = f
+			return nil
+		})
 	fs.Optional(&c.attach, "attach", "open the dashboard on "+connectTarget+", instead of an engine of its own; "+
 		"quitting leaves that engine and its kernels alone")
 	fs.Func("listen", "serve the dashboard's engine to agents ('kerneldeck headless --connect') and other dashboards on "+
@@ -118,7 +134,7 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 		if err := checkConnectFlags(&c.eng, "attach", "theme", "config"); err != nil {
 			return usageErr(err)
 		}
-		if c.replay != "" || c.listen != "" {
+		if c.replay != "" || c.listen != "" || c.replayPaused || c.replaySpeed != 0 {
 			return usageErr(errors.New("--replay and --listen are for a dashboard with an engine of its own; with --attach, feed that engine with 'kerneldeck headless --connect'"))
 		}
 		return c.runAttached(std)
@@ -131,12 +147,19 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if err != nil {
 		return usageErr(err)
 	}
-	var replay *os.File
+	var feed *replay.Feed
 	if c.replay != "" {
-		if replay, err = os.Open(c.replay); err != nil {
+		f, err := os.Open(c.replay)
+		if err != nil {
 			return usageErr(fmt.Errorf("--replay: %w", err))
 		}
-		defer replay.Close()
+		feed, err = replay.Load(f, cmp.Or(c.replaySpeed, 1), c.replayPaused)
+		f.Close()
+		if err != nil {
+			return usageErr(fmt.Errorf("--replay %s: %w", c.replay, err))
+		}
+	} else if c.replayPaused || c.replaySpeed != 0 {
+		return usageErr(errors.New("--replay-paused and --replay-speed steer a --replay FILE; give one"))
 	}
 	in, out, err := terminal(std)
 	if err != nil {
@@ -165,8 +188,14 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 		}
 	}
 	sub := eng.SubscribeWith(engine.SubscribeOptions{Buffer: 4096, Output: true, Since: time.Now().Add(-historyShown)})
-	m := ui.New(ui.Options{Engine: ui.Embedded{Engine: eng}, Events: sub.C, History: sub.History, Theme: theme,
-		User: os.Getenv("USER"), Where: where, KeepsKernels: c.eng.keep})
+	opts := ui.Options{Engine: ui.Embedded{Engine: eng}, Events: sub.C, History: sub.History, Theme: theme,
+		User: os.Getenv("USER"), Where: where, KeepsKernels: c.eng.keep}
+	firstFrame := make(chan struct{})
+	if feed != nil {
+		opts.Replay = feed
+		opts.OnFirstFrame = func() { close(firstFrame) }
+	}
+	m := ui.New(opts)
 	p := tea.NewProgram(m, tea.WithAltScreen(), tea.WithInput(in), tea.WithOutput(out))
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
@@ -175,8 +204,19 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 		<-ctx.Done()
 		p.Quit()
 	}()
-	if replay != nil {
-		go headless.Serve(ctx, eng, replay, io.Discard, headless.Options{})
+	if feed != nil {
+		// The replay starts with the first frame, so the operator sees it
+		// from its first request; it is fed through a pipe at its pace.
+		pr, pw := io.Pipe()
+		go func() {
+			select {
+			case <-firstFrame:
+				pw.CloseWithError(feed.Run(ctx, pw))
+			case <-ctx.Done():
+				pw.Close()
+			}
+		}()
+		go headless.Serve(ctx, eng, pr, io.Discard, headless.Options{})
 	}
 	_, runErr := p.Run()
 	m.Close()

@@ -129,6 +129,42 @@ func TestDashboardTmux(t *testing.T) {
 		wantExitKilled(t, s, "killed 1 kernel")
 	})
 
+	t.Run("ReplayStepped", func(t *testing.T) {
+		example, err := filepath.Abs(filepath.Join("..", "examples", "eviction.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := startDashboardSized(t, bin, 100, 50, "--replay", example, "--replay-paused", "--max-kernels", "3")
+		s.WaitScreen("the paused replay's badge", tmuxWait, func(screen string) bool {
+			return strings.Contains(headerLine(screen), "REPLAY 0/8 PAUSED")
+		})
+		focusKernels(s) // n and p are text in the editor
+		s.Keys("n")     // the limits request
+		s.WaitScreen("one request sent", tmuxWait, func(screen string) bool {
+			return strings.Contains(headerLine(screen), "REPLAY 1/8 PAUSED")
+		})
+		s.Keys("n") // alice's long cell
+		screen := s.WaitScreen("alice's kernel and only hers", tmuxWait, func(screen string) bool {
+			return strings.Contains(headerLine(screen), "REPLAY 2/8") && kernelRowOfOwner(screen, "alice")["STATE"] != ""
+		})
+		if row := kernelRowOfOwner(screen, "bob"); row["STATE"] != "" {
+			t.Fatalf("bob's kernel exists while the replay is paused before him: %v\n%s", row, screen)
+		}
+		s.Keys("p")
+		s.WaitScreen("the rest of the replay", tmuxWait, func(screen string) bool {
+			return strings.Contains(headerLine(screen), "REPLAY 8/8 done") && kernelRowOfOwner(screen, "frank")["STATE"] != ""
+		})
+		s.Keys("C-c")
+		s.WaitScreen("the quit question or the exit", tmuxWait, func(screen string) bool {
+			_, exited := s.ExitStatus()
+			return exited || strings.Contains(screen, "Quit and kill")
+		})
+		if _, exited := s.ExitStatus(); !exited {
+			s.Keys("y")
+		}
+		s.WaitExit(tmuxWait)
+	})
+
 	t.Run("ReplayEviction", func(t *testing.T) {
 		example, err := filepath.Abs(filepath.Join("..", "examples", "eviction.jsonl"))
 		if err != nil {

@@ -209,6 +209,11 @@ func goldenCases() []goldenCase {
 			want: []string{"Kernel k-b1", "dead", "evicted_cap: LRU position 1 of 4, cap 4, idle 5m00s"},
 		},
 		{
+			name: "replay_paused_80x24", w: 80, h: 24,
+			opts: fixtureOpts{kernels: twoOwnerKernels(), replay: &fakeReplay{sent: 2, total: 9, paused: true, speed: 1}},
+			want: []string{"REPLAY 2/9 PAUSED (p resumes, n steps)"},
+		},
+		{
 			name: "over_cap_all_busy", w: 100, h: 30,
 			opts: fixtureOpts{kernels: overCapKernels(), cap: 4},
 			// (At 100 columns the header cuts "queued 2": see the report.)

@@ -11,6 +11,7 @@ type KeyMap struct {
 	CapUp, CapDown, IdleUp, IdleDown           key.Binding
 	Filter, ApproveOnce, ApproveAlways, Deny   key.Binding
 	Yes, No, Cancel, Submit, Detail            key.Binding
+	ReplayPause, ReplayStep                    key.Binding
 }
 
 // DefaultKeyMap is the standard key map.
@@ -51,5 +52,7 @@ func DefaultKeyMap() KeyMap {
 		Cancel:        b("esc", "cancel", "esc"),
 		Submit:        b("enter", "ok", "enter"),
 		Detail:        b("d", "detail", "d"),
+		ReplayPause:   b("p", "pause/resume replay", "p"),
+		ReplayStep:    b("n", "replay one request", "n"),
 	}
 }

@@ -691,3 +691,31 @@ func TestDetailView(t *testing.T) {
 	}
 	mustNotContain(t, f.m.View(), "Kernel k-a2")
 }
+
+// TestReplayKeys: outside the editor p pauses and resumes the replay, n
+// steps it only while paused; in the editor both are text.
+func TestReplayKeys(t *testing.T) {
+	r := &fakeReplay{total: 5, speed: 1}
+	f := sized(t, fixtureOpts{replay: r})
+	f.keys(runes("p"), runes("n"))
+	if r.paused || r.steps != 0 || f.m.editor.area.Value() != "pn" {
+		t.Fatalf("in the editor p and n steered the replay: %+v", r)
+	}
+	f.keys(keyTab, runes("n"))
+	if r.steps != 0 {
+		t.Fatal("n stepped a running replay")
+	}
+	mustContain(t, f.m.View(), "the replay runs: p pauses it, then n steps")
+	f.keys(runes("p"))
+	mustContain(t, f.m.View(), "REPLAY 0/5 PAUSED")
+	f.update(runes("n"))
+	f.update(runes("n"))
+	if r.steps != 2 {
+		t.Fatalf("two n while paused made %d steps", r.steps)
+	}
+	mustContain(t, f.m.View(), "REPLAY 2/5 PAUSED")
+	f.keys(runes("p"))
+	if r.paused {
+		t.Fatal("p did not resume")
+	}
+}

@@ -44,6 +44,19 @@ type Options struct {
 	// LimitsPause is how long a cap or idle_exit edit waits for the next
 	// key before it applies (default DefaultLimitsPause).
 	LimitsPause time.Duration
+	// Replay, when set, is a replay feeding the engine: the header says so
+	// and p/n pause, resume and step it.
+	Replay ReplayControl
+	// OnFirstFrame runs once, when the window's size is first known (the
+	// first frame follows): a replay starts then, not before.
+	OnFirstFrame func()
+}
+
+// ReplayControl is what the dashboard shows and steers of a replay.
+type ReplayControl interface {
+	State() (sent, total int, paused bool, speed float64)
+	SetPaused(bool)
+	Step()
 }
 
 // question is a yes/no prompt on the status line; the action it guards
@@ -144,6 +157,8 @@ type Model struct {
 	statusErr   bool
 	asking      *question // an action waiting for y/n
 	detail      *kernelDetail
+	replay      ReplayControl
+	firstFrame  func()
 	keeps       bool // quitting leaves the kernels running
 	quitting    bool
 }
@@ -190,6 +205,8 @@ func New(opts Options) *Model {
 		lost:        opts.Lost,
 		keeps:       opts.KeepsKernels,
 		limitsPause: cmp.Or(opts.LimitsPause, DefaultLimitsPause),
+		replay:      opts.Replay,
+		firstFrame:  opts.OnFirstFrame,
 	}
 	if len(opts.History) > 0 {
 		m.evPane.add(opts.History...)
@@ -245,7 +262,25 @@ func (m *Model) globalKeys() actions {
 		m.pendingIdle = &d
 		return m.schedulePending()
 	}
-	return actions{
+	var replayKeys actions
+	if m.replay != nil {
+		replayKeys = actions{
+			{k.ReplayPause, run(func() tea.Cmd {
+				_, _, paused, _ := m.replay.State()
+				m.replay.SetPaused(!paused)
+				return nil
+			})},
+			{k.ReplayStep, run(func() tea.Cmd {
+				if _, _, paused, _ := m.replay.State(); !paused {
+					m.setStatus("the replay runs: p pauses it, then n steps", nil)
+					return nil
+				}
+				m.replay.Step()
+				return tea.Tick(100*time.Millisecond, func(time.Time) tea.Msg { return refreshNowMsg{} })
+			})},
+		}
+	}
+	return append(actions{
 		{k.Quit, run(func() tea.Cmd {
 			if q := m.quitQuestion(); q != nil {
 				m.asking = q
@@ -259,7 +294,7 @@ func (m *Model) globalKeys() actions {
 		{k.CapDown, run(func() tea.Cmd { return setCap(-1) })},
 		{k.IdleUp, run(func() tea.Cmd { return setIdle(true) })},
 		{k.IdleDown, run(func() tea.Cmd { return setIdle(false) })},
-	}
+	}, replayKeys...)
 }
 
 // Init starts the tick, the event listener and the inbox listener.
@@ -334,6 +369,10 @@ func (m *Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tea.WindowSizeMsg:
 		m.ctx.Width, m.ctx.Height = msg.Width, msg.Height
 		m.layout()
+		if f := m.firstFrame; f != nil {
+			m.firstFrame = nil
+			f()
+		}
 		return m, nil
 	case tickMsg:
 		m.refresh()
@@ -829,6 +868,21 @@ func (m *Model) headerView() string {
 	t := m.ctx.Theme
 	var b strings.Builder
 	b.WriteString(t.Title.Render("kerneldeck"))
+	if m.replay != nil {
+		sent, total, paused, speed := m.replay.State()
+		badge := fmt.Sprintf(" REPLAY %d/%d", sent, total)
+		switch {
+		case sent == total:
+			badge += " done"
+		case paused:
+			badge += " PAUSED (p resumes, n steps)"
+		case speed != 1:
+			badge += fmt.Sprintf(" ×%g (p pauses)", speed)
+		default:
+			badge += " (p pauses)"
+		}
+		b.WriteString(t.Warn.Render(badge))
+	}
 	n := len(m.kernels.kernels)
 	capText := fmt.Sprintf("kernels %d/%d", n, m.maxKernels)
 	capStyle := t.CapOK

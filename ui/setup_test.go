@@ -114,7 +114,20 @@ type fixtureOpts struct {
 	// limitsPause is how long a cap edit waits (default an hour: tests
 	// deliver the pause themselves, and goldens never see it pass).
 	limitsPause time.Duration
+	replay      ReplayControl
 }
+
+// fakeReplay is a replay's state as the dashboard sees it.
+type fakeReplay struct {
+	sent, total int
+	paused      bool
+	speed       float64
+	steps       int
+}
+
+func (f *fakeReplay) State() (int, int, bool, float64) { return f.sent, f.total, f.paused, f.speed }
+func (f *fakeReplay) SetPaused(p bool)                 { f.paused = p }
+func (f *fakeReplay) Step()                            { f.steps++; f.sent++ }
 
 func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	t.Helper()
@@ -133,7 +146,7 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	if o.limitsPause == 0 {
 		o.limitsPause = time.Hour
 	}
-	m := New(Options{Engine: eng, Events: o.events, Theme: o.theme, Now: clock.Now, User: "me", TickEvery: -1, LimitsPause: o.limitsPause})
+	m := New(Options{Engine: eng, Events: o.events, Theme: o.theme, Now: clock.Now, User: "me", TickEvery: -1, LimitsPause: o.limitsPause, Replay: o.replay})
 	t.Cleanup(m.Close)
 	return &fixture{eng: eng, clock: clock, m: m}
 }
