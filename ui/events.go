@@ -52,6 +52,7 @@ func newEventsPane(ctx *Context) *EventsPane {
 		{k.Down, run(func() tea.Cmd { vp.LineDown(1); return p.scrolled() })},
 		{k.PageUp, run(func() tea.Cmd { vp.PageUp(); return p.scrolled() })},
 		{k.PageDown, run(func() tea.Cmd { vp.PageDown(); return p.scrolled() })},
+		{k.Follow, run(func() tea.Cmd { vp.GotoBottom(); p.follow = true; return nil })},
 	}
 	endEdit := func(clear bool) tea.Cmd {
 		p.editing = false
@@ -76,10 +77,14 @@ func (p *EventsPane) scrolled() tea.Cmd {
 
 // Title implements Pane.
 func (p *EventsPane) Title() string {
+	t := "Events"
 	if p.filterBy != "" {
-		return "Events · " + plain(p.filterBy)
+		t += " · " + plain(p.filterBy)
 	}
-	return "Events"
+	if !p.follow {
+		t += " · scrolled, G follows"
+	}
+	return t
 }
 
 // ShortHelp implements help.KeyMap.
@@ -88,7 +93,7 @@ func (p *EventsPane) ShortHelp() []key.Binding {
 	if p.editing {
 		return []key.Binding{k.Submit, k.Cancel}
 	}
-	return []key.Binding{k.Filter, k.Up, k.Down, k.Focus, k.Help, k.Quit}
+	return []key.Binding{k.Filter, k.Up, k.Down, k.Follow, k.Focus, k.Help, k.Quit}
 }
 
 // FullHelp implements help.KeyMap.

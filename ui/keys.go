@@ -11,7 +11,7 @@ type KeyMap struct {
 	CapUp, CapDown, IdleUp, IdleDown           key.Binding
 	Filter, ApproveOnce, ApproveAlways, Deny   key.Binding
 	Yes, No, Cancel, Submit, Detail            key.Binding
-	ReplayPause, ReplayStep                    key.Binding
+	ReplayPause, ReplayStep, Follow            key.Binding
 }
 
 // DefaultKeyMap is the standard key map.
@@ -54,5 +54,6 @@ func DefaultKeyMap() KeyMap {
 		Detail:        b("d", "detail", "d"),
 		ReplayPause:   b("p", "pause/resume replay", "p"),
 		ReplayStep:    b("n", "replay one request", "n"),
+		Follow:        b("G/F", "follow the end", "G", "F", "end"),
 	}
 }

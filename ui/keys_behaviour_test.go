@@ -719,3 +719,25 @@ func TestReplayKeys(t *testing.T) {
 		t.Fatal("p did not resume")
 	}
 }
+
+// TestEventsFollowIndicator: scrolling up stops following and the title
+// says so; new events do not move the view; G follows the end again.
+func TestEventsFollowIndicator(t *testing.T) {
+	f := sized(t, fixtureOpts{})
+	var evs []engine.Event
+	for i := range 60 {
+		evs = append(evs, engine.Event{Type: engine.EventSpawned, Time: t0, Owner: fmt.Sprintf("owner-%02d", i), Kernel: "k1"})
+	}
+	f.update(eventBatchMsg(evs))
+	f.keys(keyTab, keyTab, keyTab) // the events pane
+	mustContain(t, f.m.View(), "owner-59")
+	mustNotContain(t, f.m.View(), "scrolled, G follows")
+	f.keys(runes("k"), runes("k"), runes("k"))
+	mustContain(t, f.m.View(), "Events · scrolled, G follows")
+	f.update(eventBatchMsg{{Type: engine.EventSpawned, Time: t0, Owner: "newcomer", Kernel: "k2"}})
+	mustNotContain(t, f.m.View(), "newcomer")
+	f.keys(runes("G"))
+	v := f.m.View()
+	mustContain(t, v, "newcomer")
+	mustNotContain(t, v, "scrolled, G follows")
+}

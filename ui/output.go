@@ -95,6 +95,7 @@ func newOutputPane(ctx *Context) *OutputPane {
 		{k.Down, run(func() tea.Cmd { vp.LineDown(1); return p.scrolled() })},
 		{k.PageUp, run(func() tea.Cmd { vp.PageUp(); return p.scrolled() })},
 		{k.PageDown, run(func() tea.Cmd { vp.PageDown(); return p.scrolled() })},
+		{k.Follow, run(func() tea.Cmd { vp.GotoBottom(); p.follow = true; return nil })},
 	}
 	return p
 }
@@ -106,12 +107,18 @@ func (p *OutputPane) scrolled() tea.Cmd {
 }
 
 // Title implements Pane.
-func (p *OutputPane) Title() string { return "Output · " + plain(p.target.Owner+"/"+p.target.Task) }
+func (p *OutputPane) Title() string {
+	t := "Output · " + plain(p.target.Owner+"/"+p.target.Task)
+	if !p.follow {
+		t += " · scrolled, G follows"
+	}
+	return t
+}
 
 // ShortHelp implements help.KeyMap.
 func (p *OutputPane) ShortHelp() []key.Binding {
 	k := p.ctx.Keys
-	return []key.Binding{k.Up, k.Down, k.Focus, k.Help, k.Quit}
+	return []key.Binding{k.Up, k.Down, k.Follow, k.Focus, k.Help, k.Quit}
 }
 
 // FullHelp implements help.KeyMap.
