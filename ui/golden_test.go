@@ -2,6 +2,7 @@ package ui
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -212,6 +213,25 @@ func goldenCases() []goldenCase {
 			name: "replay_paused_80x24", w: 80, h: 24,
 			opts: fixtureOpts{kernels: twoOwnerKernels(), replay: &fakeReplay{sent: 2, total: 9, paused: true, speed: 1}},
 			want: []string{"REPLAY 2/9 PAUSED (p resumes, n steps)"},
+		},
+		{
+			name: "zoomed_output", w: 100, h: 30,
+			drive: func(t *testing.T, s *session) {
+				var out strings.Builder
+				for i := range 30 {
+					fmt.Fprintf(&out, "line %02d of a long output\n", i)
+				}
+				s.eng.SetExecResult(&engine.Result{Status: engine.StatusSuccess, Stdout: out.String(),
+					Kernel: &engine.KernelResult{ID: "k-me", Backend: "local", ExecutionCount: 1}}, nil, "")
+				s.tm.Type("print(...)")
+				s.tm.Send(keyCtrlR)
+				s.waitOutput(t, "line 29")
+				s.tm.Send(keyTab)
+				s.tm.Send(keyTab) // the output pane
+				s.tm.Type("z")
+				s.waitOutput(t, "line 06")
+			},
+			want: []string{"Output · me/default", "line 29 of a long output", "line 06"},
 		},
 		{
 			name: "over_cap_all_busy", w: 100, h: 30,

@@ -11,7 +11,7 @@ type KeyMap struct {
 	CapUp, CapDown, IdleUp, IdleDown           key.Binding
 	Filter, ApproveOnce, ApproveAlways, Deny   key.Binding
 	Yes, No, Cancel, Submit, Detail            key.Binding
-	ReplayPause, ReplayStep, Follow            key.Binding
+	ReplayPause, ReplayStep, Follow, Zoom      key.Binding
 }
 
 // DefaultKeyMap is the standard key map.
@@ -55,5 +55,6 @@ func DefaultKeyMap() KeyMap {
 		ReplayPause:   b("p", "pause/resume replay", "p"),
 		ReplayStep:    b("n", "replay one request", "n"),
 		Follow:        b("G/F", "follow the end", "G", "F", "end"),
+		Zoom:          b("z", "zoom pane", "z"),
 	}
 }

@@ -157,6 +157,7 @@ type Model struct {
 	statusErr   bool
 	asking      *question // an action waiting for y/n
 	detail      *kernelDetail
+	zoomed      bool // the focused pane has the whole window
 	replay      ReplayControl
 	firstFrame  func()
 	keeps       bool // quitting leaves the kernels running
@@ -290,6 +291,7 @@ func (m *Model) globalKeys() actions {
 			return cmd
 		})},
 		{k.Help, run(func() tea.Cmd { m.showHelp = !m.showHelp; m.layout(); return nil })},
+		{k.Zoom, run(func() tea.Cmd { m.zoomed = !m.zoomed; m.layout(); return nil })},
 		{k.CapUp, run(func() tea.Cmd { return setCap(1) })},
 		{k.CapDown, run(func() tea.Cmd { return setCap(-1) })},
 		{k.IdleUp, run(func() tea.Cmd { return setIdle(true) })},
@@ -749,6 +751,9 @@ func (m *Model) retarget(t Target) {
 // setFocus gives pane f the keyboard.
 func (m *Model) setFocus(f int) tea.Cmd {
 	m.focus = f
+	if m.zoomed {
+		defer m.layout() // the zoom follows the focus
+	}
 	var cmd tea.Cmd
 	for i, p := range m.panes {
 		if i == f {
@@ -804,6 +809,9 @@ func (m *Model) layout() {
 			x += pw
 		}
 	}
+	if m.zoomed {
+		m.panes[m.focus].SetSize(w, sum(hs))
+	}
 	m.help.Width = w
 }
 
@@ -817,6 +825,12 @@ func (m *Model) View() string {
 	parts := []string{fit(m.headerView(), w)}
 	for i, r := range m.rows {
 		h := hs[i]
+		if m.zoomed && m.detail == nil && len(m.approvals) == 0 {
+			if i == 0 {
+				parts = append(parts, m.panes[m.focus].View())
+			}
+			continue
+		}
 		if m.detail != nil && len(m.approvals) == 0 {
 			// The detail takes every row below the header.
 			if i == 0 {
