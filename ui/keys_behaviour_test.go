@@ -2,6 +2,7 @@ package ui
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -324,7 +325,7 @@ func TestRunCellAndHistory(t *testing.T) {
 	for !strings.Contains(f.m.View(), "[1] success") {
 		f.drainInbox(t) // the streamed output and the result may come apart
 	}
-	mustContain(t, f.m.View(), "[1] success 1.5s · #1", "hello 42", "Output · me/default")
+	mustContain(t, f.m.View(), "[1] success 1.50s · #1", "hello 42", "Output · me/default")
 
 	// An empty editor does not run.
 	if cmd := f.update(keyCtrlR); cmd != nil {
@@ -740,4 +741,17 @@ func TestEventsFollowIndicator(t *testing.T) {
 	v := f.m.View()
 	mustContain(t, v, "newcomer")
 	mustNotContain(t, v, "scrolled, G follows")
+}
+
+// TestStatusClears: a status goes from the help line after a while; an
+// error stays.
+func TestStatusClears(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	f.update(actionDoneMsg{what: "interrupted alice/default@local"})
+	mustContain(t, f.m.View(), "interrupted alice/default@local")
+	f.clock.Advance(statusShown + time.Second)
+	mustNotContain(t, f.m.View(), "interrupted alice/default@local")
+	f.update(actionDoneMsg{what: "kill", err: errors.New("host unreachable")})
+	f.clock.Advance(time.Hour)
+	mustContain(t, f.m.View(), "kill: host unreachable")
 }

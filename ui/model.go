@@ -154,6 +154,7 @@ type Model struct {
 	where       string
 	lost        func() error
 	status      string
+	statusAt    time.Time // when status was set: it goes after statusShown
 	statusErr   bool
 	asking      *question // an action waiting for y/n
 	detail      *kernelDetail
@@ -425,7 +426,7 @@ func (m *Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 }
 
 func (m *Model) setStatus(s string, err error) {
-	m.status, m.statusErr = plain(s), err != nil
+	m.status, m.statusErr, m.statusAt = plain(s), err != nil, m.ctx.Now()
 	if err != nil {
 		m.status = plain(s + ": " + err.Error())
 	}
@@ -981,7 +982,9 @@ func (m *Model) helpView() string {
 		return m.help.FullHelpView(m.fullHelp())
 	}
 	short := m.help.ShortHelpView(m.panes[m.focus].ShortHelp())
-	if m.status != "" {
+	// A status goes after a while; an error stays until the next one, and
+	// a pending limits edit says so until it applies.
+	if m.status != "" && (m.statusErr || m.pendingCap != nil || m.pendingIdle != nil || m.ctx.Now().Sub(m.statusAt) < statusShown) {
 		st := t.Muted
 		if m.statusErr {
 			st = t.Error
@@ -990,6 +993,9 @@ func (m *Model) helpView() string {
 	}
 	return short
 }
+
+// statusShown is how long a status message stays on the help line.
+const statusShown = 8 * time.Second
 
 // fullHelpRows is the height of the full help.
 const fullHelpRows = 7
