@@ -50,6 +50,20 @@ func newEditorPane(ctx *Context, target Target) *EditorPane {
 		{k.Run, run(p.runCell)},
 		{k.HistPrev, run(func() tea.Cmd { p.historyStep(-1); return nil })},
 		{k.HistNext, run(func() tea.Cmd { p.historyStep(1); return nil })},
+		// Python wants indentation: tab indents once there is text (an
+		// empty editor's tab moves on, as shift+tab always does), and a
+		// new line keeps the indent, one more after a ':'.
+		{k.Focus, func(tea.KeyMsg) (tea.Cmd, bool) {
+			if p.area.Value() == "" {
+				return nil, false
+			}
+			p.area.InsertString("    ")
+			return nil, true
+		}},
+		{k.Newline, run(func() tea.Cmd {
+			p.area.InsertString("\n" + nextIndent(currentLine(p.area.Value(), p.area.Line())))
+			return nil
+		})},
 		{k.NewTarget, run(func() tea.Cmd {
 			p.form = newTargetForm(p.ctx, p.target, p.width-2)
 			p.form.backends = p.backends
@@ -58,6 +72,29 @@ func newEditorPane(ctx *Context, target Target) *EditorPane {
 		})},
 	}
 	return p
+}
+
+// TakesTab says whether tab goes to the editor (it indents) rather than
+// to the next pane.
+func (p *EditorPane) TakesTab() bool { return p.form == nil && p.area.Value() != "" }
+
+// currentLine is line row of text.
+func currentLine(text string, row int) string {
+	lines := strings.Split(text, "\n")
+	if row < 0 || row >= len(lines) {
+		return ""
+	}
+	return lines[row]
+}
+
+// nextIndent is the indent of the line after line: the same, four more
+// spaces after a line ending in ':'.
+func nextIndent(line string) string {
+	indent := line[:len(line)-len(strings.TrimLeft(line, " \t"))]
+	if code, _, _ := strings.Cut(line, "#"); strings.HasSuffix(strings.TrimRight(code, " \t"), ":") {
+		indent += "    "
+	}
+	return indent
 }
 
 // Title implements Pane.

@@ -12,6 +12,7 @@ type KeyMap struct {
 	Filter, ApproveOnce, ApproveAlways, Deny   key.Binding
 	Yes, No, Cancel, Submit, Detail            key.Binding
 	ReplayPause, ReplayStep, Follow, Zoom      key.Binding
+	Newline                                    key.Binding
 }
 
 // DefaultKeyMap is the standard key map.
@@ -56,5 +57,6 @@ func DefaultKeyMap() KeyMap {
 		ReplayStep:    b("n", "replay one request", "n"),
 		Follow:        b("G/F", "follow the end", "G", "F", "end"),
 		Zoom:          b("z", "zoom pane", "z"),
+		Newline:       b("enter", "new line (indented)", "enter"),
 	}
 }

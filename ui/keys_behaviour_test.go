@@ -473,9 +473,10 @@ func TestHelpToggle(t *testing.T) {
 	if f.m.showHelp || f.m.editor.area.Value() != "?" {
 		t.Fatal("? in the editor must be typed")
 	}
-	f.keys(keyTab, runes("?"))
+	// tab would indent the text now; shift+tab leaves the editor.
+	f.keys(tea.KeyMsg{Type: tea.KeyShiftTab}, runes("?"))
 	if !f.m.showHelp {
-		t.Fatal("? in the kernels pane did not open the help")
+		t.Fatal("? in the events pane did not open the help")
 	}
 	v := f.m.View()
 	mustContain(t, v, "ctrl+n", "shutdown owner", "idle_exit -")
@@ -702,7 +703,7 @@ func TestReplayKeys(t *testing.T) {
 	if r.paused || r.steps != 0 || f.m.editor.area.Value() != "pn" {
 		t.Fatalf("in the editor p and n steered the replay: %+v", r)
 	}
-	f.keys(keyTab, runes("n"))
+	f.keys(tea.KeyMsg{Type: tea.KeyShiftTab}, runes("n")) // tab would indent the text
 	if r.steps != 0 {
 		t.Fatal("n stepped a running replay")
 	}
@@ -754,4 +755,37 @@ func TestStatusClears(t *testing.T) {
 	f.update(actionDoneMsg{what: "kill", err: errors.New("host unreachable")})
 	f.clock.Advance(time.Hour)
 	mustContain(t, f.m.View(), "kill: host unreachable")
+}
+
+// TestEditorIndents: tab indents once there is text (an empty editor's
+// tab moves on); enter keeps the indent, and adds one after a ':'.
+func TestEditorIndents(t *testing.T) {
+	f := sized(t, fixtureOpts{})
+	for _, r := range "def f(x):" {
+		f.keys(runes(string(r)))
+	}
+	f.keys(keyEnter)
+	for _, r := range "if x:  # a comment" {
+		f.keys(runes(string(r)))
+	}
+	f.keys(keyEnter)
+	for _, r := range "return 1" {
+		f.keys(runes(string(r)))
+	}
+	f.keys(keyEnter, keyTab)
+	for _, r := range "pass" {
+		f.keys(runes(string(r)))
+	}
+	want := "def f(x):\n    if x:  # a comment\n        return 1\n            pass"
+	if got := f.m.editor.area.Value(); got != want {
+		t.Errorf("editor holds %q, want %q", got, want)
+	}
+	if f.m.focus != focusEditor {
+		t.Error("tab with text left the editor")
+	}
+	f.m.editor.area.SetValue("")
+	f.keys(keyTab)
+	if f.m.focus != focusKernels {
+		t.Error("tab in an empty editor did not move on")
+	}
 }

@@ -654,6 +654,8 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 	}
 	if !focused.Modal() {
 		switch {
+		case key.Matches(km, keys.Focus) && focused == Pane(m.editor) && m.editor.TakesTab():
+			// tab indents in the editor; shift+tab still leaves it
 		case key.Matches(km, keys.Focus):
 			return m, m.setFocus((m.focus + 1) % len(m.panes))
 		case key.Matches(km, keys.FocusBack):
