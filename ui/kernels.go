@@ -94,11 +94,28 @@ var kernelColumns = []kernelColumn{
 		return fmt.Sprint(k.PID), nil
 	}},
 	{"BACKEND", 14, func(_ *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
-		return plain(k.Backend), nil
+		return shortBackend(plain(k.Backend), 13), nil
 	}},
 	{"TOOLS", 0, func(_ *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
 		return plain(strings.Join(k.Tools, ",")), nil
 	}},
+}
+
+// shortBackend fits a backend URI in w cells: the scheme goes
+// (ssh://me@gpu-box is me@gpu-box), then the middle, so the ends stay
+// (the detail view has it whole).
+func shortBackend(uri string, w int) string {
+	if len(uri) <= w {
+		return uri
+	}
+	if _, rest, ok := strings.Cut(uri, "://"); ok {
+		uri = rest
+	}
+	if r := []rune(uri); len(r) > w {
+		head := (w - 1) / 2
+		uri = string(r[:head]) + "…" + string(r[len(r)-(w-1-head):])
+	}
+	return uri
 }
 
 // kernelName names a kernel for the operator: owner/task[/child]@backend,

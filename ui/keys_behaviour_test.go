@@ -789,3 +789,18 @@ func TestEditorIndents(t *testing.T) {
 		t.Error("tab in an empty editor did not move on")
 	}
 }
+
+func TestShortBackend(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"local", "local"},
+		{"ssh://gpu1", "ssh://gpu1"},
+		{"ssh://root@10.0.0.12", "root@1…0.0.12"},
+		{"ssh://root@10.0.0.1", "root@10.0.0.1"},
+		{"ssh://operator@build-server-eu-west-1", "operat…west-1"},
+		{"docker://web", "docker://web"},
+	} {
+		if got := shortBackend(tc.in, 13); got != tc.want || len([]rune(got)) > 14 {
+			t.Errorf("shortBackend(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
