@@ -804,3 +804,22 @@ func TestShortBackend(t *testing.T) {
 		}
 	}
 }
+
+// TestReasonsReadOnce: a reset kernel's row says reset, and a kill's
+// reason does not repeat its type.
+func TestReasonsReadOnce(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	f.update(eventBatchMsg{
+		{Type: engine.EventReset, Time: t0, Owner: "alice", Kernel: "k-a2", Detail: "reset requested"},
+		{Type: engine.EventKilled, Time: t0, Owner: "alice", Kernel: "k-a2", Detail: "killed by the operator (pid 4102, rc 0)"},
+		{Type: engine.EventKilled, Time: t0, Owner: "bob", Kernel: "k-b1", Detail: "killed by the operator (pid 5120, rc 0)"},
+	})
+	f.eng.SetKernels(twoOwnerKernels()[:1])
+	f.update(refreshNowMsg{})
+	if r := f.m.kernels.gone["k-a2"]; r == nil || r.reason != "reset requested" {
+		t.Errorf("k-a2's reason %+v, want the reset", r)
+	}
+	if r := f.m.kernels.gone["k-b1"]; r == nil || r.reason != "killed by the operator (pid 5120, rc 0)" {
+		t.Errorf("k-b1's reason %+v, want the kill's words once", r)
+	}
+}

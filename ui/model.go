@@ -425,6 +425,15 @@ func (m *Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	return m, m.panes[m.focus].Update(msg)
 }
 
+// reasonOf is why ev's kernel went, in words: its type and detail, the
+// type once ("killed: killed by the operator" is "killed by the operator").
+func reasonOf(ev engine.Event) string {
+	if strings.HasPrefix(ev.Detail, string(ev.Type)) {
+		return ev.Detail
+	}
+	return string(ev.Type) + ": " + ev.Detail
+}
+
 func (m *Model) setStatus(s string, err error) {
 	m.status, m.statusErr, m.statusAt = plain(s), err != nil, m.ctx.Now()
 	if err != nil {
@@ -459,14 +468,14 @@ func (m *Model) onEvents(evs []engine.Event) tea.Cmd {
 				}
 			}
 		case engine.EventKilled:
-			// A kill follows every eviction and reap: keep their reason.
+			// A kill follows every eviction, reap and reset: keep their reason.
 			if _, known := m.reasons[ev.Kernel]; ev.Kernel != "" && !known {
-				m.reasons[ev.Kernel] = string(ev.Type) + ": " + ev.Detail
+				m.reasons[ev.Kernel] = reasonOf(ev)
 			}
 		case engine.EventEvictedCap, engine.EventReapedIdle, engine.EventStateLost,
-			engine.EventOwnerShutdown, engine.EventSpawnFailed:
+			engine.EventOwnerShutdown, engine.EventSpawnFailed, engine.EventReset:
 			if ev.Kernel != "" {
-				m.reasons[ev.Kernel] = string(ev.Type) + ": " + ev.Detail
+				m.reasons[ev.Kernel] = reasonOf(ev)
 			}
 		}
 		if b := backendOfKey(ev.Key); b != "" {
