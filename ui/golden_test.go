@@ -237,7 +237,7 @@ func goldenCases() []goldenCase {
 			name: "over_cap_all_busy", w: 100, h: 30,
 			opts: fixtureOpts{kernels: overCapKernels(), cap: 4},
 			// (At 100 columns the header cuts "queued 2": see the report.)
-			want: []string{"kernels 5/4 OVER CAP (all busy)", "running 5", "run+2"},
+			want: []string{"kernels 5/4 OVER CAP by 1 (all busy)", "running 5", "run+2"},
 		},
 		{
 			name: "eviction_event", w: 100, h: 30,

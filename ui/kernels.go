@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -85,8 +86,12 @@ var kernelColumns = []kernelColumn{
 		return fmt.Sprint(k.ExecutionCount), nil
 	}},
 	{"LRU", 6, func(p *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
+		// The whole eviction order: 1 goes first when the cap needs room.
 		if k.NextEvict {
 			return "next", &p.ctx.Theme.NextEvict
+		}
+		if n := p.lruPos[k.ID]; n > 0 {
+			return fmt.Sprint(n), nil
 		}
 		return "", nil
 	}},
@@ -148,7 +153,8 @@ type KernelsPane struct {
 	rows     []kernelRow
 	cursor   int
 	offset   int
-	shown    int // kernels that pass the filter
+	shown    int            // kernels that pass the filter
+	lruPos   map[string]int // id -> place among idle kernels, 1 evicted first
 	header   string
 	keys     actions
 	// The / filter: the line being edited, and the filter applied.
@@ -331,7 +337,27 @@ func (p *KernelsPane) setSnapshot(ks []engine.KernelInfo, idleExit time.Duration
 		}
 	}
 	p.kernels, p.idleExit = ks, idleExit
+	p.lruPos = lruOrder(ks)
 	p.rebuild()
+}
+
+// lruOrder numbers the idle kernels least recently used first, the order
+// the cap evicts them in.
+func lruOrder(ks []engine.KernelInfo) map[string]int {
+	var idle []int
+	for i, k := range ks {
+		if k.State == engine.StateIdle && !k.Attached {
+			idle = append(idle, i)
+		}
+	}
+	slices.SortFunc(idle, func(a, b int) int {
+		return cmp.Or(ks[a].LastUsed.Compare(ks[b].LastUsed), cmp.Compare(ks[a].ID, ks[b].ID))
+	})
+	pos := make(map[string]int, len(idle))
+	for n, i := range idle {
+		pos[ks[i].ID] = n + 1
+	}
+	return pos
 }
 
 // rebuild regroups the rows. The engine lists kernels sorted by owner, so

@@ -914,7 +914,7 @@ func (m *Model) headerView() string {
 	capStyle := t.CapOK
 	switch {
 	case n > m.maxKernels:
-		capStyle, capText = t.CapOver, capText+" OVER CAP (all busy)"
+		capStyle, capText = t.CapOver, capText+fmt.Sprintf(" OVER CAP by %d (all busy)", n-m.maxKernels)
 	case n == m.maxKernels:
 		capStyle, capText = t.CapFull, capText+" FULL"
 	}
