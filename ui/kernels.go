@@ -344,18 +344,22 @@ func (p *KernelsPane) setSnapshot(ks []engine.KernelInfo, idleExit time.Duration
 // lruOrder numbers the idle kernels least recently used first, the order
 // the cap evicts them in.
 func lruOrder(ks []engine.KernelInfo) map[string]int {
-	var idle []int
+	type entry struct {
+		at int64 // LastUsed, as a number: a dashboard sorts these every second
+		i  int32
+	}
+	idle := make([]entry, 0, len(ks))
 	for i, k := range ks {
 		if k.State == engine.StateIdle && !k.Attached {
-			idle = append(idle, i)
+			idle = append(idle, entry{k.LastUsed.UnixNano(), int32(i)})
 		}
 	}
-	slices.SortFunc(idle, func(a, b int) int {
-		return cmp.Or(ks[a].LastUsed.Compare(ks[b].LastUsed), cmp.Compare(ks[a].ID, ks[b].ID))
+	slices.SortFunc(idle, func(a, b entry) int {
+		return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(ks[a.i].ID, ks[b.i].ID)) // the engine breaks ties by id too
 	})
 	pos := make(map[string]int, len(idle))
-	for n, i := range idle {
-		pos[ks[i].ID] = n + 1
+	for n, e := range idle {
+		pos[ks[e.i].ID] = n + 1
 	}
 	return pos
 }
