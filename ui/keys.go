@@ -12,7 +12,7 @@ type KeyMap struct {
 	Filter, ApproveOnce, ApproveAlways, Deny   key.Binding
 	Yes, No, Cancel, Submit, Detail            key.Binding
 	ReplayPause, ReplayStep, Follow, Zoom      key.Binding
-	Newline                                    key.Binding
+	Newline, Command                           key.Binding
 }
 
 // DefaultKeyMap is the standard key map.
@@ -58,5 +58,6 @@ func DefaultKeyMap() KeyMap {
 		Follow:        b("G/F", "follow the end", "G", "F", "end"),
 		Zoom:          b("z", "zoom pane", "z"),
 		Newline:       b("enter", "new line (indented)", "enter"),
+		Command:       b(":", "command", ":"),
 	}
 }

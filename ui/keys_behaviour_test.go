@@ -823,3 +823,60 @@ func TestReasonsReadOnce(t *testing.T) {
 		t.Errorf("k-b1's reason %+v, want the kill's words once", r)
 	}
 }
+
+// TestCommandMode: : opens the command line outside the editor; tab
+// completes; a bad command keeps the line open with its error; good ones
+// run (kill still asks).
+func TestCommandMode(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels(), cap: 8})
+	typeIn := func(s string) {
+		for _, r := range s {
+			f.keys(runes(string(r)))
+		}
+	}
+	f.keys(keyTab, runes(":"))
+	typeIn("ca")
+	f.keys(keyTab)
+	if got := f.m.command.in.Value(); got != "cap " {
+		t.Fatalf("tab after 'ca' gave %q", got)
+	}
+	typeIn("x")
+	f.keys(keyEnter)
+	mustContain(t, f.m.View(), `:cap needs a whole number of kernels, at least 1 (got "x")`)
+	if f.m.command == nil || len(f.eng.SetLimitsCalls()) != 0 {
+		t.Fatal("a bad :cap closed the line or changed the cap")
+	}
+	f.m.command.in.SetValue("cap 3")
+	f.keys(keyEnter)
+	if calls := f.eng.SetLimitsCalls(); len(calls) != 1 || *calls[0].MaxKernels != 3 || f.m.command != nil {
+		t.Fatalf(":cap 3: %+v", calls)
+	}
+	f.keys(runes(":"))
+	typeIn("kill k-a")
+	f.keys(keyTab)
+	if got := f.m.command.in.Value(); got != "kill k-a" {
+		t.Errorf("tab with two k-a kernels gave %q, want the common prefix", got)
+	}
+	typeIn("2")
+	f.keys(keyEnter)
+	mustContain(t, f.m.View(), "Kill alice/etl@local (k-a2)? Its state is lost. y/n")
+	if len(f.eng.Killed()) != 0 {
+		t.Fatal(":kill killed before it was confirmed")
+	}
+	f.run(t, f.update(runes("y")))
+	if got := f.eng.Killed(); !slices.Equal(got, []string{"k-a2"}) {
+		t.Fatalf("killed %v", got)
+	}
+	f.keys(runes(":"))
+	typeIn("nope")
+	f.keys(keyEnter)
+	mustContain(t, f.m.View(), `unknown command "nope"; commands: cap N, idle DURATION`)
+	f.keys(keyEsc)
+	if f.m.command != nil {
+		t.Fatal("esc did not close the command line")
+	}
+	f.keys(runes(":"))
+	typeIn("filter bob")
+	f.keys(keyEnter)
+	mustContain(t, f.m.View(), "Kernels (1 of 2) · /bob")
+}

@@ -159,6 +159,7 @@ type Model struct {
 	asking      *question // an action waiting for y/n
 	detail      *kernelDetail
 	zoomed      bool // the focused pane has the whole window
+	command     *commandLine
 	replay      ReplayControl
 	firstFrame  func()
 	keeps       bool // quitting leaves the kernels running
@@ -293,6 +294,7 @@ func (m *Model) globalKeys() actions {
 		})},
 		{k.Help, run(func() tea.Cmd { m.showHelp = !m.showHelp; m.layout(); return nil })},
 		{k.Zoom, run(func() tea.Cmd { m.zoomed = !m.zoomed; m.layout(); return nil })},
+		{k.Command, run(m.openCommand)},
 		{k.CapUp, run(func() tea.Cmd { return setCap(1) })},
 		{k.CapDown, run(func() tea.Cmd { return setCap(-1) })},
 		{k.IdleUp, run(func() tea.Cmd { return setIdle(true) })},
@@ -631,6 +633,9 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 		if !key.Matches(km, keys.Interrupt) {
 			return m, nil // the prompt is modal
 		}
+	}
+	if m.command != nil && !key.Matches(km, keys.Interrupt) {
+		return m.onCommandKey(km)
 	}
 	if m.detail != nil && !key.Matches(km, keys.Interrupt) {
 		return m.onDetailKey(km)
@@ -988,6 +993,9 @@ func (m *Model) helpView() string {
 	t := m.ctx.Theme
 	if m.asking != nil {
 		return t.Warn.Render(plain(m.asking.text))
+	}
+	if m.command != nil {
+		return m.commandView()
 	}
 	if m.showHelp {
 		return m.help.FullHelpView(m.fullHelp())

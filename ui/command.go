@@ -1,0 +1,202 @@
+package ui
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/bubbles/textinput"
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+)
+
+// commandLine is the : prompt (k9s's command mode): a command, completed
+// with tab, run with enter; an error stays on the line to be fixed.
+type commandLine struct {
+	in  textinput.Model
+	err string
+}
+
+// commands are the : commands, with their arguments for the help.
+var commands = []struct{ name, args, help string }{
+	{"cap", "N", "set max_kernels now"},
+	{"idle", "DURATION", "set idle_exit now (e.g. 10m)"},
+	{"kill", "ID|OWNER/TASK", "kill a kernel (asks first)"},
+	{"owner", "NAME", "run the editor's cells as NAME"},
+	{"filter", "TEXT", "filter the kernels list (as /)"},
+	{"detail", "ID|OWNER/TASK", "open a kernel's detail"},
+}
+
+func (m *Model) openCommand() tea.Cmd {
+	in := textinput.New()
+	in.Prompt = ":"
+	in.Placeholder = "cap 3, idle 10m, kill ID, owner alice, filter etl, detail ID (tab completes)"
+	m.command = &commandLine{in: in}
+	return m.command.in.Focus()
+}
+
+// onCommandKey handles the keys while the : line is open.
+func (m *Model) onCommandKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
+	c := m.command
+	keys := m.ctx.Keys
+	switch {
+	case key.Matches(km, keys.Cancel):
+		m.command = nil
+		return m, nil
+	case key.Matches(km, keys.Submit):
+		cmd, err := m.runCommand(c.in.Value())
+		if err != nil {
+			c.err = err.Error()
+			return m, nil
+		}
+		m.command = nil
+		return m, cmd
+	case key.Matches(km, keys.Focus):
+		c.in.SetValue(m.complete(c.in.Value()))
+		c.in.CursorEnd()
+		return m, nil
+	}
+	var cmd tea.Cmd
+	c.in, cmd = c.in.Update(km)
+	c.err = ""
+	return m, cmd
+}
+
+// complete extends line to the longest common prefix of what could come
+// next: a command name, or a kernel id, owner/task or owner.
+func (m *Model) complete(line string) string {
+	name, arg, hasArg := strings.Cut(line, " ")
+	var cands []string
+	prefix := line
+	if !hasArg {
+		for _, c := range commands {
+			cands = append(cands, c.name+" ")
+		}
+	} else {
+		prefix = arg
+		for _, k := range m.kernels.kernels {
+			switch name {
+			case "kill", "detail":
+				cands = append(cands, k.ID, k.Owner+"/"+k.Task)
+			case "owner":
+				cands = append(cands, k.Owner)
+			}
+		}
+	}
+	var match []string
+	for _, c := range cands {
+		if strings.HasPrefix(c, prefix) && !slices.Contains(match, c) {
+			match = append(match, c)
+		}
+	}
+	if len(match) == 0 {
+		return line
+	}
+	common := match[0]
+	for _, c := range match[1:] {
+		for !strings.HasPrefix(c, common) {
+			common = common[:len(common)-1]
+		}
+	}
+	if hasArg {
+		return name + " " + common
+	}
+	return common
+}
+
+// runCommand runs one : command; an error says what to type instead.
+func (m *Model) runCommand(line string) (tea.Cmd, error) {
+	name, arg, _ := strings.Cut(strings.TrimSpace(line), " ")
+	arg = strings.TrimSpace(arg)
+	need := func(what string) error {
+		if arg == "" {
+			return fmt.Errorf(":%s needs %s", name, what)
+		}
+		return nil
+	}
+	switch name {
+	case "":
+		return nil, nil
+	case "cap":
+		n, err := strconv.Atoi(arg)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf(":cap needs a whole number of kernels, at least 1 (got %q)", arg)
+		}
+		err = m.eng.SetLimits(&n, nil)
+		m.setStatus(fmt.Sprintf("max_kernels %d", n), err)
+		m.refresh()
+		return nil, nil
+	case "idle":
+		d, err := time.ParseDuration(arg)
+		if err != nil || d < time.Second {
+			return nil, fmt.Errorf(":idle needs a duration of at least 1s, e.g. 10m or 90s (got %q)", arg)
+		}
+		err = m.eng.SetLimits(nil, &d)
+		m.setStatus("idle_exit "+short(d), err)
+		m.refresh()
+		return nil, nil
+	case "kill", "detail":
+		if err := need("a kernel: its id or owner/task (tab completes)"); err != nil {
+			return nil, err
+		}
+		k, ok := m.findKernel(arg)
+		if !ok {
+			return nil, fmt.Errorf("no kernel %q: give an id or owner/task from the list (tab completes)", arg)
+		}
+		if name == "detail" {
+			m.detail = &kernelDetail{id: k.ID}
+			delete(m.cellsAsked, k.ID)
+			return m.fetchCells(k.ID), nil
+		}
+		id := k.ID
+		m.asking = &question{text: fmt.Sprintf("Kill %s (%s)? Its state is lost. y/n", kernelName(k), id),
+			yes: m.action("killed "+kernelName(k), func(c context.Context, eng Engine) error { return eng.Kill(c, id) })}
+		return nil, nil
+	case "owner":
+		if err := need("an owner name"); err != nil {
+			return nil, err
+		}
+		t := m.editor.Target()
+		t.Owner = arg
+		m.retarget(t)
+		m.setStatus("cells now run as "+arg, nil)
+		return m.targetFetch(), nil
+	case "filter":
+		m.kernels.setFilter(arg)
+		return nil, nil
+	}
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c.name + " " + c.args
+	}
+	return nil, fmt.Errorf("unknown command %q; commands: %s", name, strings.Join(names, ", "))
+}
+
+// findKernel is the kernel with id s, else the first listed as owner/task s.
+func (m *Model) findKernel(s string) (k engine.KernelInfo, ok bool) {
+	for _, k := range m.kernels.kernels {
+		if k.ID == s {
+			return k, true
+		}
+	}
+	for _, k := range m.kernels.kernels {
+		if k.Owner+"/"+k.Task == s {
+			return k, true
+		}
+	}
+	return engine.KernelInfo{}, false
+}
+
+// commandView is the : line, with its error.
+func (m *Model) commandView() string {
+	v := m.command.in.View()
+	if m.command.err != "" {
+		v += "  " + m.ctx.Theme.Error.Render(plain(m.command.err))
+	}
+	return v
+}
