@@ -1,7 +1,10 @@
 package ui
 
 import (
+	"cmp"
 	"fmt"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 
@@ -64,6 +67,7 @@ func newEditorPane(ctx *Context, target Target) *EditorPane {
 			p.area.InsertString("\n" + nextIndent(currentLine(p.area.Value(), p.area.Line())))
 			return nil
 		})},
+		{k.External, run(p.openExternal)},
 		{k.NewTarget, run(func() tea.Cmd {
 			p.form = newTargetForm(p.ctx, p.target, p.width-2)
 			p.form.backends = p.backends
@@ -72,6 +76,50 @@ func newEditorPane(ctx *Context, target Target) *EditorPane {
 		})},
 	}
 	return p
+}
+
+// editedMsg brings back the cell from $EDITOR.
+type editedMsg struct {
+	path string
+	err  error
+}
+
+// openExternal hands the cell to $VISUAL or $EDITOR (else vi) in a private
+// file; the dashboard waits, then takes the file back.
+func (p *EditorPane) openExternal() tea.Cmd {
+	failed := func(err error) tea.Cmd {
+		return func() tea.Msg { return actionDoneMsg{what: "ctrl+e", err: err} }
+	}
+	f, err := os.CreateTemp("", "kerneldeck-cell-*.py") // 0600
+	if err != nil {
+		return failed(err)
+	}
+	_, werr := f.WriteString(p.area.Value())
+	f.Close()
+	if werr != nil {
+		os.Remove(f.Name())
+		return failed(werr)
+	}
+	editor := cmp.Or(os.Getenv("VISUAL"), os.Getenv("EDITOR"), "vi")
+	args := strings.Fields(editor)
+	path := f.Name()
+	return tea.ExecProcess(exec.Command(args[0], append(args[1:], path)...), func(err error) tea.Msg {
+		return editedMsg{path: path, err: err}
+	})
+}
+
+// edited takes the cell back from $EDITOR; an error leaves it unchanged.
+func (p *EditorPane) edited(msg editedMsg) error {
+	defer os.Remove(msg.path)
+	if msg.err != nil {
+		return fmt.Errorf("the editor failed, the cell is unchanged: %w", msg.err)
+	}
+	b, err := os.ReadFile(msg.path)
+	if err != nil {
+		return err
+	}
+	p.area.SetValue(strings.TrimRight(string(b), "\n"))
+	return nil
 }
 
 // TakesTab says whether tab goes to the editor (it indents) rather than
@@ -103,7 +151,7 @@ func (p *EditorPane) Title() string { return "Cell" }
 // ShortHelp implements help.KeyMap.
 func (p *EditorPane) ShortHelp() []key.Binding {
 	k := p.ctx.Keys
-	return []key.Binding{k.Run, k.HistPrev, k.NewTarget, k.Interrupt, k.Focus}
+	return []key.Binding{k.Run, k.HistPrev, k.NewTarget, k.External, k.Interrupt, k.Focus}
 }
 
 // FullHelp implements help.KeyMap.

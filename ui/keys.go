@@ -12,7 +12,7 @@ type KeyMap struct {
 	Filter, ApproveOnce, ApproveAlways, Deny   key.Binding
 	Yes, No, Cancel, Submit, Detail            key.Binding
 	ReplayPause, ReplayStep, Follow, Zoom      key.Binding
-	Newline, Command                           key.Binding
+	Newline, Command, External                 key.Binding
 }
 
 // DefaultKeyMap is the standard key map.
@@ -59,5 +59,6 @@ func DefaultKeyMap() KeyMap {
 		Zoom:          b("z", "zoom pane", "z"),
 		Newline:       b("enter", "new line (indented)", "enter"),
 		Command:       b(":", "command", ":"),
+		External:      b("ctrl+e", "$EDITOR", "ctrl+e"),
 	}
 }

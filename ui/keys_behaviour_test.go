@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -879,4 +881,29 @@ func TestCommandMode(t *testing.T) {
 	typeIn("filter bob")
 	f.keys(keyEnter)
 	mustContain(t, f.m.View(), "Kernels (1 of 2) · /bob")
+}
+
+// TestExternalEditor: ctrl+e hands the cell to $EDITOR in a private file
+// and takes it back; a failed editor leaves the cell as it was.
+func TestExternalEditor(t *testing.T) {
+	f := sized(t, fixtureOpts{})
+	f.m.editor.area.SetValue("x = 1")
+	if cmd := f.update(tea.KeyMsg{Type: tea.KeyCtrlE}); cmd == nil {
+		t.Fatal("ctrl+e gave no command to run the editor")
+	}
+	path := filepath.Join(t.TempDir(), "cell.py")
+	os.WriteFile(path, []byte("x = 2\nprint(x)\n"), 0o600)
+	f.update(editedMsg{path: path})
+	if got := f.m.editor.area.Value(); got != "x = 2\nprint(x)" {
+		t.Fatalf("after the editor the cell is %q", got)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Error("the cell's file was left behind")
+	}
+	os.WriteFile(path, []byte("lost"), 0o600)
+	f.update(editedMsg{path: path, err: errors.New("exit status 1")})
+	if got := f.m.editor.area.Value(); got != "x = 2\nprint(x)" {
+		t.Fatalf("a failed editor changed the cell to %q", got)
+	}
+	mustContain(t, f.m.View(), "the editor failed, the cell is unchanged")
 }

@@ -415,6 +415,11 @@ func (m *Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.setStatus(msg.what, msg.err)
 		m.refresh()
 		return m, nil
+	case editedMsg:
+		if err := m.editor.edited(msg); err != nil {
+			m.setStatus("ctrl+e", err)
+		}
+		return m, nil
 	case applyLimitsMsg:
 		if msg.seq == m.pendingSeq {
 			m.applyPending()
