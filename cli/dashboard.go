@@ -59,12 +59,23 @@ type dashboardCmd struct {
 	theme        string
 	replay       string
 	replayPaused bool
+	mouse        bool
 	replaySpeed  float64
 	attach       string
 	listen       string
 }
 
 func newDashboardCmd() *dashboardCmd { return &dashboardCmd{} }
+
+// programOptions are the Bubble Tea options: the alternate screen, the
+// terminal, and the mouse only when asked for.
+func (c *dashboardCmd) programOptions(in io.Reader, out io.Writer) []tea.ProgramOption {
+	opts := []tea.ProgramOption{tea.WithAltScreen(), tea.WithInput(in), tea.WithOutput(out)}
+	if c.mouse {
+		opts = append(opts, tea.WithMouseCellMotion())
+	}
+	return opts
+}
 
 // registerOwn defines the dashboard's own flags (not the engine's).
 func (c *dashboardCmd) registerOwn(fs *flagSet) {
@@ -75,6 +86,8 @@ func (c *dashboardCmd) registerOwn(fs *flagSet) {
 		"headless'; a line may also carry \"after_ms\": wait that long before sending it) into the engine while the "+
 		"dashboard shows it, from its first frame, e.g. examples/eviction.jsonl; p pauses and resumes it, n sends one "+
 		"request while paused")
+	fs.Bool(&c.mouse, "mouse", "let the mouse select kernels (click) and scroll (wheel); off by default, so the "+
+		"terminal's own selection and copy keep working")
 	fs.Bool(&c.replayPaused, "replay-paused", "start the --replay paused: n sends the requests one by one, p runs the rest")
 	fs.Func("replay-speed", "scale the --replay's after_ms delays by `FACTOR`: 2 is twice as fast, 0.5 half (default 1)",
 		func(v string) error {
@@ -196,7 +209,7 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 		opts.OnFirstFrame = func() { close(firstFrame) }
 	}
 	m := ui.New(opts)
-	p := tea.NewProgram(m, tea.WithAltScreen(), tea.WithInput(in), tea.WithOutput(out))
+	p := tea.NewProgram(m, c.programOptions(in, out)...)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -297,7 +310,7 @@ func (c *dashboardCmd) runAttached(std stdio) int {
 	defer cl.Close()
 	m := ui.New(ui.Options{Engine: cl, Events: cl.Events(), Theme: theme, User: os.Getenv("USER"),
 		Where: "attached to " + cl.Where(), Lost: cl.Err, KeepsKernels: true})
-	p := tea.NewProgram(m, tea.WithAltScreen(), tea.WithInput(in), tea.WithOutput(out))
+	p := tea.NewProgram(m, c.programOptions(in, out)...)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	go func() {

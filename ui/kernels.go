@@ -504,6 +504,25 @@ func (p *KernelsPane) selectTarget(t Target) {
 
 func (p *KernelsPane) page() int { return max(1, p.height-3) }
 
+// clickRow puts the cursor on the row drawn at line y of the pane (0 is
+// its top border); false if no row is there.
+func (p *KernelsPane) clickRow(y int) bool {
+	first := 2 // the border and the column header
+	if p.editing || p.filter.active() {
+		first++ // the filter line
+	}
+	i := p.offset + y - first
+	if y < first || i < 0 || i >= len(p.rows) || y >= p.height-1 {
+		return false
+	}
+	p.cursor = i
+	p.scroll()
+	if k, ok := p.Selected(); ok && p.onSelect != nil {
+		p.onSelect(targetOf(k))
+	}
+	return true
+}
+
 // move moves the cursor by n rows and tells onSelect about the kernel it
 // lands on.
 func (p *KernelsPane) move(n int) {

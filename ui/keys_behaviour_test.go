@@ -907,3 +907,23 @@ func TestExternalEditor(t *testing.T) {
 	}
 	mustContain(t, f.m.View(), "the editor failed, the cell is unchanged")
 }
+
+// TestMouse: a click on a kernel row selects it (and focuses the list);
+// the wheel scrolls the focused pane; a click elsewhere does nothing.
+func TestMouse(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	// Line 0 is the header, 1 the pane's border, 2 its column header; the
+	// rows start at 3: alice, alice/default, alice/etl.
+	f.update(tea.MouseMsg{X: 10, Y: 5, Button: tea.MouseButtonLeft, Action: tea.MouseActionPress})
+	if k, ok := f.m.kernels.Selected(); !ok || k.ID != "k-a2" || f.m.focus != focusKernels {
+		t.Fatalf("a click on alice/etl's row selected %+v (focus %d)", k, f.m.focus)
+	}
+	f.update(tea.MouseMsg{X: 10, Y: 5, Button: tea.MouseButtonWheelDown, Action: tea.MouseActionPress})
+	if r := f.m.kernels.selectedRow(); r == nil || r.owner != "bob" {
+		t.Fatalf("the wheel moved the cursor to %+v, want bob's row", r)
+	}
+	f.update(tea.MouseMsg{X: 10, Y: 25, Button: tea.MouseButtonLeft, Action: tea.MouseActionPress})
+	if r := f.m.kernels.selectedRow(); r == nil || r.owner != "bob" {
+		t.Fatal("a click below the list moved the cursor")
+	}
+}

@@ -427,6 +427,8 @@ func (m *Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case tea.KeyMsg:
 		return m.onKey(msg)
+	case tea.MouseMsg:
+		return m, m.onMouse(msg)
 	}
 	// Anything else (cursor blink) goes to the focused pane.
 	return m, m.panes[m.focus].Update(msg)
@@ -690,6 +692,30 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 		}
 	}
 	return m, focused.Update(km)
+}
+
+// onMouse (with --mouse): the wheel scrolls the focused pane, a click on a
+// kernel row selects it.
+func (m *Model) onMouse(msg tea.MouseMsg) tea.Cmd {
+	if msg.Action != tea.MouseActionPress || m.asking != nil || m.detail != nil || m.command != nil || len(m.approvals) > 0 {
+		return nil
+	}
+	switch msg.Button {
+	case tea.MouseButtonWheelUp:
+		return m.panes[m.focus].Update(tea.KeyMsg{Type: tea.KeyUp})
+	case tea.MouseButtonWheelDown:
+		return m.panes[m.focus].Update(tea.KeyMsg{Type: tea.KeyDown})
+	case tea.MouseButtonLeft:
+		hs, _ := m.heights()
+		// The kernels pane is the first band, under the header line: its
+		// border and column header take two lines.
+		if !m.zoomed && msg.Y >= 1 && msg.Y < 1+hs[0] {
+			if m.kernels.clickRow(msg.Y - 1) {
+				return m.setFocus(focusKernels)
+			}
+		}
+	}
+	return nil
 }
 
 // schedulePending shows the pending limits and applies them after a pause
