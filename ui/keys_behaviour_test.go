@@ -927,3 +927,16 @@ func TestMouse(t *testing.T) {
 		t.Fatal("a click below the list moved the cursor")
 	}
 }
+
+func TestOutputWrapsBetweenWords(t *testing.T) {
+	if got := wrapLine("the quick brown fox jumps", 10); !slices.Equal(got, []string{"the quick", "brown fox", "jumps"}) {
+		t.Errorf("wrapLine = %q", got)
+	}
+	if got := wrapLine("abcdefghijklmnop", 10); !slices.Equal(got, []string{"abcdefghij", "klmnop"}) {
+		t.Errorf("a long word: %q", got)
+	}
+	// The arguments of a tool call to approve keep every space.
+	if got := hardWrapLines(`{"a":  "b c"}`, 8); !slices.Equal(got, []string{`{"a":  "`, `b c"}`}) {
+		t.Errorf("hardWrapLines = %q", got)
+	}
+}

@@ -117,13 +117,27 @@ func wrapLines(text string, w int) []string {
 	return out
 }
 
-// wrapLine splits one line of text into display lines of at most w cells.
+// wrapLine splits one line of output into display lines of at most w
+// cells, between words where it can (a word longer than w is cut).
 func wrapLine(line string, w int) []string {
 	if w <= 0 {
 		return nil
 	}
 	line = strings.ReplaceAll(line, "\t", "    ")
-	return strings.Split(ansi.Hardwrap(line, w, true), "\n")
+	return strings.Split(ansi.Wrap(line, w, ""), "\n")
+}
+
+// hardWrapLines is wrapLines cutting at exactly w cells, spaces kept: for
+// text whose every byte matters (a tool call's arguments to approve).
+func hardWrapLines(text string, w int) []string {
+	if w <= 0 {
+		return nil
+	}
+	var out []string
+	for line := range strings.SplitSeq(strings.TrimRight(text, "\n"), "\n") {
+		out = append(out, strings.Split(ansi.Hardwrap(strings.ReplaceAll(line, "\t", "    "), w, true), "\n")...)
+	}
+	return out
 }
 
 // wordWrapLines splits prose (event details, prompts) into lines of at most

@@ -1007,7 +1007,7 @@ func (m *Model) approvalView(w, h int) string {
 	shown := spaceRun.ReplaceAllStringFunc(plain(string(a.Args)), func(run string) string {
 		return fmt.Sprintf("⟪%d spaces⟫", len(run))
 	})
-	args := wrapLines(shown, inner)
+	args := hardWrapLines(shown, inner)
 	if room := h - 2 - len(lines); len(args) > room && room >= 3 {
 		// Too long for the box: keep the head and the tail, since what a
 		// command does last matters as much as how it starts.
