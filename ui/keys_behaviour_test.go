@@ -940,3 +940,25 @@ func TestOutputWrapsBetweenWords(t *testing.T) {
 		t.Errorf("hardWrapLines = %q", got)
 	}
 }
+
+// TestKernelReplacedMarker: where the target's kernel changed between two
+// cells, the output pane draws a rule; the kernel's note is shown whole.
+func TestKernelReplacedMarker(t *testing.T) {
+	f := sized(t, fixtureOpts{})
+	runCell := func(res *engine.Result, want string) {
+		t.Helper()
+		f.eng.SetExecResult(res, nil, "")
+		f.m.editor.area.SetValue("print(1)")
+		f.run(t, f.update(keyCtrlR))
+		for !strings.Contains(f.m.View(), want) {
+			f.drainInbox(t)
+		}
+	}
+	runCell(&engine.Result{Status: engine.StatusSuccess, Stdout: "first\n", Kernel: &engine.KernelResult{ID: "k-one", ExecutionCount: 1}}, "first")
+	mustNotContain(t, f.m.View(), "a new kernel")
+	note := "state from earlier calls was lost: the kernel was evicted by the cap while idle (LRU), so variables defined before are gone"
+	runCell(&engine.Result{Status: engine.StatusSuccess, Stdout: "second\n", Kernel: &engine.KernelResult{ID: "k-two", ExecutionCount: 1, StateLost: true, Note: note}}, "second")
+	f.keys(keyTab, keyTab, runes("z")) // the output pane, zoomed: all of it in view
+	v := f.m.View()
+	mustContain(t, v, "a new kernel k-two from here: the state above is gone", "variables defined before are gone")
+}

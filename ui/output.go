@@ -166,10 +166,20 @@ func (p *OutputPane) render() {
 	w := p.width - 2
 	key := p.target.String()
 	var lines []string
+	lastKernel := ""
 	for _, r := range p.runs {
-		if r.target.String() == key {
-			lines = append(lines, p.runLines(r, w)...)
+		if r.target.String() != key {
+			continue
 		}
+		if r.res != nil && r.res.Kernel != nil {
+			// Where the target's kernel was replaced, a rule says so: the
+			// cells above ran in a kernel whose state is gone.
+			if id := r.res.Kernel.ID; lastKernel != "" && id != lastKernel {
+				lines = append(lines, p.ctx.Theme.Warn.Render(fit(fmt.Sprintf("── a new kernel %s from here: the state above is gone ", plain(id))+strings.Repeat("─", max(0, w)), w)))
+			}
+			lastKernel = r.res.Kernel.ID
+		}
+		lines = append(lines, p.runLines(r, w)...)
 	}
 	p.lines = lines
 	p.scroll.setLines(len(lines), p.follow)
@@ -219,7 +229,9 @@ func (p *OutputPane) runLines(r *cellRun, w int) []string {
 			lines = append(lines, t.Muted.Render("clipped; full output: "+plain(strings.TrimSpace(r.res.SpillPath+" "+r.res.StderrSpillPath))))
 		}
 		if k := r.res.Kernel; k != nil && k.Note != "" {
-			lines = append(lines, t.Warn.Render("note: "+plain(k.Note)))
+			for _, l := range wordWrapLines("note: "+plain(k.Note), w) {
+				lines = append(lines, t.Warn.Render(l))
+			}
 		}
 		if r.res.Fallback != "" {
 			lines = append(lines, t.Warn.Render("ran without a persistent kernel ("+plain(r.res.Fallback)+")"))
