@@ -331,7 +331,7 @@ func helpLine(screen string) string {
 }
 
 // kernelColumns are the titles of the kernels pane's header line.
-var kernelColumns = []string{"TASK", "STATE", "TIME", "REAP IN", "#", "LRU", "PID", "BACKEND", "TOOLS"}
+var kernelColumns = []string{"TASK", "ID", "STATE", "TIME", "REAP IN", "#", "LRU", "PID", "BACKEND", "TOOLS"}
 
 // kernelRowByTask returns the cells of the first kernel row whose TASK is
 // task, keyed by column title, cut at the columns of the pane's header line;

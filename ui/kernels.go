@@ -52,6 +52,15 @@ var kernelColumns = []kernelColumn{
 	{"TASK", 14, func(_ *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
 		return taskLabel(k), nil
 	}},
+	{"ID", 9, func(_ *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
+		// Enough of the id to tell kernels apart on screen and find them in
+		// the events; the detail view has it whole.
+		id := plain(k.ID)
+		if len(id) > 8 {
+			id = id[:8]
+		}
+		return id, nil
+	}},
 	{"STATE", 10, func(p *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
 		t := p.ctx.Theme
 		switch k.State {
@@ -123,6 +132,70 @@ func shortBackend(uri string, w int) string {
 	return uri
 }
 
+// kernelSort orders the kernels within each owner's group.
+type kernelSort int
+
+// The orders s cycles through.
+const (
+	sortByTask kernelSort = iota
+	sortByState
+	sortByIdle
+	sortByLRU
+	sortCount
+)
+
+func (s kernelSort) String() string {
+	return [...]string{"task", "state", "idle", "LRU"}[s]
+}
+
+// stateRank puts busy kernels first.
+func stateRank(s engine.KernelState) int {
+	switch s {
+	case engine.StateRunning:
+		return 0
+	case engine.StateQueued:
+		return 1
+	case engine.StateStarting:
+		return 2
+	}
+	return 3
+}
+
+// sortGroups sorts ks within each owner's run by p.sortBy, ties by id, so
+// the order is the same every frame (the list in place: a sorted run costs
+// a pass).
+func (p *KernelsPane) sortGroups(ks []engine.KernelInfo) {
+	cmpKernels := func(a, b engine.KernelInfo) int {
+		var c int
+		switch p.sortBy {
+		case sortByTask: // the engine's order
+			c = cmp.Or(cmp.Compare(a.Task, b.Task), cmp.Compare(a.Child, b.Child), cmp.Compare(a.Backend, b.Backend))
+		case sortByState:
+			c = cmp.Compare(stateRank(a.State), stateRank(b.State))
+		case sortByIdle:
+			c = a.LastUsed.Compare(b.LastUsed) // idle the longest first
+		case sortByLRU:
+			pa, pb := p.lruPos[a.ID], p.lruPos[b.ID]
+			if pa == 0 {
+				pa = len(ks) + 1 // busy ones after the evictable
+			}
+			if pb == 0 {
+				pb = len(ks) + 1
+			}
+			c = cmp.Compare(pa, pb)
+		}
+		return cmp.Or(c, cmp.Compare(a.ID, b.ID))
+	}
+	for i := 0; i < len(ks); {
+		j := i
+		for j < len(ks) && ks[j].Owner == ks[i].Owner {
+			j++
+		}
+		slices.SortStableFunc(ks[i:j], cmpKernels)
+		i = j
+	}
+}
+
 // kernelName names a kernel for the operator: owner/task[/child]@backend,
 // and its tools.
 func kernelName(k engine.KernelInfo) string {
@@ -155,6 +228,7 @@ type KernelsPane struct {
 	offset   int
 	shown    int            // kernels that pass the filter
 	lruPos   map[string]int // id -> place among idle kernels, 1 evicted first
+	sortBy   kernelSort     // the order within each owner's group
 	header   string
 	keys     actions
 	// The / filter: the line being edited, and the filter applied.
@@ -227,6 +301,7 @@ func newKernelsPane(ctx *Context) *KernelsPane {
 		})},
 		{k.Filter, run(func() tea.Cmd { p.editing = true; return p.filterIn.Focus() })},
 		{k.Detail, run(func() tea.Cmd { return ctx.detail() })},
+		{k.Sort, run(func() tea.Cmd { p.sortBy = (p.sortBy + 1) % sortCount; p.rebuild(); return nil })},
 		{k.Cancel, func(tea.KeyMsg) (tea.Cmd, bool) {
 			if !p.filter.active() {
 				return nil, false
@@ -281,10 +356,14 @@ func columnsHeader() string {
 
 // Title implements Pane.
 func (p *KernelsPane) Title() string {
+	t := fmt.Sprintf("Kernels (%d)", len(p.kernels))
 	if p.filter.active() {
-		return fmt.Sprintf("Kernels (%d of %d) · /%s", p.shown, len(p.kernels), plain(strings.TrimPrefix(p.filter.text, "/")))
+		t = fmt.Sprintf("Kernels (%d of %d) · /%s", p.shown, len(p.kernels), plain(strings.TrimPrefix(p.filter.text, "/")))
 	}
-	return fmt.Sprintf("Kernels (%d)", len(p.kernels))
+	if p.sortBy != sortByTask {
+		t += " · by " + p.sortBy.String()
+	}
+	return t
 }
 
 // ShortHelp implements help.KeyMap.
@@ -293,14 +372,14 @@ func (p *KernelsPane) ShortHelp() []key.Binding {
 	if p.editing {
 		return []key.Binding{k.Submit, k.Cancel}
 	}
-	return []key.Binding{k.Select, k.Detail, k.Filter, k.Toggle, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner,
+	return []key.Binding{k.Select, k.Detail, k.Filter, k.Sort, k.Toggle, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner,
 		k.CapUp, k.CapDown, k.IdleUp, k.IdleDown, k.Help, k.Quit}
 }
 
 // FullHelp implements help.KeyMap.
 func (p *KernelsPane) FullHelp() [][]key.Binding {
 	k := p.ctx.Keys
-	return [][]key.Binding{{k.Up, k.Down, k.PageUp, k.PageDown, k.Toggle, k.Filter}, {k.Select, k.Detail, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner}}
+	return [][]key.Binding{{k.Up, k.Down, k.PageUp, k.PageDown, k.Toggle, k.Filter, k.Sort}, {k.Select, k.Detail, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner}}
 }
 
 // SetSize implements Pane.
@@ -393,7 +472,8 @@ func (p *KernelsPane) rebuild() {
 	var goneOwners []string
 	for o, gs := range goneBy {
 		goneOwners = append(goneOwners, o)
-		slices.SortFunc(gs, func(a, b *goneKernel) int { return b.at.Compare(a.at) })
+		// Newest first, then by id: the same order every frame.
+		slices.SortFunc(gs, func(a, b *goneKernel) int { return cmp.Or(b.at.Compare(a.at), cmp.Compare(a.info.ID, b.info.ID)) })
 	}
 	slices.Sort(goneOwners)
 	rows := p.rows[:0]
@@ -407,6 +487,7 @@ func (p *KernelsPane) rebuild() {
 		}
 	}
 	p.shown = len(ks)
+	p.sortGroups(ks)
 	i, gi, ownerIx := 0, 0, 0
 	for i < len(ks) || gi < len(goneOwners) {
 		var owner string
@@ -643,8 +724,9 @@ func (p *KernelsPane) renderRow(r *kernelRow, now time.Time) string {
 		return b.String()
 	case r.gone != nil:
 		g := r.gone
-		task, state, timer, reap := kernelColumns[0].width, kernelColumns[1].width, kernelColumns[2].width, kernelColumns[3].width
-		return "  " + fit(taskLabel(&g.info), task-1) + " " + t.StateDead.Render(fit(string(engine.StateDead), state-1)) + " " +
+		task, id, state, timer, reap := kernelColumns[0].width, kernelColumns[1].width, kernelColumns[2].width, kernelColumns[3].width, kernelColumns[4].width
+		idText, _ := kernelColumns[1].cell(p, &g.info, now)
+		return "  " + fit(taskLabel(&g.info), task-1) + " " + fit(idText, id-1) + " " + t.StateDead.Render(fit(string(engine.StateDead), state-1)) + " " +
 			t.Muted.Render(fit(short(now.Sub(g.at))+" ago", timer+reap-1)+" "+plain(g.reason))
 	default:
 		mark := "▾"

@@ -12,7 +12,7 @@ type KeyMap struct {
 	Filter, ApproveOnce, ApproveAlways, Deny   key.Binding
 	Yes, No, Cancel, Submit, Detail            key.Binding
 	ReplayPause, ReplayStep, Follow, Zoom      key.Binding
-	Newline, Command, External                 key.Binding
+	Newline, Command, External, Sort           key.Binding
 }
 
 // DefaultKeyMap is the standard key map.
@@ -60,5 +60,6 @@ func DefaultKeyMap() KeyMap {
 		Newline:       b("enter", "new line (indented)", "enter"),
 		Command:       b(":", "command", ":"),
 		External:      b("ctrl+e", "$EDITOR", "ctrl+e"),
+		Sort:          b("s", "sort", "s"),
 	}
 }

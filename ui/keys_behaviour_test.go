@@ -557,7 +557,7 @@ func TestDeadRowReason(t *testing.T) {
 				f.update(eventBatchMsg{{Type: engine.EventKilled, Time: t0, Owner: "bob", Kernel: "k-b1", Detail: "evicted by the cap (pid 5120, rc 0)"}})
 			}
 			rows := linesWith(f.m.View(), " dead ")
-			if len(rows) != 1 || !strings.Contains(rows[0], "evicted_cap: LRU position 1 of 4, cap 4, idle 5m00s") {
+			if len(rows) != 1 || !strings.Contains(rows[0], "evicted_cap: LRU position 1 of 4, cap 4") { // the rest: in the detail view
 				t.Errorf("dead rows = %q, want bob's with the eviction reason", rows)
 			}
 		})
@@ -961,4 +961,43 @@ func TestKernelReplacedMarker(t *testing.T) {
 	f.keys(keyTab, keyTab, runes("z")) // the output pane, zoomed: all of it in view
 	v := f.m.View()
 	mustContain(t, v, "a new kernel k-two from here: the state above is gone", "variables defined before are gone")
+}
+
+// TestSortKeys: s cycles task, state, idle and LRU order within each
+// owner; the title says which; the cursor stays on its kernel.
+func TestSortKeys(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	f.keys(keyTab, runes("j")) // alice/default
+	order := func() []string {
+		var ids []string
+		for _, r := range f.m.kernels.rows {
+			if r.kernel != nil {
+				ids = append(ids, r.kernel.ID)
+			}
+		}
+		return ids
+	}
+	for _, tc := range []struct {
+		title string
+		want  []string
+	}{
+		{"by state", []string{"k-a1", "k-a2", "k-b1"}},
+		{"by idle", []string{"k-a2", "k-a1", "k-b1"}}, // etl idle 5m, default used 42s ago
+		{"by LRU", []string{"k-a2", "k-a1", "k-b1"}},  // the idle one first, the busy after
+		{"", []string{"k-a1", "k-a2", "k-b1"}},        // back to task order
+	} {
+		f.keys(runes("s"))
+		if got := order(); !slices.Equal(got, tc.want) {
+			t.Errorf("%q: order %v, want %v", tc.title, got, tc.want)
+		}
+		v := f.m.View()
+		if tc.title != "" {
+			mustContain(t, v, "Kernels (3) · "+tc.title)
+		} else {
+			mustNotContain(t, v, "Kernels (3) · by")
+		}
+		if k, _ := f.m.kernels.Selected(); k.ID != "k-a1" {
+			t.Errorf("%q: the cursor is on %s, want it to follow k-a1", tc.title, k.ID)
+		}
+	}
 }

@@ -1048,7 +1048,7 @@ func (m *Model) helpView() string {
 const statusShown = 8 * time.Second
 
 // fullHelpRows is the height of the full help.
-const fullHelpRows = 7
+const fullHelpRows = 8
 
 // fullHelp is every pane's keys, then the dashboard's own, each key once,
 // in columns of fullHelpRows.
