@@ -188,7 +188,8 @@ func (e *Engine) authorize(ctx context.Context, k *Kernel, tool string, args hos
 		e.mu.Unlock()
 	}()
 	e.emit(Event{Type: EventApprovalRequest, Kernel: kernelID, Owner: owner, Key: k.key.String(), Cell: cell,
-		Request: p.req.ID, Tool: tool, Args: shown, Detail: fmt.Sprintf("%s wants to call %s", owner, tool)})
+		Request: p.req.ID, Tool: tool, Args: shown, Until: p.req.Since.Add(e.cfg.ApprovalTimeout),
+		Detail: fmt.Sprintf("%s wants to call %s", owner, tool)})
 	timer := time.NewTimer(e.cfg.ApprovalTimeout)
 	defer timer.Stop()
 	decided := func(d Decision, detail string) {

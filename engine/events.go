@@ -90,6 +90,8 @@ type Event struct {
 	Request string          `json:"request,omitempty"`
 	Tool    string          `json:"tool,omitempty"`
 	Args    json.RawMessage `json:"args,omitempty"`
+	// Until is when an approval request is denied unless answered.
+	Until time.Time `json:"until,omitzero"`
 	// Missed counts the events dropped before this one (EventMissed only).
 	Missed int `json:"missed,omitempty"`
 }

@@ -20,6 +20,7 @@ type eventLine struct {
 	Request string          `json:"request,omitempty"`
 	Tool    string          `json:"tool,omitempty"`
 	Args    json.RawMessage `json:"args,omitempty"`
+	Until   time.Time       `json:"until,omitzero"`
 	// Count is how many events were dropped (type "missed" only).
 	Count int `json:"count,omitempty"`
 	// Cell, Stream and Text: the cell of a cell event, and a cell_output's
@@ -35,7 +36,7 @@ type eventLine struct {
 
 func eventLineOf(ev engine.Event) eventLine {
 	line := eventLine{Op: "event", Type: string(ev.Type), Time: ev.Time, Kernel: ev.Kernel, Owner: ev.Owner, Detail: ev.Detail,
-		Request: ev.Request, Tool: ev.Tool, Args: ev.Args, Cell: ev.Cell, Stream: ev.Stream, Text: ev.Text,
+		Request: ev.Request, Tool: ev.Tool, Args: ev.Args, Until: ev.Until, Cell: ev.Cell, Stream: ev.Stream, Text: ev.Text,
 		History: ev.History, Seq: ev.Seq}
 	if ev.Type == engine.EventMissed {
 		line.Count = ev.Missed

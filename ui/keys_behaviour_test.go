@@ -1001,3 +1001,15 @@ func TestSortKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestApprovalTimeLeft: the prompt says when the call is denied unless
+// answered.
+func TestApprovalTimeLeft(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	ev := approvalEvent("req-1", "alice", "k-a1")
+	ev.Until = t0.Add(45 * time.Second)
+	f.update(eventBatchMsg{ev})
+	mustContain(t, f.m.View(), "denied in 45s unless answered")
+	f.clock.Advance(30 * time.Second)
+	mustContain(t, f.m.View(), "denied in 15s unless answered")
+}

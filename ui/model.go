@@ -1001,6 +1001,10 @@ func (m *Model) approvalView(w, h int) string {
 		t.PromptTitle.Render(fmt.Sprintf("Approval needed (%d pending)", len(m.approvals))),
 		t.HelpKey.Render("o") + " approve once  " + t.HelpKey.Render("a") + " always for this owner  " + t.HelpKey.Render("d") + " deny",
 	}
+	if !a.Until.IsZero() {
+		left := a.Until.Sub(m.ctx.Now())
+		lines = append(lines, t.Warn.Render(fmt.Sprintf("denied in %s unless answered", short(left))))
+	}
 	lines = append(lines, wordWrapLines(plain(fmt.Sprintf("owner %s (kernel %s) wants to call %s with:", a.Owner, a.Kernel, a.Tool)), inner)...)
 	// Long runs of spaces (the only white space compact JSON leaves raw) are
 	// counted instead of drawn, so padding cannot push the rest out of view.

@@ -333,7 +333,7 @@ for f, a in [(kt.read_file, {"path": %q}), (kt.read_file, {"path": %q}), (kt.rea
 					continue
 				}
 				// Cell names the cell that asks, so its caller can answer.
-				if ev.Tool != "read_file" || ev.Owner != "a" || !strings.Contains(string(ev.Args), `"f"`) || ev.Cell == "" {
+				if ev.Tool != "read_file" || ev.Owner != "a" || !strings.Contains(string(ev.Args), `"f"`) || ev.Cell == "" || !ev.Until.After(ev.Time) {
 					t.Errorf("approval request %+v", ev)
 				}
 				select {
