@@ -129,6 +129,50 @@ func TestDashboardTmux(t *testing.T) {
 		wantExitKilled(t, s, "killed 1 kernel")
 	})
 
+	t.Run("FilterDetailConfirmKill", func(t *testing.T) {
+		s, kernels := startDashboard(t, bin)
+		s.Type(`import os; print("pid", os.getpid())`)
+		s.Keys("C-r")
+		screen := s.WaitScreen("the kernel idle after its cell", tmuxWait, func(screen string) bool {
+			return kernelRowOfOwner(screen, dashboardUser)["STATE"] == "idle"
+		})
+		id := kernelRowOfOwner(screen, dashboardUser)["ID"]
+		pid, _ := strconv.Atoi(kernelRowOfOwner(screen, dashboardUser)["PID"])
+		focusKernels(s)
+		s.Type("/nobody-here")
+		s.WaitScreen("no match", tmuxWait, func(screen string) bool { return strings.Contains(screen, "no match for /nobody-here") })
+		s.Keys("Escape")
+		s.Type("/" + dashboardUser)
+		s.Keys("Enter", "j") // onto the kernel row
+		s.WaitScreen("the filtered list", tmuxWait, func(screen string) bool {
+			return strings.Contains(screen, "Kernels (1 of 1) · /"+dashboardUser)
+		})
+		s.Keys("d")
+		s.WaitScreen("the kernel's detail", tmuxWait, func(screen string) bool {
+			return strings.Contains(screen, "Kernel "+id) && strings.Contains(screen, "print(\"pid\", os.getpid())")
+		})
+		s.Keys("Escape")
+		s.Keys("x")
+		s.WaitScreen("the kill question", tmuxWait, func(screen string) bool {
+			return strings.Contains(screen, "Kill "+dashboardUser+"/default@local ("+id)
+		})
+		s.Keys("n")
+		s.WaitScreen("nothing killed", tmuxWait, func(screen string) bool { return strings.Contains(screen, "cancelled: nothing was done") })
+		if !tmuxtest.Alive(pid) {
+			t.Fatalf("the kernel (pid %d) died although the kill was answered n", pid)
+		}
+		s.Keys("x", "y")
+		s.WaitScreen("the kernel dead", tmuxWait, func(screen string) bool {
+			return kernelRowOfOwner(screen, dashboardUser)["STATE"] == "dead"
+		})
+		waitProcessDead(t, pid)
+		s.Keys("q")
+		if code := s.WaitExit(tmuxWait); code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		wantNoProcessesUnder(t, kernels)
+	})
+
 	t.Run("ReplayStepped", func(t *testing.T) {
 		example, err := filepath.Abs(filepath.Join("..", "examples", "eviction.jsonl"))
 		if err != nil {
