@@ -1013,3 +1013,20 @@ func TestApprovalTimeLeft(t *testing.T) {
 	f.clock.Advance(30 * time.Second)
 	mustContain(t, f.m.View(), "denied in 15s unless answered")
 }
+
+// TestQueuedCellIsLabelledQueued: a cell waiting for its kernel says
+// queued, then running once it has it.
+func TestQueuedCellIsLabelledQueued(t *testing.T) {
+	f := sized(t, fixtureOpts{})
+	release := f.eng.QueueExecute()
+	defer release()
+	unblock := f.eng.BlockExecute()
+	defer unblock()
+	f.m.editor.area.SetValue("print(1)")
+	f.run(t, f.update(keyCtrlR))
+	mustContain(t, f.m.View(), "[1] queued")
+	release()
+	for !strings.Contains(f.m.View(), "[1] running") {
+		f.drainInbox(t)
+	}
+}

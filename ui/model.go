@@ -84,6 +84,12 @@ type (
 		run          *cellRun
 		stream, text string
 	}
+	// cellStartedMsg: a cell of this dashboard got its kernel (until then
+	// it waits in the kernel's queue).
+	cellStartedMsg struct {
+		run  *cellRun
+		cell string
+	}
 	cellResultMsg struct {
 		run *cellRun
 		res *engine.Result
@@ -519,6 +525,10 @@ func backendOfKey(key string) string {
 
 func (m *Model) onBackground(msg tea.Msg) {
 	switch msg := msg.(type) {
+	case cellStartedMsg:
+		msg.run.cell = msg.cell // it has its kernel: no longer queued
+		msg.run.renderedDone = false
+		m.output.changed(msg.run)
 	case cellOutputMsg:
 		appendOutput(msg.run, msg.stream, msg.text)
 		m.output.changed(msg.run)
@@ -544,7 +554,10 @@ func (m *Model) startCell(msg runCellMsg) {
 	m.output.add(r)
 	req := engine.Request{Owner: msg.target.Owner, Task: msg.target.Task, Backend: msg.target.Backend,
 		Child: msg.target.Child, Tools: msg.target.Tools, Code: msg.code,
-		OnStart:  m.own.add,
+		OnStart: func(cell string) {
+			m.own.add(cell)
+			m.inbox.post(cellStartedMsg{run: r, cell: cell})
+		},
 		OnOutput: func(stream, text string) { m.inbox.post(cellOutputMsg{run: r, stream: stream, text: text}) }}
 	ctx, box := m.runCtx, m.inbox
 	go func() {

@@ -201,6 +201,9 @@ func (p *OutputPane) runLines(r *cellRun, w int) []string {
 	}
 	var lines []string
 	switch {
+	case r.running && r.cell == "" && !r.foreign:
+		// Its kernel runs another cell first.
+		lines = append(lines, t.StateQueued.Render(head+"queued")+" "+t.Muted.Render(first))
 	case r.running:
 		lines = append(lines, t.StateRunning.Render(head+"running")+" "+t.Muted.Render(first))
 	case r.err != nil:

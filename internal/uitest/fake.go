@@ -44,6 +44,9 @@ type Engine struct {
 	// block, when non-nil, makes Execute wait for it to be closed (or for
 	// its context to end): a cell that keeps running.
 	block chan struct{}
+	// queue, when non-nil, holds Execute before its cell starts (before
+	// OnStart), as a busy kernel's queue does.
+	queue chan struct{}
 
 	setLimits   []Limits
 	executed    []engine.Request
@@ -75,6 +78,17 @@ func (f *Engine) SetExecResult(res *engine.Result, err error, streamed string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.execResult, f.execErr, f.execOutput = res, err, streamed
+}
+
+// QueueExecute makes the following Execute calls wait in the kernel's
+// queue, before their cell starts, until the returned function is called.
+func (f *Engine) QueueExecute() (release func()) {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	f.queue = ch
+	f.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
 }
 
 // BlockExecute makes the following Execute calls wait until the returned
@@ -147,10 +161,17 @@ func (f *Engine) Execute(ctx context.Context, req engine.Request) (*engine.Resul
 	rec.OnOutput, rec.OnQueued, rec.OnStart = nil, nil, nil
 	rec.Tools = slices.Clone(req.Tools)
 	f.executed = append(f.executed, rec)
-	res, err, streamed, block := f.execResult, f.execErr, f.execOutput, f.block
+	res, err, streamed, block, queue := f.execResult, f.execErr, f.execOutput, f.block, f.queue
 	f.ownN++
 	cell := fmt.Sprintf("c-own-%d", f.ownN)
 	f.mu.Unlock()
+	if queue != nil {
+		select {
+		case <-queue:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	if req.OnStart != nil {
 		req.OnStart(cell)
 	}
