@@ -234,6 +234,36 @@ func goldenCases() []goldenCase {
 			want: []string{"Output · me/default", "line 29 of a long output", "line 06"},
 		},
 		{
+			name: "detail_evicted_80x24", w: 80, h: 24,
+			opts: fixtureOpts{kernels: fullCapKernels(), cap: 4},
+			drive: func(t *testing.T, s *session) {
+				s.tm.Send(keyTab)
+				s.tm.Type("jjjj")
+				evict(t, s)
+				s.tm.Type("d")
+				s.waitOutput(t, "Kernel k-b1")
+			},
+			want: []string{"Kernel k-b1", "dead", "evicted_cap: LRU position 1 of 4"},
+		},
+		{
+			name: "fleet_200x60", w: 200, h: 60,
+			opts: fixtureOpts{kernels: manyKernels(40, 6, false), cap: 30},
+			drive: func(t *testing.T, s *session) {
+				s.tm.Send(keyTab)
+				s.tm.Type("s") // by state
+			},
+			want: []string{"Kernels (40) · by state", "kernels 40/30 OVER CAP by 10 (evicting)"},
+		},
+		{
+			name: "filter_no_match_80x24", w: 80, h: 24,
+			opts: fixtureOpts{kernels: twoOwnerKernels()},
+			drive: func(t *testing.T, s *session) {
+				s.tm.Send(keyTab)
+				s.tm.Type("/k424601")
+			},
+			want: []string{"no match for /k424601"},
+		},
+		{
 			name: "over_cap_all_busy", w: 100, h: 30,
 			opts: fixtureOpts{kernels: overCapKernels(), cap: 4},
 			// (At 100 columns the header cuts "queued 2": see the report.)

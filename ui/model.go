@@ -963,7 +963,14 @@ func (m *Model) headerView() string {
 	capStyle := t.CapOK
 	switch {
 	case n > m.maxKernels:
-		capStyle, capText = t.CapOver, capText+fmt.Sprintf(" OVER CAP by %d (all busy)", n-m.maxKernels)
+		why := "all busy" // busy kernels are never evicted
+		for _, k := range m.kernels.kernels {
+			if k.State == engine.StateIdle && !k.Attached {
+				why = "evicting" // the engine has not caught up yet
+				break
+			}
+		}
+		capStyle, capText = t.CapOver, capText+fmt.Sprintf(" OVER CAP by %d (%s)", n-m.maxKernels, why)
 	case n == m.maxKernels:
 		capStyle, capText = t.CapFull, capText+" FULL"
 	}
