@@ -334,7 +334,7 @@ func runLongCell(s *tmuxtest.Session) int {
 func focusKernels(s *tmuxtest.Session) {
 	s.Keys("Tab")
 	s.WaitScreen("the kernels pane focused (its keys in the help line)", tmuxWait, func(screen string) bool {
-		return strings.Contains(helpLine(screen), "edit here")
+		return strings.Contains(helpLine(screen), "d detail")
 	})
 }
 

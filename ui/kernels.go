@@ -372,9 +372,13 @@ func (p *KernelsPane) ShortHelp() []key.Binding {
 	if p.editing {
 		return []key.Binding{k.Submit, k.Cancel}
 	}
-	return []key.Binding{k.Select, k.Detail, k.Filter, k.Sort, k.Toggle, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner,
-		k.CapUp, k.CapDown, k.IdleUp, k.IdleDown, k.Help, k.Quit}
+	// The footer is one line: pairs share an entry, the rest is under ?.
+	return []key.Binding{k.Select, k.Detail, k.Filter, k.Sort, k.Reset, k.Kill, k.ShutdownOwner,
+		helpOnly("+/-", "cap"), helpOnly("[/]", "idle"), k.Help}
 }
+
+// helpOnly is a footer entry for keys that have bindings of their own.
+func helpOnly(keys, desc string) key.Binding { return key.NewBinding(key.WithKeys(keys), key.WithHelp(keys, desc)) }
 
 // FullHelp implements help.KeyMap.
 func (p *KernelsPane) FullHelp() [][]key.Binding {

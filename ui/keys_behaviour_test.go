@@ -481,7 +481,7 @@ func TestHelpToggle(t *testing.T) {
 		t.Fatal("? in the events pane did not open the help")
 	}
 	v := f.m.View()
-	mustContain(t, v, "ctrl+n", "shutdown owner", "idle_exit -")
+	mustContain(t, v, "ctrl+n", "kill owner", "idle_exit -")
 	f.keys(runes("?"))
 	if f.m.showHelp {
 		t.Error("? again did not close the help")
