@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
 )
@@ -13,7 +14,7 @@ import (
 // evicted. The order is cached between changes, so each kind of change
 // must refresh it.
 func TestKernelsListingStaysSorted(t *testing.T) {
-	r := newRig(t, func(c *engine.Config) { c.MaxKernels = 5 })
+	r := newRig(t, func(c *engine.Config) { c.MaxKernels = 6 })
 	sorted := func(what string, want int) {
 		t.Helper()
 		ks := r.eng.Kernels()
@@ -27,21 +28,27 @@ func TestKernelsListingStaysSorted(t *testing.T) {
 			t.Fatalf("%s: listing not sorted: %+v", what, ks)
 		}
 	}
+	// The clock moves between calls, so the least recently used kernel
+	// (mallory's) is the one the cap takes later.
 	for i, o := range []string{"mallory", "alice", "trent", "bob"} {
 		r.exec(engine.Request{Owner: o, Code: "1"})
+		r.clock.Advance(time.Second)
 		sorted("after "+o, i+1)
 	}
 	r.exec(engine.Request{Owner: "bob", Task: "etl", Code: "1", Tools: []string{"read_file"}})
+	r.clock.Advance(time.Second)
 	r.exec(engine.Request{Owner: "bob", Task: "etl", Code: "1"})
-	sorted("two bob/etl kernels, told apart by their tools and ids", 5)
+	r.clock.Advance(time.Second)
+	sorted("two bob/etl kernels, told apart by their tools and ids", 6)
 	before := len(r.eng.Kernels())
 	res := r.exec(engine.Request{Owner: "alice", Code: "1", Reset: true})
 	if !res.Kernel.StateReset {
 		t.Fatalf("reset: %+v", res.Kernel)
 	}
-	sorted("after alice's reset", 5)
-	r.exec(engine.Request{Owner: "zed", Code: "1"}) // over the cap of 5: the LRU one goes
-	sorted("after an eviction", 5)
+	r.clock.Advance(time.Second)
+	sorted("after alice's reset", 6)
+	r.exec(engine.Request{Owner: "zed", Code: "1"}) // over the cap of 6: the LRU one goes
+	sorted("after an eviction", 6)
 	owners := map[string]bool{}
 	for _, k := range r.eng.Kernels() {
 		owners[k.Owner] = true
