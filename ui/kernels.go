@@ -378,7 +378,9 @@ func (p *KernelsPane) ShortHelp() []key.Binding {
 }
 
 // helpOnly is a footer entry for keys that have bindings of their own.
-func helpOnly(keys, desc string) key.Binding { return key.NewBinding(key.WithKeys(keys), key.WithHelp(keys, desc)) }
+func helpOnly(keys, desc string) key.Binding {
+	return key.NewBinding(key.WithKeys(keys), key.WithHelp(keys, desc))
+}
 
 // FullHelp implements help.KeyMap.
 func (p *KernelsPane) FullHelp() [][]key.Binding {
