@@ -176,6 +176,15 @@ func goldenCases() []goldenCase {
 			want: []string{"Kill alice/etl@local (k-a2)? Its state is lost. y/n"},
 		},
 		{
+			name: "confirm_kill_80x24", w: 80, h: 24,
+			opts: fixtureOpts{kernels: twoOwnerKernels()},
+			drive: func(t *testing.T, s *session) {
+				s.tm.Send(keyTab)
+				s.tm.Type("jjx")
+			},
+			want: []string{"Kill alice/etl@local (k-a2)? Its state is lost. y/n"},
+		},
+		{
 			name: "pending_cap", w: 100, h: 30,
 			opts: fixtureOpts{kernels: twoOwnerKernels(), cap: 4},
 			drive: func(t *testing.T, s *session) {
