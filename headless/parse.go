@@ -98,7 +98,7 @@ func (s *server) parse(line []byte) (*request, json.RawMessage, error) {
 	id, ok, err := f.str("id")
 	if err != nil || !ok {
 		var echo json.RawMessage
-		if raw, present := f.raw("id"); present && (jsonType(raw) == "number" || jsonType(raw) == "boolean") && len(raw) <= maxEchoedID {
+		if raw, present := f.raw("id"); present && (jsonobj.Kind(raw) == "number" || jsonobj.Kind(raw) == "boolean") && len(raw) <= maxEchoedID {
 			echo = raw
 		}
 		return nil, echo, fmt.Errorf(`every request needs "id" as a JSON string, which its response echoes (%s); e.g. "id":"4", not "id":4`, describe(m["id"]))
@@ -360,34 +360,15 @@ func (f fields) number(name string) (float64, bool, error) {
 		return 0, false, nil
 	}
 	var n float64
-	if jsonType(raw) != "number" || json.Unmarshal(raw, &n) != nil {
+	if jsonobj.Kind(raw) != "number" || json.Unmarshal(raw, &n) != nil {
 		return 0, false, fmt.Errorf("%q must be a number, got %s", name, describe(raw))
 	}
 	return n, true, nil
 }
 
-func jsonType(raw json.RawMessage) string {
-	if len(raw) == 0 {
-		return "nothing"
-	}
-	switch raw[0] {
-	case '"':
-		return "string"
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case 't', 'f':
-		return "boolean"
-	case 'n':
-		return "null"
-	}
-	return "number"
-}
-
 // describe names a value's JSON type for an error, with short values shown.
 func describe(raw json.RawMessage) string {
-	t := jsonType(raw)
+	t := jsonobj.Kind(raw)
 	if t == "nothing" {
 		return "it is missing"
 	}

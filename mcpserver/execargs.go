@@ -42,8 +42,8 @@ func decodeExecInput(raw json.RawMessage) (ExecInput, error) {
 			sort.Strings(names)
 			return in, fmt.Errorf("unknown argument %.80q; python_exec takes %s", k, strings.Join(names, ", "))
 		}
-		if kindOf(v) != kinds[k] {
-			return in, fmt.Errorf("argument %q must be a JSON %s, not %s", k, kinds[k], kindOf(v))
+		if jsonobj.Kind(v) != kinds[k] {
+			return in, fmt.Errorf("argument %q must be a JSON %s, not %s", k, kinds[k], jsonobj.Kind(v))
 		}
 		if err := json.Unmarshal(v, dst); err != nil {
 			return in, fmt.Errorf("argument %q: %v", k, err)
@@ -53,27 +53,6 @@ func decodeExecInput(raw json.RawMessage) (ExecInput, error) {
 		return in, fmt.Errorf(`missing argument "code" (the Python source to run)`)
 	}
 	return in, nil
-}
-
-// kindOf is the JSON type of a valid value.
-func kindOf(v json.RawMessage) string {
-	v = bytes.TrimSpace(v)
-	if len(v) == 0 {
-		return "nothing"
-	}
-	switch v[0] {
-	case '"':
-		return "string"
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case 't', 'f':
-		return "boolean"
-	case 'n':
-		return "null"
-	}
-	return "number"
 }
 
 // addExecTool registers python_exec.

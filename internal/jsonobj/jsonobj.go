@@ -76,3 +76,26 @@ func Decode(data []byte) (Object, error) {
 	}
 	return obj, nil
 }
+
+// Kind names the JSON type of a valid value: string, number, boolean,
+// null, object or array ("nothing" for an empty one), for error messages
+// and type checks on an Object's values.
+func Kind(v json.RawMessage) string {
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 {
+		return "nothing"
+	}
+	switch v[0] {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
