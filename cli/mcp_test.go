@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -279,7 +280,7 @@ func TestMCPApprovalByElicitation(t *testing.T) {
 	bin := buildBinary(t)
 	isolate(t)
 	for _, version := range []string{"", "2025-11-25"} {
-		t.Run("protocol "+cmpOr(version, "newest"), func(t *testing.T) {
+		t.Run("protocol "+cmp.Or(version, "newest"), func(t *testing.T) {
 			var mu sync.Mutex
 			decision, asked := "once", []string{}
 			opts := &mcp.ClientOptions{ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
@@ -314,13 +315,6 @@ func TestMCPApprovalByElicitation(t *testing.T) {
 			mu.Unlock()
 		})
 	}
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // Two agents with different names on one shared engine (--connect): each

@@ -1,10 +1,10 @@
 package ui
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
@@ -90,7 +90,7 @@ func (m *Model) detailLines(w int) []string {
 	add("key", kernelName(k))
 	if !live {
 		add("state", "dead")
-		add("why", cmpOr(plain(reason), "gone from the engine's listing (no reason seen)"))
+		add("why", cmp.Or(plain(reason), "gone from the engine's listing (no reason seen)"))
 	} else {
 		state := string(k.State)
 		switch k.State {
@@ -186,22 +186,4 @@ func (m *Model) onDetailKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.detail.offset = max(0, m.detail.offset-10)
 	}
 	return m, nil
-}
-
-// duration is one format for every duration shown: 312ms, 1.99s, 2m05s.
-func duration(d time.Duration) string {
-	switch {
-	case d < time.Second:
-		return fmt.Sprintf("%dms", d.Milliseconds())
-	case d < time.Minute:
-		return fmt.Sprintf("%.2fs", d.Seconds())
-	}
-	return short(d)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
