@@ -3,7 +3,6 @@ package ui
 import (
 	"cmp"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/charmbracelet/bubbles/key"
@@ -53,24 +52,6 @@ func (m *Model) detailKernel() (k engine.KernelInfo, reason string, live bool) {
 	return engine.KernelInfo{ID: m.detail.id}, m.reasons[m.detail.id], false
 }
 
-// lruPosition is k's place in the eviction order: the idle kernels, least
-// recently used first (1 is evicted first); 0 when k is not idle.
-func lruPosition(ks []engine.KernelInfo, k engine.KernelInfo) (pos, of int) {
-	var idle []engine.KernelInfo
-	for _, x := range ks {
-		if x.State == engine.StateIdle && !x.Attached {
-			idle = append(idle, x)
-		}
-	}
-	slices.SortStableFunc(idle, func(a, b engine.KernelInfo) int { return a.LastUsed.Compare(b.LastUsed) })
-	for i, x := range idle {
-		if x.ID == k.ID {
-			return i + 1, len(idle)
-		}
-	}
-	return 0, len(idle)
-}
-
 // detailLines is the detail's text at width w.
 func (m *Model) detailLines(w int) []string {
 	t := m.ctx.Theme
@@ -106,7 +87,8 @@ func (m *Model) detailLines(w int) []string {
 			state += fmt.Sprintf("; %d cells queued", k.Queued)
 		}
 		add("state", state)
-		if pos, of := lruPosition(m.kernels.kernels, k); pos > 0 {
+		// The kernels pane numbers the eviction order at each snapshot.
+		if pos, of := m.kernels.lruPos[k.ID], len(m.kernels.lruPos); pos > 0 {
 			lru := fmt.Sprintf("%d of %d idle kernels (1 goes first when the cap needs room)", pos, of)
 			if k.NextEvict {
 				lru += "; next to be evicted"
