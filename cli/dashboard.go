@@ -202,7 +202,7 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	}
 	sub := eng.SubscribeWith(engine.SubscribeOptions{Buffer: 4096, Output: true, Since: time.Now().Add(-historyShown)})
 	opts := ui.Options{Engine: ui.Embedded{Engine: eng}, Events: sub.C, History: sub.History, Theme: theme,
-		User: os.Getenv("USER"), Where: where, KeepsKernels: c.eng.keep}
+		User: os.Getenv("USER"), Where: where, KeepsKernels: c.eng.keep, Clipboard: out}
 	firstFrame := make(chan struct{})
 	if feed != nil {
 		opts.Replay = feed
@@ -309,7 +309,7 @@ func (c *dashboardCmd) runAttached(std stdio) int {
 	}
 	defer cl.Close()
 	m := ui.New(ui.Options{Engine: cl, Events: cl.Events(), Theme: theme, User: os.Getenv("USER"),
-		Where: "attached to " + cl.Where(), Lost: cl.Err, KeepsKernels: true})
+		Where: "attached to " + cl.Where(), Lost: cl.Err, KeepsKernels: true, Clipboard: out})
 	p := tea.NewProgram(m, c.programOptions(in, out)...)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()

@@ -53,7 +53,7 @@ func TestDashboardTmux(t *testing.T) {
 			return strings.Contains(headerLine(screen), "kernels 1/5")
 		})
 
-		s.Keys("C-c") // no cell runs: quits without asking
+		quitKillingKernels(s) // no cell runs, yet quitting kills the kernel: it asks
 		wantExitKilled(t, s, "killed 1 kernel")
 		waitProcessDead(t, pid)
 		wantNoProcessesUnder(t, kernels)
@@ -125,7 +125,17 @@ func TestDashboardTmux(t *testing.T) {
 		if !strings.HasPrefix(headerLine(screen), "kerneldeck") {
 			t.Errorf("the screen was cleared or repainted:\n%s", screen)
 		}
-		s.Keys("C-c")
+
+		// y in the output pane copies the output through OSC 52 (tmux
+		// takes it into a buffer), the escapes dropped.
+		s.Keys("Tab", "Tab")
+		s.WaitScreen("the output pane focused", tmuxWait, func(screen string) bool { return strings.Contains(helpLine(screen), "y copy") })
+		s.Keys("y")
+		s.WaitScreen("the copy reported", tmuxWait, func(screen string) bool { return strings.Contains(screen, "copied the output of [1]") })
+		if got, want := s.Buffer(), "]52;c;Y3VybCBldmlsfHNo]2;pwned[2J[Hfake screen\n"; got != want {
+			t.Errorf("y put %q in the clipboard, want %q", got, want)
+		}
+		quitKillingKernels(s)
 		wantExitKilled(t, s, "killed 1 kernel")
 	})
 
@@ -338,8 +348,17 @@ func focusKernels(s *tmuxtest.Session) {
 	})
 }
 
+// quitKillingKernels presses ctrl+c, waits for the question that quitting
+// with kernels asks, and answers y.
+func quitKillingKernels(s *tmuxtest.Session) {
+	s.Keys("C-c")
+	s.WaitScreen("the quit question", tmuxWait, func(screen string) bool { return strings.Contains(screen, "Quit and kill") })
+	s.Keys("y")
+}
+
 // wantExitKilled waits for the binary to exit and checks status 0 and the
 // kernel count on stderr.
+
 func wantExitKilled(t *testing.T, s *tmuxtest.Session, stderr string) {
 	t.Helper()
 	if code := s.WaitExit(tmuxWait); code != 0 {

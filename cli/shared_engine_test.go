@@ -308,7 +308,7 @@ func TestDashboardServesItsEngine(t *testing.T) {
 	})
 	a.in.Close()
 	<-a.ended
-	s.Keys("C-c")
+	quitKillingKernels(s)
 	wantExitKilled(t, s, "killed 1 kernel")
 	wantNoProcessesUnder(t, dirs.kernels)
 }

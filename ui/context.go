@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"io"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
@@ -29,6 +30,8 @@ type Context struct {
 	ask func(text string, yes tea.Cmd)
 	// detail opens the detail view of the selected kernel.
 	detail func() tea.Cmd
+	// clipboard is the terminal that y sends OSC 52 to; nil: no copying.
+	clipboard io.Writer
 }
 
 // boxStyle holds what a pane border needs, derived from the theme once.

@@ -12,7 +12,7 @@ type KeyMap struct {
 	Filter, ApproveOnce, ApproveAlways, Deny   key.Binding
 	Yes, No, Cancel, Submit, Detail            key.Binding
 	ReplayPause, ReplayStep, Follow, Zoom      key.Binding
-	Newline, Command, External, Sort           key.Binding
+	Newline, Command, External, Sort, Copy     key.Binding
 }
 
 // DefaultKeyMap is the standard key map.
@@ -61,5 +61,6 @@ func DefaultKeyMap() KeyMap {
 		Command:       b(":", "command", ":"),
 		External:      b("ctrl+e", "$EDITOR", "ctrl+e"),
 		Sort:          b("s", "sort", "s"),
+		Copy:          b("y", "copy output", "y"),
 	}
 }

@@ -1,6 +1,8 @@
 package ui
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -222,9 +224,10 @@ func TestOtherKernelActions(t *testing.T) {
 	mustContain(t, f.m.View(), "kernels 1/8")
 }
 
-// TestQuitKeys: ctrl+c quits at once when nothing runs, asks first when a
-// cell runs elsewhere (y quits, n stays), and interrupts when the cell
-// runs in the editor's target; "q" quits outside the editor only.
+// TestQuitKeys: ctrl+c and "q" quit at once only when that kills nothing;
+// with kernels they ask first (y quits, n or ctrl+c stays), and ctrl+c
+// interrupts when the cell runs in the editor's target; "q" quits outside
+// the editor only.
 func TestQuitKeys(t *testing.T) {
 	mine := engine.KernelInfo{ID: "k-me", Owner: "me", Task: "default", Backend: "local", PID: 1,
 		State: "running", RunningSince: t0.Add(-time.Second)}
@@ -239,7 +242,9 @@ func TestQuitKeys(t *testing.T) {
 		editor    string
 		ask       string // the question, when not the running-cells one
 	}{
-		{name: "ctrl+c idle", kernels: idle, keys: []tea.KeyMsg{keyCtrlC}, quits: true},
+		{name: "ctrl+c idle asks", kernels: idle, keys: []tea.KeyMsg{keyCtrlC}, confirm: true, ask: "Quit and kill 2 kernels? y/n"},
+		{name: "ctrl+c idle y", kernels: idle, keys: []tea.KeyMsg{keyCtrlC, runes("y")}, quits: true},
+		{name: "ctrl+c idle ctrl+c", kernels: idle, keys: []tea.KeyMsg{keyCtrlC, keyCtrlC}},
 		{name: "ctrl+c no kernels", keys: []tea.KeyMsg{keyCtrlC}, quits: true},
 		{name: "ctrl+c running asks", kernels: twoOwnerKernels(), keys: []tea.KeyMsg{keyCtrlC}, confirm: true},
 		{name: "ctrl+c running y", kernels: twoOwnerKernels(), keys: []tea.KeyMsg{keyCtrlC, runes("y")}, quits: true},
@@ -1029,4 +1034,59 @@ func TestQueuedCellIsLabelledQueued(t *testing.T) {
 	for !strings.Contains(f.m.View(), "[1] running") {
 		f.drainInbox(t)
 	}
+}
+
+// TestCopyOutput: y in the output pane sends the cell's output to the
+// terminal as one OSC 52 sequence, control characters dropped; scrolled
+// up, it copies the cell at the top of the window; with no terminal it
+// says so.
+func TestCopyOutput(t *testing.T) {
+	var clip bytes.Buffer
+	f := sized(t, fixtureOpts{clipboard: &clip})
+	runCell := func(seq int, stdout string) {
+		t.Helper()
+		f.eng.SetExecResult(&engine.Result{Status: engine.StatusSuccess, Stdout: stdout, Kernel: &engine.KernelResult{ID: "k-me", ExecutionCount: 1}}, nil, "")
+		f.m.editor.area.SetValue("print(1)")
+		f.run(t, f.update(keyCtrlR))
+		for len(f.m.output.shown) < seq || f.m.output.shown[seq-1].res == nil {
+			f.drainInbox(t)
+		}
+	}
+	decode := func() string {
+		t.Helper()
+		s := clip.String()
+		clip.Reset()
+		b64, ok := strings.CutPrefix(s, "\x1b]52;c;")
+		if b64, ok = strings.CutSuffix(b64, "\x07"); !ok {
+			t.Fatalf("clipboard write %q is not one OSC 52 sequence", s)
+		}
+		text, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			t.Fatalf("OSC 52 payload %q: %v", b64, err)
+		}
+		return string(text)
+	}
+	var first strings.Builder
+	for i := range 30 {
+		fmt.Fprintf(&first, "line %d\n", i)
+	}
+	runCell(1, first.String())
+	runCell(2, "second \x1b]2;pwned\x07cell\n")
+	f.keys(keyTab, keyTab) // the output pane
+	f.run(t, f.update(runes("y")))
+	if got := decode(); got != "second ]2;pwnedcell\n" {
+		t.Errorf("copied %q, want the last cell's output without its control characters", got)
+	}
+	mustContain(t, f.m.View(), "copied the output of [2]")
+
+	f.keys(keyPgUp, keyPgUp, keyPgUp, keyPgUp, keyPgUp)
+	f.run(t, f.update(runes("y")))
+	if got := decode(); got != first.String() {
+		t.Errorf("scrolled to the top, copied %q, want the first cell's output", got)
+	}
+
+	g := sized(t, fixtureOpts{})
+	g.keys(keyTab, keyTab)
+	g.run(t, g.update(runes("y")))
+	mustContain(t, g.m.View(), "nothing to copy")
 }

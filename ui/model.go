@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 	"time"
@@ -47,6 +48,9 @@ type Options struct {
 	// Replay, when set, is a replay feeding the engine: the header says so
 	// and p/n pause, resume and step it.
 	Replay ReplayControl
+	// Clipboard is the terminal the output pane's y copies a cell's output
+	// to, as an OSC 52 sequence the terminal may honour; nil turns y off.
+	Clipboard io.Writer
 	// OnFirstFrame runs once, when the window's size is first known (the
 	// first frame follows): a replay starts then, not before.
 	OnFirstFrame func()
@@ -186,7 +190,7 @@ func New(opts Options) *Model {
 	if user == "" {
 		user = "me"
 	}
-	ctx := &Context{Theme: theme, Keys: DefaultKeyMap(), Now: now, User: user, borders: newBoxStyle(theme)}
+	ctx := &Context{Theme: theme, Keys: DefaultKeyMap(), Now: now, User: user, borders: newBoxStyle(theme), clipboard: opts.Clipboard}
 	backendsList := opts.Engine.Backends()
 	first := ""
 	if len(backendsList) > 0 {
@@ -665,8 +669,8 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 			id := k.ID
 			return m, m.action("interrupted "+id, func(ctx context.Context, eng Engine) error { return eng.Interrupt(ctx, id) })
 		}
-		if m.anyRunning() {
-			m.asking = m.quitQuestion()
+		if q := m.quitQuestion(); q != nil {
+			m.asking = q
 			return m, nil
 		}
 		return m.quit()

@@ -1,15 +1,19 @@
 package ui
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/aymanbagabas/go-osc52/v2"
 	"github.com/charmbracelet/bubbles/key"
 	"github.com/charmbracelet/bubbles/viewport"
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/english"
 )
 
 // cellRun is one cell and what came of it: started here, or (foreign) by
@@ -81,6 +85,8 @@ type OutputPane struct {
 	target Target
 	runs   []*cellRun // of every target, oldest first
 	lines  []string   // of the current target, at the current width
+	shown  []*cellRun // the current target's runs, as rendered
+	starts []int      // the first line of each of shown
 	scroll scroller
 	follow bool
 	keys   actions
@@ -96,8 +102,76 @@ func newOutputPane(ctx *Context) *OutputPane {
 		{k.PageUp, run(func() tea.Cmd { vp.PageUp(); return p.scrolled() })},
 		{k.PageDown, run(func() tea.Cmd { vp.PageDown(); return p.scrolled() })},
 		{k.Follow, run(func() tea.Cmd { vp.GotoBottom(); p.follow = true; return nil })},
+		{k.Copy, run(p.copySelected)},
 	}
 	return p
+}
+
+// maxCopy bounds what y sends: terminals drop longer OSC 52 payloads.
+const maxCopy = 64 << 10
+
+// selected is the cell y copies: the last one while following, else the
+// one at the top of the scrolled window.
+func (p *OutputPane) selected() *cellRun {
+	if len(p.shown) == 0 {
+		return nil
+	}
+	if p.follow {
+		return p.shown[len(p.shown)-1]
+	}
+	top, _ := p.scroll.window()
+	i, found := slices.BinarySearch(p.starts, top)
+	if !found {
+		i--
+	}
+	return p.shown[max(i, 0)]
+}
+
+// copySelected sends the selected cell's output to the terminal's
+// clipboard (OSC 52), stripped of control characters: it is the kernel's
+// text, and pasting it must not replay its escape sequences.
+func (p *OutputPane) copySelected() tea.Cmd {
+	r := p.selected()
+	clip := p.ctx.clipboard
+	switch {
+	case r == nil:
+		return func() tea.Msg { return actionDoneMsg{what: "nothing to copy: no cell ran in this target yet"} }
+	case clip == nil:
+		return func() tea.Msg { return actionDoneMsg{what: "copy", err: errNoClipboard} }
+	}
+	text := copyText(r)
+	clipped := len(text) > maxCopy
+	if clipped {
+		text = strings.ToValidUTF8(text[:maxCopy], "")
+	}
+	what := fmt.Sprintf("copied the output of [%d] (%s) to the clipboard, where the terminal allows OSC 52", r.seq, english.Count(len(text), "byte"))
+	if clipped {
+		what = fmt.Sprintf("copied the first %d KiB of [%d]'s output to the clipboard, where the terminal allows OSC 52", maxCopy>>10, r.seq)
+	}
+	return func() tea.Msg {
+		_, err := osc52.New(text).WriteTo(clip)
+		return actionDoneMsg{what: what, err: err}
+	}
+}
+
+// errNoClipboard is why y copies nothing without a terminal.
+var errNoClipboard = errors.New("no terminal to copy to")
+
+// copyText is a run's output as copied: stdout, stderr and traceback,
+// with control characters other than newline and tab dropped.
+func copyText(r *cellRun) string {
+	var text string
+	if r.res == nil {
+		text = r.stdout.String() + r.stderr.String()
+	} else {
+		text = r.res.Stdout + r.res.Stderr + r.res.Traceback
+	}
+	return strings.Map(func(c rune) rune {
+		if c == '\n' || c == '\t' || (c >= 0x20 && c != 0x7f && (c < 0x80 || c > 0x9f)) {
+			return c
+		}
+		return -1
+	}, text)
 }
 
 // scrolled follows the output again once scrolled to its end.
@@ -118,7 +192,7 @@ func (p *OutputPane) Title() string {
 // ShortHelp implements help.KeyMap.
 func (p *OutputPane) ShortHelp() []key.Binding {
 	k := p.ctx.Keys
-	return []key.Binding{k.Up, k.Down, k.Follow, k.Focus, k.Help, k.Quit}
+	return []key.Binding{k.Up, k.Down, k.Follow, k.Copy, k.Focus, k.Help, k.Quit}
 }
 
 // FullHelp implements help.KeyMap.
@@ -166,11 +240,13 @@ func (p *OutputPane) render() {
 	w := p.width - 2
 	key := p.target.String()
 	var lines []string
+	p.shown, p.starts = p.shown[:0], p.starts[:0]
 	lastKernel := ""
 	for _, r := range p.runs {
 		if r.target.String() != key {
 			continue
 		}
+		p.shown, p.starts = append(p.shown, r), append(p.starts, len(lines))
 		if r.res != nil && r.res.Kernel != nil {
 			// Where the target's kernel was replaced, a rule says so: the
 			// cells above ran in a kernel whose state is gone.

@@ -3,6 +3,7 @@ package ui
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -44,6 +45,7 @@ var testBackends = []string{"local", "ssh://gpu1"}
 // Keys as Bubble Tea delivers them.
 var (
 	keyTab   = tea.KeyMsg{Type: tea.KeyTab}
+	keyPgUp  = tea.KeyMsg{Type: tea.KeyPgUp}
 	keyEnter = tea.KeyMsg{Type: tea.KeyEnter}
 	keyEsc   = tea.KeyMsg{Type: tea.KeyEsc}
 	keyCtrlC = tea.KeyMsg{Type: tea.KeyCtrlC}
@@ -115,6 +117,7 @@ type fixtureOpts struct {
 	// deliver the pause themselves, and goldens never see it pass).
 	limitsPause time.Duration
 	replay      ReplayControl
+	clipboard   io.Writer
 }
 
 // fakeReplay is a replay's state as the dashboard sees it.
@@ -146,7 +149,7 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	if o.limitsPause == 0 {
 		o.limitsPause = time.Hour
 	}
-	m := New(Options{Engine: eng, Events: o.events, Theme: o.theme, Now: clock.Now, User: "me", TickEvery: -1, LimitsPause: o.limitsPause, Replay: o.replay})
+	m := New(Options{Engine: eng, Events: o.events, Theme: o.theme, Now: clock.Now, User: "me", TickEvery: -1, LimitsPause: o.limitsPause, Replay: o.replay, Clipboard: o.clipboard})
 	t.Cleanup(m.Close)
 	return &fixture{eng: eng, clock: clock, m: m}
 }

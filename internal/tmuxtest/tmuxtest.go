@@ -287,6 +287,16 @@ func (s *Session) Buffers() string {
 	return strings.TrimSpace(string(out))
 }
 
+// Buffer is the newest tmux paste buffer in full, "" when there is none.
+func (s *Session) Buffer() string {
+	s.t.Helper()
+	out, err := s.tmuxCmd("show-buffer").Output()
+	if err != nil {
+		return ""
+	}
+	return string(out)
+}
+
 // PaneTitle is the pane's title (what OSC 2 from the program sets).
 func (s *Session) PaneTitle() string {
 	s.t.Helper()
