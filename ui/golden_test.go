@@ -3,6 +3,7 @@ package ui
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,9 @@ type goldenCase struct {
 	// want are substrings the final view must hold (a check that the golden
 	// shows what the name says, independent of -update).
 	want []string
+	// want80, when set, replaces want at 80 columns, where long lines are
+	// wrapped or cut (TestGoldenSizes).
+	want80 []string
 }
 
 // session is a running program over a fixture.
@@ -238,9 +242,10 @@ func goldenCases() []goldenCase {
 				s.tm.Send(keyTab)
 				s.tm.Send(keyTab) // the output pane
 				s.tm.Type("z")
-				s.waitOutput(t, "line 06")
+				s.waitOutput(t, "line 10") // (line 06 too, at 100x30 and more)
 			},
-			want: []string{"Output · me/default", "line 29 of a long output", "line 06"},
+			want:   []string{"Output · me/default", "line 29 of a long output", "line 06"},
+			want80: []string{"Output · me/default", "line 29 of a long output", "line 10"},
 		},
 		{
 			name: "detail_evicted_80x24", w: 80, h: 24,
@@ -276,7 +281,8 @@ func goldenCases() []goldenCase {
 			name: "over_cap_all_busy", w: 100, h: 30,
 			opts: fixtureOpts{kernels: overCapKernels(), cap: 4},
 			// (At 100 columns the header cuts "queued 2": see the report.)
-			want: []string{"kernels 5/4 OVER CAP by 1 (all busy)", "running 5", "run+2"},
+			want:   []string{"kernels 5/4 OVER CAP by 1 (all busy)", "running 5", "run+2"},
+			want80: []string{"kernels 5/4 OVER CAP by 1 (all busy)", "running 5", "rows 1–5 of 8"},
 		},
 		{
 			name: "eviction_event", w: 100, h: 30,
@@ -315,6 +321,33 @@ func TestGolden(t *testing.T) {
 			checkGolden(t, view, tc.w, tc.h)
 			mustContain(t, view, tc.want...)
 		})
+	}
+}
+
+// TestGoldenSizes renders every scenario drawn at 100x30 also at the
+// smallest supported window (80x24) and a large one (200x60): nothing may
+// be cut that the scenario is about, and nothing may spill.
+func TestGoldenSizes(t *testing.T) {
+	sizes := []struct{ w, h int }{{80, 24}, {200, 60}}
+	for _, tc := range goldenCases() {
+		if tc.w != 100 || tc.h != 30 || slices.ContainsFunc(goldenCases(), func(c goldenCase) bool { return c.name == tc.name+"_80x24" }) {
+			continue // drawn at 80x24 by a case of its own
+		}
+		for _, sz := range sizes {
+			t.Run(fmt.Sprintf("%s_%dx%d", tc.name, sz.w, sz.h), func(t *testing.T) {
+				s := start(t, tc.opts, sz.w, sz.h)
+				if tc.drive != nil {
+					tc.drive(t, s)
+				}
+				view := s.finish(t)
+				checkGolden(t, view, sz.w, sz.h)
+				want := tc.want
+				if sz.w < 100 && tc.want80 != nil {
+					want = tc.want80
+				}
+				mustContain(t, view, want...)
+			})
+		}
 	}
 }
 

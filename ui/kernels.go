@@ -363,7 +363,22 @@ func (p *KernelsPane) Title() string {
 	if p.sortBy != sortByTask {
 		t += " · by " + p.sortBy.String()
 	}
+	// A list taller than the pane says which rows show, so that kernels
+	// below the edge are not taken for absent.
+	if v := p.visibleRows(); v > 0 && len(p.rows) > v {
+		t += fmt.Sprintf(" · rows %d–%d of %d", p.offset+1, min(p.offset+v, len(p.rows)), len(p.rows))
+	}
 	return t
+}
+
+// visibleRows is how many kernel rows fit under the header (and the
+// filter line, when there is one).
+func (p *KernelsPane) visibleRows() int {
+	v := p.height - 3 // border and header
+	if p.editing || p.filter.active() {
+		v-- // the filter line
+	}
+	return v
 }
 
 // ShortHelp implements help.KeyMap.
@@ -639,10 +654,7 @@ func (p *KernelsPane) toggleFold() {
 // scroll keeps the cursor on a row and in view.
 func (p *KernelsPane) scroll() {
 	p.cursor = min(max(p.cursor, 0), max(len(p.rows)-1, 0))
-	visible := p.height - 3 // border and header
-	if p.editing || p.filter.active() {
-		visible-- // the filter line
-	}
+	visible := p.visibleRows()
 	if p.cursor < p.offset {
 		p.offset = p.cursor
 	}

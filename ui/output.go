@@ -297,12 +297,19 @@ func (p *OutputPane) runLines(r *cellRun, w int) []string {
 			lines = append(lines, t.Warn.Render(l))
 		}
 	} else {
-		lines = append(lines, wrapLines(output(r.res.Stdout), w)...)
-		for _, l := range wrapLines(output(r.res.Stderr), w) {
-			lines = append(lines, t.Warn.Render(l))
+		// An empty stream is no line (wrapLines makes one empty line of it).
+		if r.res.Stdout != "" {
+			lines = append(lines, wrapLines(output(r.res.Stdout), w)...)
 		}
-		for _, l := range wrapLines(output(r.res.Traceback), w) {
-			lines = append(lines, t.Error.Render(l))
+		if r.res.Stderr != "" {
+			for _, l := range wrapLines(output(r.res.Stderr), w) {
+				lines = append(lines, t.Warn.Render(l))
+			}
+		}
+		if r.res.Traceback != "" {
+			for _, l := range wrapLines(output(r.res.Traceback), w) {
+				lines = append(lines, t.Error.Render(l))
+			}
 		}
 		if r.res.StdoutClipped || r.res.StderrClipped {
 			lines = append(lines, t.Muted.Render("clipped; full output: "+plain(strings.TrimSpace(r.res.SpillPath+" "+r.res.StderrSpillPath))))
