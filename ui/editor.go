@@ -151,7 +151,8 @@ func (p *EditorPane) Title() string { return "Cell" }
 // ShortHelp implements help.KeyMap.
 func (p *EditorPane) ShortHelp() []key.Binding {
 	k := p.ctx.Keys
-	return []key.Binding{k.Run, k.HistPrev, k.NewTarget, k.External, k.Interrupt, k.Focus}
+	// The way out (and so to ? help) comes early: narrow windows cut the rest.
+	return []key.Binding{k.Run, helpOnly("shift+tab", "leave"), k.HistPrev, k.NewTarget, k.External, k.Interrupt}
 }
 
 // FullHelp implements help.KeyMap.

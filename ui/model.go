@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/charmbracelet/bubbles/help"
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/english"
@@ -1059,7 +1061,6 @@ func (m *Model) helpView() string {
 	if m.showHelp {
 		return m.help.FullHelpView(m.fullHelp())
 	}
-	short := m.help.ShortHelpView(m.panes[m.focus].ShortHelp())
 	// A status goes after a while; an error stays until the next one, and
 	// a pending limits edit says so until it applies.
 	if m.status != "" && (m.statusErr || m.pendingCap != nil || m.pendingIdle != nil || m.ctx.Now().Sub(m.statusAt) < statusShown) {
@@ -1067,9 +1068,50 @@ func (m *Model) helpView() string {
 		if m.statusErr {
 			st = t.Error
 		}
-		return st.Render(m.status) + "  " + short
+		status := st.Render(m.status) + "  "
+		return status + m.shortHelp(m.help.Width-lipgloss.Width(status))
 	}
-	return short
+	return m.shortHelp(m.help.Width)
+}
+
+// shortHelp is the focused pane's keys in w cells, "? help" last: what
+// does not fit is cut before it, so the way to the rest always shows.
+func (m *Model) shortHelp(w int) string {
+	helpKey := m.ctx.Keys.Help
+	var rest []key.Binding
+	hasHelp := false
+	keys := m.panes[m.focus].ShortHelp()
+	if m.detail != nil {
+		k := m.ctx.Keys
+		keys = []key.Binding{helpOnly("esc/d", "close"), k.Up, k.Down, k.PageUp, k.PageDown}
+	}
+	for _, b := range keys {
+		if slices.Equal(b.Keys(), helpKey.Keys()) {
+			hasHelp = true
+			continue
+		}
+		rest = append(rest, b)
+	}
+	h := m.help
+	h.Width = 0 // cut here: bubbles' help lets the last entry spill when no ellipsis fits
+	tail := ""
+	if hasHelp {
+		tail = h.Styles.ShortSeparator.Inline(true).Render(h.ShortSeparator) + h.ShortHelpView([]key.Binding{helpKey})
+		if len(rest) == 0 {
+			return h.ShortHelpView([]key.Binding{helpKey})
+		}
+	}
+	ellipsis := " " + h.Styles.Ellipsis.Inline(true).Render(h.Ellipsis)
+	for n := len(rest); n > 0; n-- {
+		v := h.ShortHelpView(rest[:n])
+		if n < len(rest) {
+			v += ellipsis
+		}
+		if lipgloss.Width(v)+lipgloss.Width(tail) <= w {
+			return v + tail
+		}
+	}
+	return strings.TrimPrefix(tail, h.Styles.ShortSeparator.Inline(true).Render(h.ShortSeparator))
 }
 
 // statusShown is how long a status message stays on the help line.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/kerneldeck/kerneldeck/engine"
 )
@@ -123,5 +124,29 @@ func TestViewBeforeSize(t *testing.T) {
 	f := newFixture(t, fixtureOpts{kernels: twoOwnerKernels()})
 	if v := f.m.View(); v != "" {
 		t.Errorf("view before any size = %q", v)
+	}
+}
+
+// TestFooterKeepsHelp: at every width the key-hint line fits, and outside
+// the editor (where ? is typed) it ends with "? help": entries that do not
+// fit are cut before it, with an ellipsis.
+func TestFooterKeepsHelp(t *testing.T) {
+	for _, w := range []int{60, 80, 100, 120, 200} {
+		f := newFixture(t, fixtureOpts{kernels: twoOwnerKernels()})
+		f.update(tea.WindowSizeMsg{Width: w, Height: 30})
+		for pane := range 4 {
+			lines := strings.Split(f.m.View(), "\n")
+			foot := strings.TrimRight(lines[len(lines)-1], " ")
+			if sw := ansi.StringWidth(foot); sw > w {
+				t.Errorf("width %d, pane %d: footer is %d cells: %q", w, pane, sw, foot)
+			}
+			if pane != focusEditor && !strings.HasSuffix(foot, "? help") {
+				t.Errorf("width %d, pane %d: footer %q does not end with ? help", w, pane, foot)
+			}
+			if strings.Contains(foot, "…") && !strings.Contains(foot, " … ") && !strings.HasSuffix(foot, " …") {
+				t.Errorf("width %d, pane %d: footer %q cut mid-entry", w, pane, foot)
+			}
+			f.update(keyTab)
+		}
 	}
 }
