@@ -455,7 +455,11 @@ func lruOrder(ks []engine.KernelInfo) map[string]int {
 		}
 	}
 	slices.SortFunc(idle, func(a, b entry) int {
-		return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(ks[a.i].ID, ks[b.i].ID)) // the engine breaks ties by id too
+		// Not cmp.Or: it would compare the ids of every pair, not only of ties.
+		if c := cmp.Compare(a.at, b.at); c != 0 {
+			return c
+		}
+		return strings.Compare(ks[a.i].ID, ks[b.i].ID) // the engine breaks ties by id too
 	})
 	pos := make(map[string]int, len(idle))
 	for n, e := range idle {
