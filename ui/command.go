@@ -20,7 +20,14 @@ import (
 type commandLine struct {
 	in  textinput.Model
 	err string
+	// hist is the place in the model's command history that up and down
+	// reached (its length: the new line); draft is that new line.
+	hist  int
+	draft string
 }
+
+// maxCommandHistory bounds the : commands remembered.
+const maxCommandHistory = 100
 
 // commands are the : commands, with their arguments for the help.
 var commands = []struct{ name, args, help string }{
@@ -35,8 +42,8 @@ var commands = []struct{ name, args, help string }{
 func (m *Model) openCommand() tea.Cmd {
 	in := textinput.New()
 	in.Prompt = ":"
-	in.Placeholder = "cap 3, idle 10m, kill ID, owner alice, filter etl, detail ID (tab completes)"
-	m.command = &commandLine{in: in}
+	in.Placeholder = "cap 3, idle 10m, kill ID, owner alice, filter etl, detail ID (tab completes, ↑ recalls)"
+	m.command = &commandLine{in: in, hist: len(m.cmdHistory)}
 	return m.command.in.Focus()
 }
 
@@ -49,13 +56,38 @@ func (m *Model) onCommandKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.command = nil
 		return m, nil
 	case key.Matches(km, keys.Submit):
-		cmd, err := m.runCommand(c.in.Value())
+		line := c.in.Value()
+		cmd, err := m.runCommand(line)
 		if err != nil {
 			c.err = err.Error()
 			return m, nil
 		}
+		if line = strings.TrimSpace(line); line != "" && (len(m.cmdHistory) == 0 || m.cmdHistory[len(m.cmdHistory)-1] != line) {
+			m.cmdHistory = append(m.cmdHistory, line)
+			if len(m.cmdHistory) > maxCommandHistory {
+				m.cmdHistory = m.cmdHistory[1:]
+			}
+		}
 		m.command = nil
 		return m, cmd
+	case km.Type == tea.KeyUp || km.Type == tea.KeyDown:
+		// Arrows only: k and j are letters of commands.
+		if c.hist == len(m.cmdHistory) {
+			c.draft = c.in.Value()
+		}
+		if km.Type == tea.KeyUp {
+			c.hist = max(0, c.hist-1)
+		} else {
+			c.hist = min(len(m.cmdHistory), c.hist+1)
+		}
+		if c.hist == len(m.cmdHistory) {
+			c.in.SetValue(c.draft)
+		} else {
+			c.in.SetValue(m.cmdHistory[c.hist])
+		}
+		c.in.CursorEnd()
+		c.err = ""
+		return m, nil
 	case key.Matches(km, keys.Focus):
 		c.in.SetValue(m.complete(c.in.Value()))
 		c.in.CursorEnd()

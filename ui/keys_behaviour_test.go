@@ -886,6 +886,24 @@ func TestCommandMode(t *testing.T) {
 	typeIn("filter bob")
 	f.keys(keyEnter)
 	mustContain(t, f.m.View(), "Kernels (1 of 2) · /bob")
+
+	// Up and down walk the commands that ran (not the failed ones), back
+	// to the line being typed.
+	up, down := tea.KeyMsg{Type: tea.KeyUp}, tea.KeyMsg{Type: tea.KeyDown}
+	f.keys(runes(":"))
+	typeIn("ca")
+	for _, want := range []string{"filter bob", "kill k-a2", "cap 3", "cap 3"} {
+		f.keys(up)
+		if got := f.m.command.in.Value(); got != want {
+			t.Errorf("up: %q, want %q", got, want)
+		}
+	}
+	for _, want := range []string{"kill k-a2", "filter bob", "ca", "ca"} {
+		f.keys(down)
+		if got := f.m.command.in.Value(); got != want {
+			t.Errorf("down: %q, want %q", got, want)
+		}
+	}
 }
 
 // TestExternalEditor: ctrl+e hands the cell to $EDITOR in a private file

@@ -141,8 +141,10 @@ type Model struct {
 	// globals are the keys that work in every pane not typing text.
 	globals actions
 
-	help     help.Model
-	showHelp bool
+	help help.Model
+	// cmdHistory is the : commands that ran, oldest first.
+	cmdHistory []string
+	showHelp   bool
 
 	maxKernels int
 	idleExit   time.Duration
