@@ -16,6 +16,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/hosttools"
+	"github.com/kerneldeck/kerneldeck/internal/english"
 	"github.com/kerneldeck/kerneldeck/internal/kernelauth"
 )
 
@@ -250,7 +251,7 @@ func (e *Engine) SetLimits(maxKernels *int, idleExit *time.Duration) error {
 			}
 		}
 	}
-	e.emit(Event{Type: EventLimits, Detail: fmt.Sprintf("max_kernels %d, idle_exit %v", e.max, e.idleExit)})
+	e.emit(Event{Type: EventLimits, Detail: fmt.Sprintf("max_kernels %d, idle_exit %s", e.max, english.Duration(e.idleExit))})
 	idle := e.idleExit
 	e.mu.Unlock()
 	// Runners exit by themselves after their own idle_exit: tell them the new one.
@@ -378,9 +379,9 @@ func (e *Engine) reapIdle() []*Kernel {
 	oldest := now
 	for _, k := range e.kernels {
 		if k.state == phaseReady && !k.attachedLocked() && now.Sub(k.lastUsed) > e.idleExit {
-			idle := now.Sub(k.lastUsed).Round(time.Second)
-			e.removeLocked(k, "reaped after idle "+idle.String())
-			e.emit(kernelEvent(EventReapedIdle, k, fmt.Sprintf("idle %v > idle_exit %v", idle, e.idleExit)))
+			idle := english.Duration(now.Sub(k.lastUsed))
+			e.removeLocked(k, "reaped after idle "+idle)
+			e.emit(kernelEvent(EventReapedIdle, k, fmt.Sprintf("idle %s > idle_exit %s", idle, english.Duration(e.idleExit))))
 			victims = append(victims, k)
 		} else if k.lastUsed.Before(oldest) {
 			oldest = k.lastUsed
@@ -414,7 +415,7 @@ func (e *Engine) enforceCap() {
 			} else if i+1 < len(idle) {
 				why += fmt.Sprintf(" (next: %s)", keyName(idle[i+1]))
 			}
-			detail := fmt.Sprintf("cap %d exceeded by %d: %s, idle %v", e.max, over-i, why, now.Sub(k.lastUsed).Round(time.Millisecond))
+			detail := fmt.Sprintf("cap %d exceeded by %d: %s, idle %s", e.max, over-i, why, english.Duration(now.Sub(k.lastUsed)))
 			if len(busy) > 0 {
 				detail += "; busy, never evicted: " + listSome(busy, 5)
 			}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/hosttools"
+	"github.com/kerneldeck/kerneldeck/internal/english"
 	"github.com/kerneldeck/kerneldeck/internal/jsonobj"
 	"github.com/kerneldeck/kerneldeck/internal/kernelauth"
 )
@@ -317,10 +318,10 @@ func (s *rpcSession) dispatch(req rpcRequest) rpcResponse {
 		res, err = e.cfg.ToolOutput.Offload(call, res)
 	}
 	if err != nil {
-		e.emit(kernelEvent(EventRPCCall, k, fmt.Sprintf("seq %d %s: error in %s: %s", req.Seq, req.Tool, took.Round(time.Microsecond), err)))
+		e.emit(kernelEvent(EventRPCCall, k, fmt.Sprintf("seq %d %s: error in %s: %s", req.Seq, req.Tool, english.Duration(took), err)))
 		return rpcResponse{Error: err.Error()}
 	}
-	e.emit(kernelEvent(EventRPCCall, k, fmt.Sprintf("seq %d %s: ok in %s", req.Seq, req.Tool, took.Round(time.Microsecond))))
+	e.emit(kernelEvent(EventRPCCall, k, fmt.Sprintf("seq %d %s: ok in %s", req.Seq, req.Tool, english.Duration(took))))
 	return rpcResponse{OK: true, Value: res.Value, Text: res.Text, Note: res.Note, Dropped: res.Dropped, Stored: res.Stored}
 }
 

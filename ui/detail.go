@@ -9,6 +9,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/english"
 )
 
 // kernelDetail is the detail view of one kernel ("d" on its row): what the
@@ -117,7 +118,7 @@ func (m *Model) detailLines(w int) []string {
 		if rec.Running {
 			status = "running"
 		}
-		out = append(out, fmt.Sprintf("  %s  %-11s %-9s %s", rec.Started.Format("15:04:05"), plain(rec.Owner), status, duration(rec.Duration)))
+		out = append(out, fmt.Sprintf("  %s  %-11s %-9s %s", rec.Started.Format("15:04:05"), plain(rec.Owner), status, english.Duration(rec.Duration)))
 		for _, l := range strings.Split(strings.TrimRight(plain(rec.Code), "\n"), "\n") {
 			out = append(out, "    "+t.Muted.Render("│ ")+l)
 		}

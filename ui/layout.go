@@ -105,17 +105,6 @@ func short(d time.Duration) string {
 	}
 }
 
-// duration is one format for every duration shown: 312ms, 1.99s, 2m05s.
-func duration(d time.Duration) string {
-	switch {
-	case d < time.Second:
-		return fmt.Sprintf("%dms", d.Milliseconds())
-	case d < time.Minute:
-		return fmt.Sprintf("%.2fs", d.Seconds())
-	}
-	return short(d)
-}
-
 // wrapLines splits text into display lines of at most w cells.
 func wrapLines(text string, w int) []string {
 	if w <= 0 {

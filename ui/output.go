@@ -289,7 +289,7 @@ func (p *OutputPane) runLines(r *cellRun, w int) []string {
 		if r.res.Status != engine.StatusSuccess {
 			st = t.Error
 		}
-		lines = append(lines, st.Render(head+string(r.res.Status))+t.Muted.Render(fmt.Sprintf(" %s · #%d", duration(r.res.Duration), execCount(r.res)))+" "+t.Muted.Render(first))
+		lines = append(lines, st.Render(head+string(r.res.Status))+t.Muted.Render(fmt.Sprintf(" %s · #%d", english.Duration(r.res.Duration), execCount(r.res)))+" "+t.Muted.Render(first))
 	}
 	if r.res == nil {
 		lines = append(lines, r.out.wrap(r.stdout.String(), w)...)

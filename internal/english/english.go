@@ -1,4 +1,5 @@
-// Package english renders counts in messages: "1 kernel", "3 kernels".
+// Package english renders counts and durations in messages: "1 kernel",
+// "3 kernels", "1.99s".
 package english
 
 import "strconv"
