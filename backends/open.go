@@ -29,9 +29,14 @@ type Options struct {
 	// SSHDialTimeout bounds connecting and the handshake (default
 	// DefaultSSHDialTimeout).
 	SSHDialTimeout time.Duration
+
+	// DockerTimeout bounds reaching the Docker Engine and the checks made
+	// when a docker backend is opened (default DefaultDockerTimeout).
+	DockerTimeout time.Duration
 }
 
-// Open builds the backend a URI names: "local" or "ssh://[user@]host[:port]".
+// Open builds the backend a URI names: "local", "ssh://[user@]host[:port]"
+// or "docker://CONTAINER[?user=U]".
 func Open(uri string, opts Options) (Env, error) {
 	switch {
 	case uri == "local" || uri == "local://":
@@ -42,7 +47,13 @@ func Open(uri string, opts Options) (Env, error) {
 			return nil, err // not a typed nil inside the Env
 		}
 		return s, nil
+	case strings.HasPrefix(uri, "docker://"):
+		d, err := NewDocker(uri, opts)
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
 	default:
-		return nil, fmt.Errorf("backend %q: unknown backend URI; use local or ssh://[user@]host[:port]", uri)
+		return nil, fmt.Errorf("backend %q: unknown backend URI; use local, ssh://[user@]host[:port] or docker://CONTAINER[?user=USER]", uri)
 	}
 }
