@@ -384,4 +384,3 @@ func (d *Docker) RelayExecs() []string {
 	}
 	return ids
 }
-
