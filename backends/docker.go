@@ -100,7 +100,7 @@ func NewDocker(uri string, opts Options) (*Docker, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := openContainer(ctx, c, uri, name, user)
+	d, err := openContainer(ctx, c, uri, name, user, opts.DockerTempDir)
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -110,7 +110,7 @@ func NewDocker(uri string, opts Options) (*Docker, error) {
 }
 
 // openContainer is NewDocker on a client the caller owns.
-func openContainer(ctx context.Context, c *client.Client, uri, name, user string) (*Docker, error) {
+func openContainer(ctx context.Context, c *client.Client, uri, name, user, tempDir string) (*Docker, error) {
 	info, err := c.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("docker %s: container %q: %w ('docker ps' lists the running ones)", uri, name, err)
@@ -123,7 +123,11 @@ func openContainer(ctx context.Context, c *client.Client, uri, name, user string
 		return nil, fmt.Errorf("docker %s: container %q is not running (%s); start it with 'docker start %s'", uri, name, status, name)
 	}
 	d := &Docker{uri: uri, container: name, id: info.Container.ID, user: user, cli: c, relays: map[*relayConn]struct{}{}}
-	res, err := d.Execute(ctx, `printf 'KDTMP %s\n' "${TMPDIR:-/tmp}"`, ExecOptions{})
+	probe := `printf 'KDTMP %s\n' "${TMPDIR:-/tmp}"`
+	if tempDir != "" {
+		probe = `printf 'KDTMP %s\n' ` + ShellQuote(tempDir)
+	}
+	res, err := d.Execute(ctx, probe, ExecOptions{})
 	if err != nil {
 		return nil, err
 	}

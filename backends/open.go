@@ -33,6 +33,9 @@ type Options struct {
 	// DockerTimeout bounds reaching the Docker Engine and the checks made
 	// when a docker backend is opened (default DefaultDockerTimeout).
 	DockerTimeout time.Duration
+	// DockerTempDir is where kernel roots go in containers (default the
+	// user's $TMPDIR there, else /tmp).
+	DockerTempDir string
 }
 
 // Open builds the backend a URI names: "local", "ssh://[user@]host[:port]"

@@ -36,7 +36,7 @@ var Users = map[string]int{"alice": 1001, "bob": 1002}
 var binaries = []string{
 	"bash", "sh", "cat", "chmod", "cp", "cut", "date", "dirname", "basename", "env", "false", "find",
 	"grep", "head", "id", "kill", "ln", "ls", "mkdir", "mkfifo", "mktemp", "mv", "nproc", "ps",
-	"readlink", "rm", "rmdir", "sed", "seq", "setsid", "sha256sum", "sleep", "sort", "stat", "tail",
+	"readlink", "echo", "printf", "rm", "rmdir", "sed", "seq", "setsid", "sha256sum", "sleep", "sort", "stat", "tail",
 	"timeout", "touch", "tr", "true", "uname", "wc", "whoami", "xargs", "yes", "python3",
 }
 

@@ -1,0 +1,192 @@
+package engine_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/backendtest"
+	"github.com/kerneldeck/kerneldeck/internal/dockertest"
+	"github.com/kerneldeck/kerneldeck/internal/enginetest"
+)
+
+// dockerEnv opens docker://name[?user=U].
+func dockerEnv(t *testing.T, name, user string) *backends.Docker {
+	t.Helper()
+	uri := "docker://" + name
+	if user != "" {
+		uri += "?user=" + user
+	}
+	env, err := backends.NewDocker(uri, backends.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Close() })
+	return env
+}
+
+// dockerEnvOwnTemp is dockerEnv with a temp dir of the test's own in the
+// container (the suites plant files under it).
+func dockerEnvOwnTemp(t *testing.T, name, user string) *backends.Docker {
+	t.Helper()
+	first := dockerEnv(t, name, user)
+	res, err := first.Execute(context.Background(), "mktemp -d /tmp/kdtest.XXXXXX", backends.ExecOptions{})
+	if err != nil || res.ReturnCode != 0 {
+		t.Fatalf("mktemp in the container: %q %v", res.Output, err)
+	}
+	uri := first.URI()
+	env, err := backends.NewDocker(uri, backends.Options{DockerTempDir: strings.TrimSpace(res.Output)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Close() })
+	return env
+}
+
+// The whole lifecycle suite in a real container, for root and a plain
+// user, over the stream relay and over plain Execute.
+func TestDockerLifecycle(t *testing.T) {
+	name := dockertest.Container(t, dockertest.ContainerOptions{})
+	for _, user := range []string{"", "alice"} {
+		t.Run("user="+user+"/stream", func(t *testing.T) {
+			enginetest.Lifecycle(t, func(t *testing.T) backends.Env { return dockerEnvOwnTemp(t, name, user) })
+		})
+		t.Run("user="+user+"/execute", func(t *testing.T) {
+			enginetest.Lifecycle(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(dockerEnvOwnTemp(t, name, user)) })
+		})
+	}
+}
+
+// The tool-call suite with kernels in a container and tools on this side.
+func TestDockerToolCalls(t *testing.T) {
+	name := dockertest.Container(t, dockertest.ContainerOptions{})
+	t.Run("stream", func(t *testing.T) {
+		enginetest.ToolCalls(t, func(t *testing.T) backends.Env { return dockerEnvOwnTemp(t, name, "alice") })
+	})
+	t.Run("execute", func(t *testing.T) {
+		enginetest.ToolCalls(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(dockerEnvOwnTemp(t, name, "alice")) })
+	})
+}
+
+// One owner's kernel attacks another's of the same user in a container.
+func TestDockerIsolation(t *testing.T) {
+	name := dockertest.Container(t, dockertest.ContainerOptions{})
+	enginetest.Isolation(t, func(t *testing.T) backends.Env { return dockerEnvOwnTemp(t, name, "alice") })
+}
+
+// TestDockerRoundTrips: in a container, spawn + first cell = 1 Execute
+// (one exec) + 1 frame, with one relay exec opened for the kernel; a warm
+// cell = no exec, one frame.
+func TestDockerRoundTrips(t *testing.T) {
+	env := dockerEnv(t, dockertest.Container(t, dockertest.ContainerOptions{}), "alice")
+	c := backendtest.NewCounting(env)
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{c}, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rtClose(t, eng) })
+	first := rtExec(t, eng, engine.Request{Owner: "rt", Backend: env.URI(), Code: "x = 41\nprint(x + 1)"})
+	if first.Stdout != "42\n" {
+		t.Fatalf("first cell: %q", first.Stdout)
+	}
+	if got := rtSnapshot(c); got.Executes != 1 || got.Spawns != 1 || got.Frames != 1 || c.Dials() != 1 {
+		t.Fatalf("spawn + first cell cost %+v and %d dials, want 1 Execute (the spawn), 1 frame, 1 relay", got, c.Dials())
+	}
+	for i := range 10 {
+		before := rtSnapshot(c)
+		rtExec(t, eng, engine.Request{Owner: "rt", Backend: env.URI(), Code: "x += 1"})
+		if after := rtSnapshot(c); after.Executes != before.Executes || after.Frames-before.Frames != 1 {
+			t.Fatalf("warm cell %d cost %d execs and %d frames, want 0 and 1", i, after.Executes-before.Executes, after.Frames-before.Frames)
+		}
+	}
+	if c.Dials() != 1 {
+		t.Errorf("%d relays for one kernel, want 1", c.Dials())
+	}
+}
+
+// dockerProcs lists the container's processes (pid and command line).
+func dockerProcs(t *testing.T, h *enginetest.Harness) string {
+	t.Helper()
+	return h.Host(`for p in /proc/[0-9]*; do printf '%s %s\n' "${p#/proc/}" "$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)"; done`)
+}
+
+// TestDockerRelayKilledMidCell: the relay exec dies while a cell runs; the
+// cell's result is collected over Execute, once, and the next cell opens a
+// new relay.
+func TestDockerRelayKilledMidCell(t *testing.T) {
+	env := dockerEnv(t, dockertest.Container(t, dockertest.ContainerOptions{}), "alice")
+	h := enginetest.New(t, env, nil)
+	h.Run("a", "n = 1", 0)
+	done := make(chan *engine.Result, 1)
+	go func() {
+		res, err := h.Eng.Execute(context.Background(), engine.Request{Owner: "a", Code: "import time\ntime.sleep(1.5)\nn += 1\nprint('done', n)", Timeout: 30 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	h.WaitFor("the cell running", 10*time.Second, func() bool { k, _ := h.Kernel("a"); return k.State == engine.StateRunning })
+	var relay string
+	for _, line := range strings.Split(dockerProcs(t, h), "\n") {
+		if strings.Contains(line, "KDRELAY") {
+			relay, _, _ = strings.Cut(line, " ")
+		}
+	}
+	if relay == "" {
+		t.Fatalf("no relay process in the container:\n%s", dockerProcs(t, h))
+	}
+	h.Host("kill -KILL " + relay)
+	res := <-done
+	if res == nil || res.Status != engine.StatusSuccess || res.Stdout != "done 2\n" {
+		t.Fatalf("the cell in flight when its relay died: %+v", res)
+	}
+	if again := h.Run("a", "n", 0); again.Stdout != "2\n" || !again.Kernel.Reused {
+		t.Fatalf("the next cell: %q %+v (the cell ran more than once, or the kernel was lost)", again.Stdout, again.Kernel)
+	}
+}
+
+// TestDockerContainerStoppedMidCell: killing the container under a running
+// cell ends it with the kernel's state reported lost, and the next call
+// says the container is not running.
+func TestDockerContainerStoppedMidCell(t *testing.T) {
+	name := dockertest.Container(t, dockertest.ContainerOptions{})
+	env := dockerEnv(t, name, "alice")
+	h := enginetest.New(t, env, nil)
+	h.Run("a", "x = 1", 0)
+	done := make(chan *engine.Result, 1)
+	errc := make(chan error, 1)
+	go func() {
+		res, err := h.Eng.Execute(context.Background(), engine.Request{Owner: "a", Code: "import time\ntime.sleep(60)", Timeout: 90 * time.Second})
+		done <- res
+		errc <- err
+	}()
+	h.WaitFor("the cell running", 10*time.Second, func() bool { k, _ := h.Kernel("a"); return k.State == engine.StateRunning })
+	c := dockertest.Client(t)
+	if _, err := c.ContainerKill(context.Background(), name, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := <-done, <-errc
+	if err == nil && res.Status == engine.StatusSuccess {
+		t.Fatalf("a cell in a killed container succeeded: %+v", res)
+	}
+	t.Logf("the cell: %+v, %v", res, err)
+	if lost := h.EventsOf(engine.EventStateLost); len(lost) != 1 {
+		t.Errorf("state_lost events: %v, want one for the kernel in the killed container", lost)
+	}
+	h.WaitFor("the kernel gone from the list", 10*time.Second, func() bool { _, ok := h.Kernel("a"); return !ok })
+	next, err := h.Eng.Execute(context.Background(), engine.Request{Owner: "a", Code: "x", Timeout: 20 * time.Second})
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	} else if next != nil {
+		msg = next.Stderr + next.Traceback + next.Fallback
+	}
+	if !strings.Contains(msg, "not running") {
+		t.Errorf("the next cell: %+v %v; want it to say the container is not running", next, err)
+	}
+}
