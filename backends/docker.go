@@ -34,6 +34,7 @@ type Docker struct {
 	tempDir   string
 	cli       *client.Client
 	ownClient bool
+	sandbox   *ImageSandbox // set on a kernel's own container (docker-image)
 
 	mu     sync.Mutex
 	relays map[*relayConn]struct{}
@@ -194,10 +195,12 @@ func (d *Docker) exec(ctx context.Context, cmd []string) (string, client.Hijacke
 // execErr says why an exec could not start, naming a container that is gone
 // or stopped (the engine reports its kernels' state as lost).
 func (d *Docker) execErr(ctx context.Context, err error) error {
-	if info, ierr := d.cli.ContainerInspect(context.WithoutCancel(ctx), d.id, client.ContainerInspectOptions{}); ierr != nil {
-		return fmt.Errorf("docker %s: container %s is gone: %w", d.uri, d.container, err)
-	} else if st := info.Container.State; st != nil && !st.Running {
-		return fmt.Errorf("docker %s: container %s is not running (%s): %w", d.uri, d.container, st.Status, err)
+	if info, ierr := d.cli.ContainerInspect(context.WithoutCancel(ctx), d.id, client.ContainerInspectOptions{}); isNotFound(ierr) {
+		return fmt.Errorf("docker %s: container %s is gone (%w): %v", d.uri, d.container, ErrHostGone, err)
+	} else if ierr == nil {
+		if st := info.Container.State; st != nil && !st.Running {
+			return fmt.Errorf("docker %s: container %s is not running (%s; %w): %v", d.uri, d.container, st.Status, ErrHostGone, err)
+		}
 	}
 	return fmt.Errorf("docker %s: exec: %w", d.uri, err)
 }

@@ -75,5 +75,52 @@ func StreamsOf(env Env) StreamDialer {
 	return nil
 }
 
+// ErrHostGone is returned (wrapped) when the host itself is gone for good
+// (its container was removed or stopped): whatever ran there is lost.
+var ErrHostGone = errors.New("the host is gone")
+
 // ErrTimeout is returned (wrapped) when a command exceeds its Timeout.
 var ErrTimeout = errors.New("command timed out")
+
+// Provisioner is a backend that gives each kernel a host of its own (a
+// container per kernel): the engine asks it for one before the kernel's
+// spawn and disposes of it (Disposer) when the kernel goes.
+type Provisioner interface {
+	Provision(ctx context.Context, key string) (Env, error)
+}
+
+// Disposer is a host made for one kernel; Dispose removes it with
+// everything running in it.
+type Disposer interface {
+	Dispose(ctx context.Context) error
+}
+
+// DeathExplainer is a host that can say why its kernel died when it knows
+// more than that it died ("out of memory"); "" when it does not.
+type DeathExplainer interface {
+	DeathCause(ctx context.Context) string
+}
+
+// OrphanReporter is a backend that, when opened, removed what an engine
+// that is gone left behind; the engine reports it once as an event.
+type OrphanReporter interface {
+	OrphansRemoved() []string
+}
+
+// Find returns the first T found on env or the Envs it wraps: the optional
+// interfaces (Provisioner, Disposer, DeathExplainer…) are found through
+// tracing and counting wrappers.
+func Find[T any](env Env) (T, bool) {
+	for env != nil {
+		if v, ok := env.(T); ok {
+			return v, true
+		}
+		w, ok := env.(Wrapper)
+		if !ok {
+			break
+		}
+		env = w.Unwrap()
+	}
+	var zero T
+	return zero, false
+}

@@ -39,7 +39,7 @@ type Options struct {
 }
 
 // Open builds the backend a URI names: "local", "ssh://[user@]host[:port]"
-// or "docker://CONTAINER[?user=U]".
+// "docker://CONTAINER[?user=U]" or "docker-image://IMAGE[?memory=…]".
 func Open(uri string, opts Options) (Env, error) {
 	switch {
 	case uri == "local" || uri == "local://":
@@ -50,6 +50,12 @@ func Open(uri string, opts Options) (Env, error) {
 			return nil, err // not a typed nil inside the Env
 		}
 		return s, nil
+	case strings.HasPrefix(uri, "docker-image://"):
+		b, err := NewImageSandbox(uri, opts)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
 	case strings.HasPrefix(uri, "docker://"):
 		d, err := NewDocker(uri, opts)
 		if err != nil {
@@ -57,6 +63,6 @@ func Open(uri string, opts Options) (Env, error) {
 		}
 		return d, nil
 	default:
-		return nil, fmt.Errorf("backend %q: unknown backend URI; use local, ssh://[user@]host[:port] or docker://CONTAINER[?user=USER]", uri)
+		return nil, fmt.Errorf("backend %q: unknown backend URI; use local, ssh://[user@]host[:port], docker://CONTAINER[?user=USER] or docker-image://IMAGE[?memory=512m&…]", uri)
 	}
 }

@@ -272,7 +272,7 @@ func (e *Engine) failOpen(ctx context.Context, k *Kernel, req Request, call cell
 // spawned for this call only, served like any cell (tool calls included),
 // and killed afterwards.
 func (e *Engine) runOnce(ctx context.Context, k *Kernel, req Request, call cellCall, deadline time.Time) (*Result, error) {
-	tk := &Kernel{key: k.key, env: k.env, id: newKernelID(), state: phaseStarting, holding: true, transient: true, lastUsed: e.cfg.Now()}
+	tk := &Kernel{key: k.key, env: k.transientHost(), backend: k.backendEnv(), id: newKernelID(), state: phaseStarting, holding: true, transient: true, lastUsed: e.cfg.Now()}
 	if err := e.spawn(ctx, tk); err != nil {
 		return nil, err
 	}
@@ -503,6 +503,14 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 			if ctx.Err() != nil {
 				return outcome{kind: outCanceled, detail: ctx.Err().Error()}
 			}
+			if errors.Is(err, backends.ErrHostGone) {
+				// Its container was removed or stopped: nothing more will
+				// answer. A cell never handed over is safe to run again.
+				if c.maybePublished || !publish {
+					return outcome{kind: outLost, detail: err.Error()}
+				}
+				return outcome{kind: outDead}
+			}
 			c.maybePublished = c.maybePublished || publish
 			failures, lastErr = failures+1, err.Error()
 			e.emit(kernelEvent(EventTransportError, k, err.Error()))
@@ -631,6 +639,11 @@ func (e *Engine) finishCell(ctx context.Context, k *Kernel, c *cellRun, out outc
 		}
 		e.emit(cellEvent(EventCellFinished, k, c.id, fmt.Sprintf("cell %s: %s in %.1fms", c.id, res.Status, out.frame.DurationMS)))
 	case outLost:
+		if x, ok := backends.Find[backends.DeathExplainer](k.env); ok {
+			if cause := x.DeathCause(ctx); cause != "" {
+				out.detail = cause + " (" + out.detail + ")"
+			}
+		}
 		evict("lost during a cell")
 		kr.StateLost = true
 		kr.Note = joinNote(kr.Note, lostNote("the kernel died during the cell ("+out.detail+")"))

@@ -182,6 +182,12 @@ func New(cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("engine: backend %s configured twice", b.URI())
 		}
 		e.backends[b.URI()] = b
+		if r, ok := backends.Find[backends.OrphanReporter](b); ok {
+			if gone := r.OrphansRemoved(); len(gone) > 0 {
+				e.emit(Event{Type: EventNotice, Detail: fmt.Sprintf("%s: removed %d containers left by an engine that is gone: %s",
+					b.URI(), len(gone), strings.Join(gone, ", "))})
+			}
+		}
 	}
 	e.wg.Add(1)
 	go e.sweep()
@@ -613,6 +619,18 @@ func (e *Engine) killBatch(ctx context.Context, batch []*pendingKill) {
 		targets = append(targets, killTarget{dir: p.runner.dir, pid: p.runner.pid})
 	}
 	if len(targets) == 0 {
+		return
+	}
+	if d, ok := backends.Find[backends.Disposer](batch[0].runner.env); ok {
+		// A kernel's own host: removing it kills everything in it.
+		err := d.Dispose(ctx)
+		for _, p := range batch {
+			if err != nil {
+				e.killFailed(p.runner, p.retry, err)
+				continue
+			}
+			e.emit(p.runner.event(EventKilled, fmt.Sprintf("%s (pid %d; its container removed)", p.runner.reason, p.runner.pid)))
+		}
 		return
 	}
 	res, err := batch[0].runner.env.Execute(ctx, killScript(targets), backends.ExecOptions{Timeout: killTimeout})

@@ -28,8 +28,13 @@ const (
 // Kernel is one registry entry: a persistent runner on a backend for one Key.
 // A respawn (reset, death) replaces the runner in place under a new id.
 type Kernel struct {
-	key   Key
-	env   backends.Env
+	key Key
+	// env is the host the kernel's commands run on: its backend, or (for a
+	// backend that is a Provisioner) the kernel's own host, set by spawn
+	// under Engine.mu while the kernel is held.
+	env backends.Env
+	// backend is the backend the key names (env, unless provisioned).
+	backend backends.Env
 	tools []string // key.ToolList(), made once (toolList)
 
 	// Guarded by Engine.mu.
@@ -133,6 +138,24 @@ func (k *Kernel) fillInfoLocked(info *KernelInfo, now time.Time, next bool) {
 	info.ExecutionCount, info.NextEvict, info.Confinement = k.execCount, next, k.confinement
 }
 
+// backendEnv is the backend the kernel's key names.
+func (k *Kernel) backendEnv() backends.Env {
+	if k.backend != nil {
+		return k.backend
+	}
+	return k.env
+}
+
+// transientHost is where a per-call kernel for k's key runs: k's host,
+// unless that is k's own (a provisioned container, which the per-call
+// kernel's end would remove): then a host of its own.
+func (k *Kernel) transientHost() backends.Env {
+	if _, ok := backends.Find[backends.Provisioner](k.backendEnv()); ok {
+		return k.backendEnv()
+	}
+	return k.env
+}
+
 // toolList is the key's tools as a list, made once: every snapshot shares
 // it, so callers must not modify KernelInfo.Tools.
 func (k *Kernel) toolList() []string {
@@ -170,7 +193,7 @@ func (e *Engine) acquire(ctx context.Context, key Key, env backends.Env, deadlin
 		k = e.kernels[key]
 		if k == nil {
 			now := e.cfg.Now()
-			k = &Kernel{key: key, env: env, id: newKernelID(), state: phaseStarting, holding: true, lastUsed: now, lostNote: e.lost[key]}
+			k = &Kernel{key: key, env: env, backend: env, id: newKernelID(), state: phaseStarting, holding: true, lastUsed: now, lostNote: e.lost[key]}
 			delete(e.lost, key)
 			e.kernels[key] = k
 			e.byID[k.id] = k
@@ -249,10 +272,33 @@ func (e *Engine) release(k *Kernel) {
 // spawn starts a fresh runner for k in one backend round trip (setup dirs,
 // ship files on stdin, start detached, wait for READY) and installs it in
 // place, under a new id.
-func (e *Engine) spawn(ctx context.Context, k *Kernel) error {
+func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 	id := k.id
 	if k.pid != 0 {
 		id = newKernelID() // a respawn is a new kernel
+	}
+	if p, ok := backends.Find[backends.Provisioner](k.backendEnv()); ok {
+		// A host of its own: the old one (a respawn) goes, a new one comes.
+		e.mu.Lock()
+		old := k.env
+		e.mu.Unlock()
+		if d, ok := backends.Find[backends.Disposer](old); ok && old != k.backendEnv() {
+			d.Dispose(ctx)
+		}
+		env, perr := p.Provision(ctx, k.key.String())
+		if perr != nil {
+			return fmt.Errorf("spawn kernel %s on %s: %w", id, k.backendEnv().URI(), perr)
+		}
+		e.mu.Lock()
+		k.env = env
+		e.mu.Unlock()
+		defer func() {
+			if err != nil {
+				if d, ok := backends.Find[backends.Disposer](env); ok {
+					d.Dispose(context.WithoutCancel(ctx))
+				}
+			}
+		}()
 	}
 	token := kernelauth.NewSecret()
 	e.mu.Lock()

@@ -48,11 +48,47 @@ type Counting interface {
 
 // NewCounting wraps inner in a Counting.
 func NewCounting(inner backends.Env) Counting {
-	c := &counting{inner: inner, markers: map[string]int{}, frameOps: map[string]int{}}
+	return newCounting(inner, &stats{markers: map[string]int{}, frameOps: map[string]int{}})
+}
+
+func newCounting(inner backends.Env, st *stats) Counting {
+	c := &counting{inner: inner, stats: st}
+	if p, ok := inner.(backends.Provisioner); ok {
+		return &countingProvisioner{counting: c, p: p}
+	}
 	if d := backends.StreamsOf(inner); d != nil {
 		return &countingStreams{counting: c, dialer: d}
 	}
 	return c
+}
+
+// countingProvisioner is a Counting over a backend that gives each kernel a
+// host of its own: those hosts are counted too, in the same counters.
+type countingProvisioner struct {
+	*counting
+	p backends.Provisioner
+}
+
+func (c *countingProvisioner) Provision(ctx context.Context, key string) (backends.Env, error) {
+	c.mu.Lock()
+	c.provisions++
+	c.mu.Unlock()
+	env, err := c.p.Provision(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return newCounting(env, c.stats), nil
+}
+
+// Provisions is how many hosts a provisioning backend made (0 for others).
+func Provisions(c Counting) int {
+	cp, ok := c.(*countingProvisioner)
+	if !ok {
+		return 0
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return cp.provisions
 }
 
 const markerPrefix = "# kerneldeck:"
@@ -80,14 +116,20 @@ func normalizeMarker(m string) string {
 
 type counting struct {
 	inner backends.Env
+	*stats
+}
 
-	mu       sync.Mutex
-	executes int
-	markers  map[string]int
-	commands []string
-	frames   int
-	frameOps map[string]int
-	dials    int
+// stats are a Counting's counters, shared with the Countings of the hosts
+// it provisions.
+type stats struct {
+	mu         sync.Mutex
+	provisions int
+	executes   int
+	markers    map[string]int
+	commands   []string
+	frames     int
+	frameOps   map[string]int
+	dials      int
 }
 
 func (c *counting) Unwrap() backends.Env { return c.inner }
@@ -148,7 +190,7 @@ func (c *counting) Dials() int {
 func (c *counting) Reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.executes, c.frames, c.dials = 0, 0, 0
+	c.executes, c.frames, c.dials, c.provisions = 0, 0, 0, 0
 	c.markers = map[string]int{}
 	c.frameOps = map[string]int{}
 	c.commands = nil

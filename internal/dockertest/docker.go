@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,4 +72,26 @@ func Container(t testing.TB, opts ContainerOptions) string {
 		t.Fatalf("start the test container: %v", err)
 	}
 	return name
+}
+
+// Managed lists the containers a docker-image backend of this process
+// made (label io.kerneldeck.engine naming this pid), running or not.
+func Managed(t testing.TB) []container.Summary {
+	t.Helper()
+	c := Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := c.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", "io.kerneldeck.managed=1")})
+	if err != nil {
+		t.Fatalf("list containers: %v", err)
+	}
+	host, _ := os.Hostname()
+	mine := host + "/" + strconv.Itoa(os.Getpid()) + "/"
+	var out []container.Summary
+	for _, s := range list.Items {
+		if strings.HasPrefix(s.Labels["io.kerneldeck.engine"], mine) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
