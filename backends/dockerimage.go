@@ -219,7 +219,9 @@ func (b *ImageSandbox) sweep(ctx context.Context) error {
 	return nil
 }
 
-func isNotFound(err error) bool { return err != nil && strings.Contains(strings.ToLower(err.Error()), "no such container") }
+func isNotFound(err error) bool {
+	return err != nil && strings.Contains(strings.ToLower(err.Error()), "no such container")
+}
 
 // OrphansRemoved implements OrphanReporter.
 func (b *ImageSandbox) OrphansRemoved() []string { return b.orphan }

@@ -35,7 +35,7 @@ type Kernel struct {
 	env backends.Env
 	// backend is the backend the key names (env, unless provisioned).
 	backend backends.Env
-	tools []string // key.ToolList(), made once (toolList)
+	tools   []string // key.ToolList(), made once (toolList)
 
 	// Guarded by Engine.mu.
 	id         string
