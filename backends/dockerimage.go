@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 )
@@ -219,9 +220,9 @@ func (b *ImageSandbox) sweep(ctx context.Context) error {
 	return nil
 }
 
-func isNotFound(err error) bool {
-	return err != nil && strings.Contains(strings.ToLower(err.Error()), "no such container")
-}
+// isNotFound reports the daemon's 404 (the client's errors carry errdefs'
+// classes).
+func isNotFound(err error) bool { return cerrdefs.IsNotFound(err) }
 
 // OrphansRemoved implements OrphanReporter.
 func (b *ImageSandbox) OrphansRemoved() []string { return b.orphan }

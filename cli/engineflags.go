@@ -40,7 +40,9 @@ type engineFlags struct {
 func (f *engineFlags) register(fs *flagSet) {
 	fs.section("Engine flags (flags override the config file):")
 	fs.Func("backend", "the `URI` of a host kernels run on: local, ssh://[user@]host[:port] (host may be a Host alias from "+
-		"~/.ssh/config), or a name from [backends] in the config file. Repeat it to offer several; the first "+
+		"~/.ssh/config), docker://CONTAINER[?user=U] (a running container), docker-image://IMAGE[?memory=512m&cpus=1&"+
+		"pids=256&network=none&user=U] (a throwaway container per kernel, with those limits; nothing is pulled), or a "+
+		"name from [backends] in the config file. Repeat it to offer several; the first "+
 		"is used by requests that name none (default: default_backend from the config, else local)",
 		func(s string) error {
 			if strings.TrimSpace(s) == "" {
@@ -133,6 +135,11 @@ func (f *engineFlags) register(fs *flagSet) {
 		"~/.ssh/known_hosts). Host keys are always checked: an unknown host is refused, a changed key is refused loudly")
 	fs.Bool(&f.ssh.AcceptNewHostKey, "accept-new-host-key", "record the key of a host seen for the first time "+
 		"(like OpenSSH's StrictHostKeyChecking=accept-new); a changed key is still refused")
+
+	// A section with no flags of its own: what the docker backends read.
+	fs.section("Docker backends (docker://CONTAINER, docker-image://IMAGE) reach the Docker Engine API as the docker " +
+		"CLI does: DOCKER_HOST (default the local socket), with TLS from DOCKER_CERT_PATH when DOCKER_TLS_VERIFY is set; " +
+		"no docker command is needed on the PATH.")
 }
 
 func durationAtLeast(dst *time.Duration, least time.Duration, example string) func(string) error {

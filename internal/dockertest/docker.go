@@ -78,6 +78,12 @@ func Container(t testing.TB, opts ContainerOptions) string {
 // made (label io.kerneldeck.engine naming this pid), running or not.
 func Managed(t testing.TB) []container.Summary {
 	t.Helper()
+	return ManagedBy(t, os.Getpid())
+}
+
+// ManagedBy lists the containers a docker-image backend of process pid made.
+func ManagedBy(t testing.TB, pid int) []container.Summary {
+	t.Helper()
 	c := Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -86,7 +92,7 @@ func Managed(t testing.TB) []container.Summary {
 		t.Fatalf("list containers: %v", err)
 	}
 	host, _ := os.Hostname()
-	mine := host + "/" + strconv.Itoa(os.Getpid()) + "/"
+	mine := host + "/" + strconv.Itoa(pid) + "/"
 	var out []container.Summary
 	for _, s := range list.Items {
 		if strings.HasPrefix(s.Labels["io.kerneldeck.engine"], mine) {
