@@ -34,7 +34,6 @@ type Docker struct {
 	tempDir   string
 	cli       *client.Client
 	ownClient bool
-	sandbox   *ImageSandbox // set on a kernel's own container (docker-image)
 
 	mu     sync.Mutex
 	relays map[*relayConn]struct{}

@@ -51,8 +51,15 @@ type ImageSandbox struct {
 	orphan []string
 
 	mu     sync.Mutex
-	boxes  map[*Docker]struct{}
+	boxes  map[*sandboxBox]struct{}
 	closed bool
+}
+
+// sandboxBox is one kernel's own container: a Docker host that can be
+// disposed of and that can tell why its kernel died.
+type sandboxBox struct {
+	*Docker
+	sandbox *ImageSandbox
 }
 
 var (
@@ -193,7 +200,7 @@ func NewImageSandbox(uri string, opts Options) (*ImageSandbox, error) {
 		c.Close()
 		return nil, fmt.Errorf("docker-image %s: image %q is not on the Docker Engine (%v); build or load it first, nothing is pulled", uri, b.image, err)
 	}
-	b.cli, b.engine, b.boxes = c, engineLabel(), map[*Docker]struct{}{}
+	b.cli, b.engine, b.boxes = c, engineLabel(), map[*sandboxBox]struct{}{}
 	if err := b.sweep(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -288,8 +295,8 @@ func (b *ImageSandbox) Provision(ctx context.Context, key string) (Env, error) {
 		remove()
 		return nil, fmt.Errorf("docker-image %s: start the container for %s: %w", b.uri, key, err)
 	}
-	d := &Docker{uri: b.uri + "#" + res.ID[:12], container: name, id: res.ID, user: b.user, tempDir: "/tmp",
-		cli: b.cli, relays: map[*relayConn]struct{}{}, sandbox: b}
+	d := &sandboxBox{Docker: &Docker{uri: b.uri + "#" + res.ID[:12], container: name, id: res.ID, user: b.user, tempDir: "/tmp",
+		cli: b.cli, relays: map[*relayConn]struct{}{}}, sandbox: b}
 	b.mu.Lock()
 	b.boxes[d] = struct{}{}
 	b.mu.Unlock()
@@ -312,7 +319,7 @@ func (b *ImageSandbox) Containers() []string {
 func (b *ImageSandbox) Close() error {
 	b.mu.Lock()
 	b.closed = true
-	boxes := make([]*Docker, 0, len(b.boxes))
+	boxes := make([]*sandboxBox, 0, len(b.boxes))
 	for d := range b.boxes {
 		boxes = append(boxes, d)
 	}
@@ -329,10 +336,7 @@ func (b *ImageSandbox) Close() error {
 
 // Dispose implements Disposer for a kernel's own container: it is removed,
 // with everything running in it.
-func (d *Docker) Dispose(ctx context.Context) error {
-	if d.sandbox == nil {
-		return fmt.Errorf("docker %s: not a kernel's own container", d.uri)
-	}
+func (d *sandboxBox) Dispose(ctx context.Context) error {
 	d.Close()
 	_, err := d.cli.ContainerRemove(ctx, d.id, client.ContainerRemoveOptions{Force: true})
 	if err != nil && !isNotFound(err) {
@@ -346,10 +350,7 @@ func (d *Docker) Dispose(ctx context.Context) error {
 
 // DeathCause implements DeathExplainer for a kernel's own container: the
 // kernel OOM killer's work, or the container's end.
-func (d *Docker) DeathCause(ctx context.Context) string {
-	if d.sandbox == nil {
-		return ""
-	}
+func (d *sandboxBox) DeathCause(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultDockerTimeout)
 	defer cancel()
 	info, err := d.cli.ContainerInspect(ctx, d.id, client.ContainerInspectOptions{})

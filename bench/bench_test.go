@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
+	"github.com/kerneldeck/kerneldeck/internal/dockertest"
 	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
 )
 
@@ -46,6 +49,21 @@ func TestQuickBench(t *testing.T) {
 		t.Logf("ssh rows skipped: %s missing (apt-get install openssh-server)", sshdtest.SSHDPath)
 		cfg.SkipSSH = true
 	}
+	if c, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation()); err != nil {
+		cfg.SkipDocker = true
+	} else {
+		pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := c.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true})
+		pcancel()
+		c.Close()
+		switch {
+		case err != nil && os.Getenv(dockertest.RequireEnv) == "1":
+			t.Fatalf("no Docker Engine answers (%v) and %s=1", err, dockertest.RequireEnv)
+		case err != nil:
+			t.Logf("docker rows skipped: %v", err)
+			cfg.SkipDocker = true
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out, log bytes.Buffer
@@ -67,6 +85,10 @@ func TestQuickBench(t *testing.T) {
 	}
 	if !cfg.SkipSSH {
 		want = append(want, "| kerneldeck, ssh, light shell | ", "0 failed cells in 2 rounds")
+	}
+	if !cfg.SkipDocker {
+		want = append(want, "| kerneldeck, docker:// (a running container) | ", "| kerneldeck, docker-image:// (a container per kernel; cold start creates it) | ",
+			"| docker:// warm cell within 1.5× the local backend's | ")
 	}
 	for _, w := range want {
 		if !strings.Contains(table, w) {

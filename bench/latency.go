@@ -141,6 +141,10 @@ func latencyPhase(ctx context.Context, cfg config, env *setupEnv, res *results, 
 		ratio("ratio.sshheavy_light.warm", "ssh.heavy.warm.p50", "ssh.light.warm.p50")
 		ratio("ratio.floorheavy_light.warm", "floor.ssh.heavy.warm.p50", "floor.ssh.light.warm.p50")
 		ratio("ratio.sshlight_jupyter.warm", "ssh.light.warm.p50", "jupyter.warm.p50")
+		ratio("ratio.docker_local.warm", "docker.warm.p50", "local.warm.p50")
+		ratio("ratio.docker_floor.warm", "docker.warm.p50", "floor.docker.warm.p50")
+		ratio("ratio.dockerimage_jupyter.cold", "docker-image.cold", "jupyter.cold")
+		ratio("ratio.docker_jupyter.cold", "docker.cold", "jupyter.cold")
 		fmt.Fprintf(log, "bench: latency round %d/%d:%s\n", r+1, cfg.Rounds, roundLine(res, subs, failed))
 	}
 }

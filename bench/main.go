@@ -44,6 +44,7 @@ type config struct {
 	ScaleCells  int // warm cell pairs (with and without the kernels) per round
 	Views       int // dashboard View() calls per round
 	SkipSSH     bool
+	SkipDocker  bool
 	SkipJupyter bool
 	NoInstall   bool
 	Python      string // interpreter for the local runners and the Jupyter kernel
@@ -78,6 +79,7 @@ func main() {
 	fs.IntVar(&over.Owners, "owners", 0, "owners running cells at once on one ssh host (default 50)")
 	fs.IntVar(&over.Kernels, "kernels", 0, "registered kernels for the engine overhead figures (default 10000, quick 1000)")
 	fs.BoolVar(&over.SkipSSH, "skip-ssh", false, "leave out the ssh rows (they need root and /usr/sbin/sshd)")
+	fs.BoolVar(&over.SkipDocker, "skip-docker", false, "leave out the container rows (they need a Docker Engine)")
 	fs.BoolVar(&over.SkipJupyter, "skip-jupyter", false, "leave out the Jupyter rows and the ratios against them")
 	fs.BoolVar(&over.NoInstall, "no-install", false, "never apt-get install missing packages (python3-jupyter-client, python3-ipykernel, openssh-server)")
 	fs.StringVar(&over.Python, "python", "", "interpreter for kerneldeck's local runners and the Jupyter kernel (default /usr/bin/python3, which the Debian packages serve)")
@@ -123,6 +125,7 @@ func merge(base, over config) config {
 	base.Owners = pick(base.Owners, over.Owners)
 	base.Kernels = pick(base.Kernels, over.Kernels)
 	base.SkipSSH = base.SkipSSH || over.SkipSSH
+	base.SkipDocker = base.SkipDocker || over.SkipDocker
 	base.SkipJupyter = base.SkipJupyter || over.SkipJupyter
 	base.NoInstall = base.NoInstall || over.NoInstall
 	if over.Python != "" {

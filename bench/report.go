@@ -97,6 +97,9 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 		{"floor.ssh.light", "floor: one x/crypto/ssh exec of `true`, light shell", "ssh"},
 		{"ssh.heavy", "kerneldeck, ssh, ~/.bashrc sleeps " + heavy, "ssh"},
 		{"floor.ssh.heavy", "floor: one x/crypto/ssh exec of `true`, ~/.bashrc sleeps " + heavy, "ssh"},
+		{"docker", "kerneldeck, docker:// (a running container)", "docker"},
+		{"floor.docker", "floor: one exec of `true` through the Docker Engine API", "docker"},
+		{"docker-image", "kerneldeck, docker-image:// (a container per kernel; cold start creates it)", "docker"},
 	}
 	for _, r := range rows {
 		if why, skipped := env.skipped[r.skip]; skipped && r.skip != "" {
@@ -108,7 +111,7 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 			cold = "n/a"
 		}
 		trips := [2]string{tripsFig(res, r.key, "warm"), tripsFig(res, r.key, "cold")}
-		if !strings.HasPrefix(r.key, "local") && !strings.HasPrefix(r.key, "ssh.") {
+		if !strings.HasPrefix(r.key, "local") && !strings.HasPrefix(r.key, "ssh.") && !strings.HasPrefix(r.key, "docker") {
 			trips = [2]string{"n/a", "n/a"}
 		}
 		p("| %s | %s | %s | %s | %s | %s | %s | %s |", r.label, fig(res, r.key+".warm.p50"), fig(res, r.key+".warm.p90"),
@@ -129,6 +132,10 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 		{"ratio.sshheavy_floor.warm", "kerneldeck ssh warm p50 ÷ raw ssh exec, heavy rc"},
 		{"ratio.sshheavy_light.warm", "kerneldeck ssh warm p50: heavy rc ÷ light shell"},
 		{"ratio.floorheavy_light.warm", "raw ssh exec: heavy rc ÷ light shell (what the rc costs a command)"},
+		{"ratio.docker_local.warm", "kerneldeck docker:// warm p50 ÷ local warm p50"},
+		{"ratio.docker_floor.warm", "kerneldeck docker:// warm p50 ÷ one `docker exec true` through the API"},
+		{"ratio.dockerimage_jupyter.cold", "kerneldeck docker-image:// cold start (container create + spawn + first result) ÷ Jupyter cold start"},
+		{"ratio.docker_jupyter.cold", "kerneldeck docker:// cold start ÷ Jupyter cold start"},
 	} {
 		p("| %s | %s |", r[1], fig(res, r[0]))
 	}
@@ -184,7 +191,7 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 	p("| warm local cell with ten attached (p50, ms) | %s |", fig(res, "serve.cell.ten"))
 	p("")
 
-	p("#### Targets (issues 6, 13 and 14)")
+	p("#### Targets (issues 6, 13, 14 and 16)")
 	p("")
 	p("| target | measured | |")
 	p("| --- | --- | --- |")
@@ -239,10 +246,12 @@ func targets(cfg config, env *setupEnv, res *results) []target {
 		target{"ssh warm cell (light shell) within 2× the raw x/crypto/ssh exec floor", fig(res, "ratio.sshlight_floor.warm"), verdict(res, "ratio.sshlight_floor.warm", 2)},
 		target{fmt.Sprintf("ssh warm cell independent of shell rc cost: heavy rc ÷ light ≤ 1.5 (the %v rc alone makes a raw exec %s× slower)",
 			heavySleep, num(mustMed(res, "ratio.floorheavy_light.warm"))), fig(res, "ratio.sshheavy_light.warm"), verdict(res, "ratio.sshheavy_light.warm", 1.5)},
+		target{"docker:// warm cell within 1.5× the local backend's", fig(res, "ratio.docker_local.warm"), verdict(res, "ratio.docker_local.warm", 1.5)},
+		target{"docker:// warm cell under 0.3× one `docker exec true` through the API", fig(res, "ratio.docker_floor.warm"), verdict(res, "ratio.docker_floor.warm", 0.3)},
 	)
 	var trips []string
 	worst := math.NaN()
-	for _, k := range []string{"local", "ssh.light", "ssh.heavy"} {
+	for _, k := range []string{"local", "ssh.light", "ssh.heavy", "docker", "docker-image"} {
 		if s, ok := res.get(k + ".trips.warm"); ok {
 			trips = append(trips, k+" "+num(s.Max))
 			if math.IsNaN(worst) || s.Max > worst {

@@ -97,6 +97,9 @@ func (e *setupEnv) setup(ctx context.Context, t *tb, cfg config, log io.Writer) 
 	if cfg.SkipJupyter {
 		e.skipped["jupyter"] = "-skip-jupyter"
 	}
+	if cfg.SkipDocker {
+		e.skipped["docker"] = "-skip-docker"
+	}
 	// Refuse early, before anything slow, when a requested part cannot run.
 	if !cfg.SkipSSH && os.Geteuid() != 0 {
 		return fmt.Errorf("the ssh rows create the OS users %s and %s, which needs root: run as root (sudo go run ./bench), or pass -skip-ssh", lightUser, heavyUser)
@@ -149,6 +152,11 @@ func (e *setupEnv) setup(ctx context.Context, t *tb, cfg config, log io.Writer) 
 	if !cfg.SkipSSH {
 		if err := e.setupSSH(ctx, t, log); err != nil {
 			return fmt.Errorf("%w\n(pass -skip-ssh to go on without the ssh rows)", err)
+		}
+	}
+	if !cfg.SkipDocker {
+		if err := e.setupDocker(ctx, t, log); err != nil {
+			return fmt.Errorf("%w\n(pass -skip-docker to go on without the docker rows)", err)
 		}
 	}
 	return nil

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/internal/dockertest"
+)
+
+// setupDocker adds the container rows: kerneldeck on docker:// (a running
+// test container, as root) and on docker-image:// (a container per kernel),
+// and the floor a per-command design pays, one exec of `true` through the
+// same API. The test image is built from this machine's files
+// (internal/dockertest).
+func (e *setupEnv) setupDocker(ctx context.Context, t *tb, log io.Writer) error {
+	fmt.Fprintf(log, "bench: building the docker test image and starting a container\n")
+	name := dockertest.Container(t, dockertest.ContainerOptions{})
+	image := dockertest.Image(t)
+	env, err := backends.NewDocker("docker://"+name, backends.Options{})
+	if err != nil {
+		return err
+	}
+	t.Cleanup(func() { env.Close() })
+	// The runners' pids are the container's own: there is no host process
+	// to read their CPU from, so the docker rows report the bench's only.
+	none := func() []int { return nil }
+	dk, err := newKD(ctx, t, "docker", env, e.dir, kdConfig(), none)
+	if err != nil {
+		return err
+	}
+	dk.roots = none
+	sandbox, err := backends.NewImageSandbox("docker-image://"+image, backends.Options{})
+	if err != nil {
+		return err
+	}
+	t.Cleanup(func() { sandbox.Close() })
+	di, err := newKD(ctx, t, "docker-image", sandbox, e.dir, kdConfig(), none)
+	if err != nil {
+		return err
+	}
+	di.roots = none
+	e.subjects = append(e.subjects, dk, &dockerFloor{cli: dockertest.Client(t), container: name}, di)
+	return nil
+}
+
+// dockerFloor is one exec of `true` through the Docker Engine API (create,
+// attach, read to the end, inspect): the least a cell costs in a container
+// when every cell is a command.
+type dockerFloor struct {
+	cli       *client.Client
+	container string
+}
+
+func (f *dockerFloor) key() string              { return "floor.docker" }
+func (f *dockerFloor) cpuRoots() []int          { return nil }
+func (f *dockerFloor) trips() (tripCount, bool) { return tripCount{}, false }
+func (f *dockerFloor) cold(context.Context) (time.Duration, tripCount, error) {
+	return 0, tripCount{}, errNoCold
+}
+
+func (f *dockerFloor) warm(ctx context.Context, n int) ([]time.Duration, error) {
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		err := f.once(ctx)
+		lat = append(lat, time.Since(start))
+		if err != nil {
+			return lat, fmt.Errorf("docker exec true: %w", err)
+		}
+	}
+	return lat, nil
+}
+
+func (f *dockerFloor) once(ctx context.Context) error {
+	ex, err := f.cli.ExecCreate(ctx, f.container, client.ExecCreateOptions{AttachStdout: true, AttachStderr: true, Cmd: []string{"true"}})
+	if err != nil {
+		return err
+	}
+	att, err := f.cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return err
+	}
+	defer att.Close()
+	if _, err := stdcopy.StdCopy(io.Discard, io.Discard, att.Reader); err != nil {
+		return err
+	}
+	for {
+		info, err := f.cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
+		if err != nil {
+			return err
+		}
+		if !info.Running {
+			if info.ExitCode != 0 {
+				return fmt.Errorf("exit %d", info.ExitCode)
+			}
+			return nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
