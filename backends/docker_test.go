@@ -3,6 +3,7 @@ package backends_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,37 @@ func TestDockerOpenErrors(t *testing.T) {
 	_, err := backends.Open("docker://box", backends.Options{DockerTimeout: 2 * time.Second})
 	if err == nil || !strings.Contains(err.Error(), "cannot reach the Docker Engine at unix:///nonexistent/docker.sock") {
 		t.Errorf("unreachable daemon: %v", err)
+	}
+}
+
+// TestTracedSandboxHosts: --trace records the commands run in a kernel's
+// own container, not only those of the backend itself.
+func TestTracedSandboxHosts(t *testing.T) {
+	b, err := backends.NewImageSandbox("docker-image://"+dockertest.Image(t), backends.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	path := filepath.Join(t.TempDir(), "trace")
+	tr, err := backends.OpenTracer(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	p, ok := backends.Find[backends.Provisioner](backends.Traced(b, tr))
+	if !ok {
+		t.Fatal("a traced docker-image backend is no Provisioner")
+	}
+	env, err := p.Provision(context.Background(), "t/default@x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := env.Execute(context.Background(), "echo traced-in-the-box", backends.ExecOptions{}); err != nil || res.Output != "traced-in-the-box\n" {
+		t.Fatalf("echo in the box: %q %v", res.Output, err)
+	}
+	tr.Close()
+	data, _ := os.ReadFile(path)
+	if !strings.Contains(string(data), "echo traced-in-the-box") {
+		t.Errorf("the trace lacks the command run in the kernel's container:\n%s", data)
 	}
 }

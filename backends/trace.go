@@ -73,12 +73,31 @@ func (t *Tracer) Close() error {
 	return t.f.Close()
 }
 
-// Traced returns env with every Execute recorded in t.
+// Traced returns env with every Execute recorded in t, including those on
+// the hosts env provisions for kernels.
 func Traced(env Env, t *Tracer) Env {
 	if t == nil {
 		return env
 	}
+	if p, ok := Find[Provisioner](env); ok {
+		return &tracedProvisioner{traced: &traced{inner: env, t: t}, p: p}
+	}
 	return &traced{inner: env, t: t}
+}
+
+// tracedProvisioner is a traced provisioning backend: the hosts it makes
+// are traced too.
+type tracedProvisioner struct {
+	*traced
+	p Provisioner
+}
+
+func (e *tracedProvisioner) Provision(ctx context.Context, key string) (Env, error) {
+	env, err := e.p.Provision(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return Traced(env, e.t), nil
 }
 
 type traced struct {

@@ -87,7 +87,7 @@ func TestQuickBench(t *testing.T) {
 		want = append(want, "| kerneldeck, ssh, light shell | ", "0 failed cells in 2 rounds")
 	}
 	if !cfg.SkipDocker {
-		want = append(want, "| kerneldeck, docker:// (a running container) | ", "| kerneldeck, docker-image:// (a container per kernel; cold start creates it) | ",
+		want = append(want, "| kerneldeck, docker:// (a running container, /tmp on a tmpfs) | ", "| kerneldeck, docker-image:// (a container per kernel; cold start creates it) | ",
 			"| docker:// warm cell within 1.5× the local backend's | ")
 	}
 	for _, w := range want {

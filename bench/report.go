@@ -97,7 +97,7 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 		{"floor.ssh.light", "floor: one x/crypto/ssh exec of `true`, light shell", "ssh"},
 		{"ssh.heavy", "kerneldeck, ssh, ~/.bashrc sleeps " + heavy, "ssh"},
 		{"floor.ssh.heavy", "floor: one x/crypto/ssh exec of `true`, ~/.bashrc sleeps " + heavy, "ssh"},
-		{"docker", "kerneldeck, docker:// (a running container)", "docker"},
+		{"docker", "kerneldeck, docker:// (a running container, /tmp on a tmpfs)", "docker"},
 		{"floor.docker", "floor: one exec of `true` through the Docker Engine API", "docker"},
 		{"docker-image", "kerneldeck, docker-image:// (a container per kernel; cold start creates it)", "docker"},
 	}

@@ -2,10 +2,12 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
 	"github.com/kerneldeck/kerneldeck/backends"
@@ -188,5 +190,59 @@ func TestDockerContainerStoppedMidCell(t *testing.T) {
 	}
 	if !strings.Contains(msg, "not running") {
 		t.Errorf("the next cell: %+v %v; want it to say the container is not running", next, err)
+	}
+}
+
+// TestDockerLockdown: a second user in the same container cannot list,
+// read, write, connect to or signal the first user's kernel; its secret is
+// in no command (each one an exec's arguments), event or container log.
+func TestDockerLockdown(t *testing.T) {
+	name := dockertest.Container(t, dockertest.ContainerOptions{})
+	c := backendtest.NewCounting(dockerEnv(t, name, "alice"))
+	h := enginetest.New(t, c, nil)
+	res := h.Run("a", "print('hi')", 0)
+	dir, pid := res.Kernel.Dir, res.Kernel.PID
+	token := ""
+	for _, k := range h.Eng.Kept() {
+		token = k.Token
+	}
+	if len(token) < 32 {
+		t.Fatal("the engine lists no secret for the kernel")
+	}
+	bob := dockerEnv(t, name, "bob")
+	attack := fmt.Sprintf(`ls %[1]s >/dev/null 2>&1 && echo LISTED
+cat %[1]s/runner.py >/dev/null 2>&1 && echo READ
+touch %[1]s/planted 2>/dev/null && echo WROTE
+kill -0 %[2]d 2>/dev/null && echo SIGNALLED
+python3 -c 'import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print("CONNECTED")' %[1]s/sock 2>/dev/null
+id -un`, dir, pid)
+	out, err := bob.Execute(context.Background(), attack, backends.ExecOptions{Timeout: 20 * time.Second})
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(out.Output), "bob") {
+		t.Fatalf("the attack did not run as bob: %q %v", out.Output, err)
+	}
+	for _, w := range []string{"LISTED", "READ", "WROTE", "SIGNALLED", "CONNECTED"} {
+		if strings.Contains(out.Output, w) {
+			t.Errorf("bob %s alice's kernel:\n%s", strings.ToLower(w), out.Output)
+		}
+	}
+	for _, cmd := range c.Commands() {
+		if strings.Contains(cmd, token) {
+			t.Fatalf("the secret is in a command (an exec's arguments): %.200s", cmd)
+		}
+	}
+	for _, ev := range h.AllEvents() {
+		if strings.Contains(fmt.Sprintf("%+v", ev), token) {
+			t.Fatalf("the secret is in an event: %+v", ev)
+		}
+	}
+	logs, err := dockertest.Client(t).ContainerLogs(context.Background(), name, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	var all strings.Builder
+	stdcopy.StdCopy(&all, &all, logs)
+	if strings.Contains(all.String(), token) {
+		t.Fatal("the secret is in the container's log")
 	}
 }

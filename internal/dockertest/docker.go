@@ -42,6 +42,9 @@ type ContainerOptions struct {
 	Memory int64
 	// Labels are set on the container.
 	Labels map[string]string
+	// TmpfsTmp mounts a tmpfs on /tmp (where kernels live): the image's
+	// root may be on a slow storage driver (fuse-overlayfs here).
+	TmpfsTmp bool
 }
 
 // Container starts a container from the test image (sleep infinity under
@@ -55,10 +58,14 @@ func Container(t testing.TB, opts ContainerOptions) string {
 	defer cancel()
 	name := "kerneldeck-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	init := true
+	hc := &container.HostConfig{Init: &init, NetworkMode: "none", Resources: container.Resources{Memory: opts.Memory}}
+	if opts.TmpfsTmp {
+		hc.Tmpfs = map[string]string{"/tmp": "rw,mode=1777,size=256m"}
+	}
 	res, err := c.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name:       name,
 		Config:     &container.Config{Image: image, Labels: opts.Labels},
-		HostConfig: &container.HostConfig{Init: &init, NetworkMode: "none", Resources: container.Resources{Memory: opts.Memory}},
+		HostConfig: hc,
 	})
 	if err != nil {
 		t.Fatalf("create a test container: %v", err)
