@@ -122,7 +122,16 @@ func shortBackend(uri string, w int) string {
 	if len(uri) <= w {
 		return uri
 	}
-	if _, rest, ok := strings.Cut(uri, "://"); ok {
+	if scheme, rest, ok := strings.Cut(uri, "://"); ok {
+		// A docker-image's limits are in the detail view; the kind of
+		// host stays, in short, where it is not ssh (the common case).
+		rest, _, _ = strings.Cut(rest, "?")
+		switch scheme {
+		case "docker":
+			rest = "dk:" + rest
+		case "docker-image":
+			rest = "img:" + rest
+		}
 		uri = rest
 	}
 	if r := []rune(uri); len(r) > w {

@@ -805,6 +805,10 @@ func TestShortBackend(t *testing.T) {
 		{"ssh://root@10.0.0.1", "root@10.0.0.1"},
 		{"ssh://operator@build-server-eu-west-1", "operat…west-1"},
 		{"docker://web", "docker://web"},
+		{"docker://python-box", "dk:python-box"},
+		{"docker://a-very-long-container", "dk:a-v…tainer"},
+		{"docker-image://sandbox?memory=256m", "img:sandbox"},
+		{"docker-image://sandbox:3.12?memory=1g&cpus=2", "img:sa…x:3.12"},
 	} {
 		if got := shortBackend(tc.in, 13); got != tc.want || len([]rune(got)) > 14 {
 			t.Errorf("shortBackend(%q) = %q, want %q", tc.in, got, tc.want)
