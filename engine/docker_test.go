@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -244,5 +245,66 @@ id -un`, dir, pid)
 	stdcopy.StdCopy(&all, &all, logs)
 	if strings.Contains(all.String(), token) {
 		t.Fatal("the secret is in the container's log")
+	}
+}
+
+// TestDockerCloseLeavesNoExec: after the engine's Close, no exec it started
+// in the container still runs (asked of the daemon), the relays included,
+// and no relay process is left, even when the runners are kept (so the
+// relays end because their stream closed, not because the runner died);
+// without keeping, no runner is left either.
+func TestDockerCloseLeavesNoExec(t *testing.T) {
+	name := dockertest.Container(t, dockertest.ContainerOptions{})
+	env := dockerEnv(t, name, "alice")
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{env}, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, owner := range []string{"a", "b"} {
+		rtExec(t, eng, engine.Request{Owner: owner, Code: "x = 1"})
+	}
+	relays := env.RelayExecs()
+	if len(relays) != 2 {
+		t.Fatalf("%d relays open for two kernels, want 2", len(relays))
+	}
+	c := dockertest.Client(t)
+	ctx := context.Background()
+	// running lists the execs the daemon says still run: those it lists on
+	// the container, and the relays by id.
+	running := func() []string {
+		info, err := c.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, id := range append(info.Container.ExecIDs, relays...) {
+			if ex, err := c.ExecInspect(ctx, id, client.ExecInspectOptions{}); err == nil && ex.Running && !slices.Contains(out, id[:12]) {
+				out = append(out, id[:12])
+			}
+		}
+		return out
+	}
+	if r := running(); len(r) != 2 {
+		t.Fatalf("the daemon lists %v running before Close, want the 2 relays", r)
+	}
+	ctx2, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := eng.Close(ctx2, true); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for r := running(); len(r) > 0; r = running() {
+		if time.Now().After(deadline) {
+			t.Fatalf("execs still running 10s after Close: %v", r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	probe := backends.Env(dockerEnv(t, name, ""))
+	res, err := probe.Execute(ctx, `for p in /proc/[0-9]*; do tr '\0' ' ' <"$p/cmdline" 2>/dev/null; echo; done`, backends.ExecOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(res.Output, "KDRELAY") || strings.Count(res.Output, "runner.py") != 2 {
+		t.Errorf("after Close keeping the kernels, want their 2 runners and no relay in the container:\n%s", res.Output)
 	}
 }
