@@ -146,3 +146,25 @@ func TestTracedSandboxHosts(t *testing.T) {
 		t.Errorf("the trace lacks the command run in the kernel's container:\n%s", data)
 	}
 }
+
+// The backend contract on kernels' own containers (docker-image://), one
+// container per subtest, with the safe defaults (read-only root, tmpfs
+// /tmp, no capabilities).
+func TestDockerImageContract(t *testing.T) {
+	b, err := backends.NewImageSandbox("docker-image://"+dockertest.Image(t), backends.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	backendtest.Contract(t, func(t *testing.T) backends.Env {
+		env, err := b.Provision(context.Background(), "contract/"+t.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { env.(backends.Disposer).Dispose(context.Background()) })
+		return env
+	})
+	if left := b.Containers(); len(left) != 0 {
+		t.Errorf("containers left: %v", left)
+	}
+}
