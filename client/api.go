@@ -146,6 +146,8 @@ func (c *Client) Execute(ctx context.Context, req engine.Request) (*engine.Resul
 		DurationMS      float64           `json:"duration_ms"`
 		Fallback        string            `json:"fallback"`
 		Cell            string            `json:"cell"`
+		Displays        []engine.Display  `json:"displays"`
+		DisplayNote     string            `json:"display_note"`
 		Kernel          *struct {
 			ID             string `json:"id"`
 			PID            int    `json:"pid"`
@@ -164,7 +166,8 @@ func (c *Client) Execute(ctx context.Context, req engine.Request) (*engine.Resul
 	out := &engine.Result{Status: res.Status, Stdout: res.Stdout, Stderr: res.Stderr, Traceback: res.Traceback,
 		StdoutClipped: res.StdoutClipped, StderrClipped: res.StderrClipped, SpillPath: res.SpillPath,
 		StderrSpillPath: res.StderrSpillPath, ToolCallsMade: res.ToolCallsMade,
-		Duration: time.Duration(res.DurationMS * float64(time.Millisecond)), Fallback: res.Fallback, Cell: res.Cell}
+		Duration: time.Duration(res.DurationMS * float64(time.Millisecond)), Fallback: res.Fallback, Cell: res.Cell,
+		Displays: res.Displays, DisplayNote: res.DisplayNote}
 	if k := res.Kernel; k != nil {
 		out.Kernel = &engine.KernelResult{ID: k.ID, PID: k.PID, Dir: k.Dir, Backend: k.Backend, Reused: k.Reused,
 			ExecutionCount: k.ExecutionCount, StateLost: k.StateLost, StateReset: k.StateReset, Note: k.Note}

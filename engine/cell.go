@@ -61,7 +61,11 @@ type Result struct {
 	ToolCallsMade   int
 	Duration        time.Duration
 	Fallback        string // "" or "per_call"
-	Kernel          *KernelResult
+	// Displays are the cell's rich outputs in order (images, HTML, …);
+	// DisplayNote says what of them was dropped or clipped.
+	Displays    []Display
+	DisplayNote string
+	Kernel      *KernelResult
 	// Cell is the cell's id, as its events and Engine.Cells name it.
 	Cell string
 }
@@ -703,12 +707,20 @@ func (e *Engine) resultFromFrame(ctx context.Context, k *Kernel, f *runnerFrame,
 		res.SpillPath = e.copySpill(ctx, k, f.StdoutSpill, f.ID+".stdout")
 		res.StderrSpillPath = e.copySpill(ctx, k, f.StderrSpill, f.ID+".stderr")
 	}
+	if len(f.Displays) > 0 || f.DisplaysDropped > 0 {
+		res.Displays, res.DisplayNote = e.displaysFromFrame(ctx, k, f)
+	}
 	return res
 }
 
 // copySpill copies a spill file from the kernel's host into the state dir
 // (0700 dirs, 0600 file) and returns the local path, or "" if it cannot.
 func (e *Engine) copySpill(ctx context.Context, k *Kernel, hostPath, name string) string {
+	return e.copySpillMax(ctx, k, hostPath, name, e.cfg.SpillMax)
+}
+
+// copySpillMax is copySpill of at most limit bytes.
+func (e *Engine) copySpillMax(ctx context.Context, k *Kernel, hostPath, name string, limit int) string {
 	if hostPath == "" || e.cfg.StateDir == "" {
 		return ""
 	}
@@ -718,7 +730,7 @@ func (e *Engine) copySpill(ctx context.Context, k *Kernel, hostPath, name string
 	if path.Dir(hostPath) != dir+"/cells" {
 		return "" // a runner may only point into its own cells dir
 	}
-	res, err := k.env.Execute(ctx, fetchScript(hostPath, e.cfg.SpillMax), backends.ExecOptions{Timeout: time.Minute})
+	res, err := k.env.Execute(ctx, fetchScript(hostPath, limit), backends.ExecOptions{Timeout: time.Minute})
 	if err != nil || res.ReturnCode != 0 {
 		return ""
 	}

@@ -53,10 +53,13 @@ type runnerFrame struct {
 	Traceback      string  `json:"traceback"`
 	ExecutionCount int     `json:"execution_count"`
 	DurationMS     float64 `json:"duration_ms"`
-	Stream         string  `json:"stream"`
-	Text           string  `json:"text"`
-	Error          string  `json:"error"`
-	PID            int     `json:"pid"`
+	// Displays are the cell's rich outputs (checked by displaysFromFrame).
+	Displays        []runnerDisplay `json:"displays"`
+	DisplaysDropped int             `json:"displays_dropped"`
+	Stream          string          `json:"stream"`
+	Text            string          `json:"text"`
+	Error           string          `json:"error"`
+	PID             int             `json:"pid"`
 	// Name and Data carry a forwarded tool request file (op "rpc"); Error
 	// then says why it could not be read.
 	Name string `json:"name"`

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -92,7 +93,7 @@ func FuzzRunnerConn(f *testing.F) {
 			t.Fatalf("input %q: %d frames delivered, want %d:\ngot  %+v\nwant %+v", data, len(got), len(want), got, want)
 		}
 		for i := range got {
-			if got[i] != want[i] {
+			if !reflect.DeepEqual(got[i], want[i]) {
 				t.Fatalf("input %q: frame %d is %+v, want %+v", data, i, got[i], want[i])
 			}
 		}

@@ -110,7 +110,11 @@ type resultLine struct {
 	ToolCallsMade   int               `json:"tool_calls_made"`
 	DurationMS      float64           `json:"duration_ms"`
 	Fallback        string            `json:"fallback"`
-	Kernel          *kernelLine       `json:"kernel"`
+	// Displays are the cell's rich outputs (images, HTML, …), in order;
+	// DisplayNote says what of them was dropped or clipped.
+	Displays    []engine.Display `json:"displays,omitempty"`
+	DisplayNote string           `json:"display_note,omitempty"`
+	Kernel      *kernelLine      `json:"kernel"`
 	// Cell is the cell's id, as events and the cells op name it (protocol 2).
 	Cell string `json:"cell"`
 }
@@ -162,7 +166,7 @@ func (s *server) run(ctx context.Context, r *request) any {
 		ID: r.id, Op: "result", Status: res.Status, Stdout: res.Stdout, Stderr: res.Stderr, Traceback: res.Traceback,
 		StdoutClipped: res.StdoutClipped, StderrClipped: res.StderrClipped, SpillPath: res.SpillPath,
 		StderrSpillPath: res.StderrSpillPath, ToolCallsMade: res.ToolCallsMade, DurationMS: millis(res.Duration),
-		Fallback: res.Fallback, Cell: res.Cell,
+		Fallback: res.Fallback, Cell: res.Cell, Displays: res.Displays, DisplayNote: res.DisplayNote,
 	}
 	if k := res.Kernel; k != nil {
 		line.Kernel = &kernelLine{ID: k.ID, PID: k.PID, Dir: k.Dir, Backend: k.Backend, Reused: k.Reused,

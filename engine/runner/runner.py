@@ -32,6 +32,7 @@ blocks in select(); nothing polls while the kernel is idle.
 """
 
 import ast
+import base64
 import builtins
 import codecs
 import io
@@ -118,6 +119,165 @@ def _compare(a, b):
     for x, y in zip(a, b):
         diff |= x ^ y
     return diff == 0
+
+
+# ---- display data (IPython's display protocol) ---------------------------
+
+# The _repr_*_ methods a bundle is made of, in IPython's order.
+MIME_REPRS = (
+    ("_repr_png_", "image/png"),
+    ("_repr_jpeg_", "image/jpeg"),
+    ("_repr_svg_", "image/svg+xml"),
+    ("_repr_html_", "text/html"),
+    ("_repr_markdown_", "text/markdown"),
+    ("_repr_latex_", "text/latex"),
+    ("_repr_json_", "application/json"),
+)
+BINARY_MIMES = ("image/png", "image/jpeg", "image/gif")
+MAX_DISPLAYS = 100  # per cell; the rest are counted, not kept
+MAX_VALUE = 24 << 20  # one representation larger than this is dropped (base64 counted)
+
+
+def _is_figure(obj):
+    return type(obj).__module__.startswith("matplotlib.figure") and hasattr(obj, "savefig")
+
+
+def _is_pil(obj):
+    return type(obj).__module__.startswith("PIL.") and hasattr(obj, "save") and hasattr(obj, "size")
+
+
+def has_rich_repr(obj):
+    if isinstance(obj, type):
+        return False
+    if _is_figure(obj) or _is_pil(obj):
+        return True
+    return any(callable(getattr(obj, m, None)) for m, _ in MIME_REPRS + (("_repr_mimebundle_", ""),))
+
+
+def _as_value(mime, value):
+    """A representation as the string the result carries, or None."""
+    if value is None:
+        return None
+    if mime in BINARY_MIMES:
+        if isinstance(value, str):
+            try:
+                base64.b64decode(value, validate=True)
+            except Exception:
+                return None
+            return value
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return base64.b64encode(bytes(value)).decode("ascii")
+        return None
+    if mime == "application/json" and not isinstance(value, str):
+        try:
+            return json.dumps(value)
+        except Exception:
+            return None
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, str):
+        return value
+    return None
+
+
+def mime_bundle(obj):
+    """Returns (data, metadata, notes): text/plain always, and what the object
+    offers through _repr_mimebundle_ and the _repr_*_ methods."""
+    data, meta, notes = {}, {}, []
+    if not isinstance(obj, type):
+        mb = getattr(obj, "_repr_mimebundle_", None)
+        if callable(mb):
+            try:
+                got = mb(include=None, exclude=None)
+                if isinstance(got, tuple) and len(got) == 2:
+                    got, md = got
+                    if isinstance(md, dict):
+                        meta.update(md)
+                if isinstance(got, dict):
+                    for mime, value in got.items():
+                        v = _as_value(mime, value) if isinstance(mime, str) else None
+                        if v is not None:
+                            data[mime] = v
+            except Exception as e:
+                notes.append("_repr_mimebundle_ failed: %s" % type(e).__name__)
+        for method, mime in MIME_REPRS:
+            if mime in data:
+                continue
+            fn = getattr(obj, method, None)
+            if not callable(fn):
+                continue
+            try:
+                value = fn()
+            except Exception as e:
+                notes.append("%s failed: %s" % (method, type(e).__name__))
+                continue
+            if isinstance(value, tuple) and len(value) == 2:
+                value, md = value
+                if isinstance(md, dict):
+                    meta[mime] = md
+            v = _as_value(mime, value)
+            if v is None and value is not None:
+                notes.append("%s returned what %s cannot hold" % (method, mime))
+            elif v is not None:
+                data[mime] = v
+        if "image/png" not in data and (_is_figure(obj) or _is_pil(obj)):
+            buf = io.BytesIO()
+            try:
+                if _is_figure(obj):
+                    obj.savefig(buf, format="png")
+                else:
+                    obj.save(buf, format="PNG")
+                data["image/png"] = base64.b64encode(buf.getvalue()).decode("ascii")
+            except Exception as e:
+                notes.append("rendering a PNG failed: %s" % type(e).__name__)
+    try:
+        data["text/plain"] = repr(obj)
+    except Exception as e:
+        data["text/plain"] = "<%s object>" % type(obj).__name__
+        notes.append("repr failed: %s" % type(e).__name__)
+    return data, meta, notes
+
+
+def close_figure(fig):
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None:
+        try:
+            plt.close(fig)
+        except Exception:
+            pass
+
+
+class MplBackendFinder:
+    """Makes "kerneldeck_mpl" importable, as matplotlib's backend for kernels:
+    Agg for drawing, and a show() that turns the open figures into displays
+    (no window, no "non-interactive" warning). Loaded only when matplotlib
+    asks for it."""
+
+    def __init__(self, runner):
+        self.runner = runner
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "kerneldeck_mpl":
+            return None
+        from importlib.machinery import ModuleSpec
+
+        return ModuleSpec(name, self)
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, mod):
+        from matplotlib.backends import backend_agg
+
+        for k in dir(backend_agg):
+            if not k.startswith("__"):
+                setattr(mod, k, getattr(backend_agg, k))
+        runner = self.runner
+
+        def show(*args, **kwargs):
+            runner.flush_figures()
+
+        mod.show = show
 
 
 def write_private(path, data):
@@ -280,6 +440,8 @@ class Runner:
         self.cell_deadline = 0.0
         self.rpc = RPC(self)
         self.rpc_dir = os.path.join(kdir, "rpc")
+        self.display_max = 5 << 20
+        self.start_displays(None)
 
     # ---- lifecycle -------------------------------------------------------
 
@@ -664,6 +826,91 @@ class Runner:
 
     # ---- cells (main thread) ---------------------------------------------
 
+    # ---- display data (main thread, while a cell runs) -------------------
+
+    def start_displays(self, cid):
+        self.display_cell = cid
+        self.displays = []
+        self.displays_dropped = 0
+        self.display_bytes = 0
+
+    def add_display(self, obj):
+        """Adds obj's MIME bundle to the running cell's displays: kept in the
+        result up to display_max bytes in all, larger parts spilled to 0600
+        files in the cells dir, beyond MAX_DISPLAYS counted only."""
+        if self.display_cell is None:
+            return
+        if len(self.displays) >= MAX_DISPLAYS:
+            self.displays_dropped += 1
+            return
+        data, meta, notes = mime_bundle(obj)
+        plain = data.pop("text/plain", "")
+        if len(plain) > self.clip:
+            plain = plain[: self.clip]
+            notes.append("text/plain clipped to %d characters" % self.clip)
+        spill = {}
+        n = len(self.displays)
+        for mime in list(data):
+            value = data[mime]
+            if len(value) > MAX_VALUE:
+                del data[mime]
+                notes.append("%s of %d MB dropped (over %d MB)" % (mime, len(value) >> 20, MAX_VALUE >> 20))
+            elif self.display_bytes + len(value) > self.display_max:
+                del data[mime]
+                ext = mime.split("/")[-1].split("+")[0]
+                path = os.path.join(self.cells, "%s.d%d.%s" % (self.display_cell, n, re.sub(r"[^a-z0-9]", "", ext) or "bin"))
+                try:
+                    raw = base64.b64decode(value) if mime in BINARY_MIMES else value.encode("utf-8", "replace")
+                    write_private(path, raw)
+                    spill[mime] = path
+                except Exception as e:
+                    notes.append("%s could not be spilled: %s" % (mime, type(e).__name__))
+            else:
+                self.display_bytes += len(value)
+        data["text/plain"] = plain
+        entry = {"data": data}
+        if meta:
+            try:
+                json.dumps(meta)
+                entry["metadata"] = meta
+            except Exception:
+                notes.append("metadata dropped: not JSON")
+        if spill:
+            entry["spill"] = spill
+        if notes:
+            entry["note"] = "; ".join(notes)
+        self.displays.append(entry)
+
+    def display(self, *objs, **_):
+        """The kernel's display(): each object becomes a display of the cell."""
+        for obj in objs:
+            self.add_display(obj)
+
+    def displayhook(self, value):
+        """The last expression: shown as the interactive interpreter shows it,
+        and also as a display when it has rich representations."""
+        if value is None:
+            return
+        sys.__displayhook__(value)
+        if has_rich_repr(value):
+            self.add_display(value)
+            if _is_figure(value):
+                close_figure(value)
+
+    def flush_figures(self):
+        """Open matplotlib figures become displays and are closed, as Jupyter's
+        inline backend does after each cell (plt.show() or not)."""
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is None:
+            return
+        try:
+            for num in plt.get_fignums():
+                fig = plt.figure(num)
+                self.add_display(fig)
+                plt.close(fig)
+        except Exception as e:
+            self.log("flushing figures failed: %r" % (e,))
+
     def run_cell(self, cell):
         start = time.monotonic()
         self.cell_deadline = start + cell.timeout
@@ -672,10 +919,17 @@ class Runner:
         err_path = os.path.join(self.cells, cell.id + ".err")
         self.redirect(out_path, err_path)
         self.execution_count += 1
+        self.start_displays(cell.id)
         try:
             status, tb = self.exec_user(cell)
         except KeyboardInterrupt:
             status, tb = "interrupted", "KeyboardInterrupt\n"
+        try:
+            self.flush_figures()
+        except BaseException:
+            pass
+        displays, dropped = self.displays, self.displays_dropped
+        self.start_displays(None)
         self.restore()
         # The rest of the output goes before the result, so a streamer gets
         # all of it (up to spill_max).
@@ -690,6 +944,10 @@ class Runner:
             "execution_count": self.execution_count,
             "duration_ms": round((time.monotonic() - start) * 1000, 3),
         }
+        if displays:
+            frame["displays"] = displays
+        if dropped:
+            frame["displays_dropped"] = dropped
         for name, path in (("stdout", out_path), ("stderr", err_path)):
             data, more = read_head(path, self.spill_max)
             text = data.decode("utf-8", "replace")
@@ -743,7 +1001,12 @@ class Runner:
             exec(compile(tree, filename, "exec"), self.ns)
             if last is not None:
                 # Like the interactive interpreter: show the last expression's value.
-                exec(compile(last, filename, "single"), self.ns)
+                hook = sys.displayhook
+                sys.displayhook = self.displayhook
+                try:
+                    exec(compile(last, filename, "single"), self.ns)
+                finally:
+                    sys.displayhook = hook
             return "ok", ""
         except KeyboardInterrupt:
             return "interrupted", self.format_exc()
@@ -972,6 +1235,7 @@ def main():
         _num(cfg, "clip", 50000, int),
         _num(cfg, "spill_max", 5 << 20, int),
     )
+    runner.display_max = _num(cfg, "display_max", 5 << 20, int)
     secret = cfg.get("secret")
     try:
         runner.auth = Auth(bytes.fromhex(secret) if isinstance(secret, str) else b"")
@@ -999,6 +1263,11 @@ def main():
     runtime = types.ModuleType("kerneldeck_runtime")
     runtime.call = runner.rpc.call
     sys.modules["kerneldeck_runtime"] = runtime
+    # Rich output: display() in every cell, and matplotlib drawing with Agg
+    # into displays unless the kernel asks for another backend.
+    builtins.display = runner.display
+    sys.meta_path.append(MplBackendFinder(runner))
+    os.environ.setdefault("MPLBACKEND", "module://kerneldeck_mpl")
     sys.dont_write_bytecode = True
     RUNNER = runner
     runner.serve()

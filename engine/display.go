@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Display is one rich output of a cell, as IPython's display protocol makes
+// them: the value of the last expression when it has rich representations,
+// and each display(obj) call, in order. Data maps MIME types to the
+// representation: text as is, binary (image/png, image/jpeg, image/gif)
+// base64-encoded, application/json as JSON text; text/plain is always there.
+type Display struct {
+	Data     map[string]string `json:"data"`
+	Metadata json.RawMessage   `json:"metadata,omitempty"`
+	// Spill maps the MIME types too large for the result to a 0600 file on
+	// this machine holding the whole value (raw bytes for binary types).
+	Spill map[string]string `json:"spill,omitempty"`
+	// Note says what was dropped or clipped, and why.
+	Note string `json:"note,omitempty"`
+}
+
+// Limits on what a runner may send as displays: kernel code controls it.
+const (
+	maxDisplays       = 100
+	maxDisplayMIME    = 16 // representations in one display
+	maxDisplayMeta    = 64 << 10
+	maxDisplayNote    = 1 << 10
+	maxDisplaysResult = 8 << 20 // data bytes in one result (the runner keeps to 5 MB)
+	// maxDisplaySpill bounds one spilled representation fetched here (the
+	// runner drops larger ones; a command's output is capped at 32 MB).
+	maxDisplaySpill = 24 << 20
+)
+
+// mimeType is what a display's key must look like.
+var mimeType = regexp.MustCompile(`^[a-z]+/[a-zA-Z0-9][a-zA-Z0-9.+-]{0,80}$`)
+
+// binaryMIME are the types carried base64-encoded.
+func binaryMIME(m string) bool { return m == "image/png" || m == "image/jpeg" || m == "image/gif" }
+
+// runnerDisplay is a display as the runner sends it.
+type runnerDisplay struct {
+	Data     map[string]string `json:"data"`
+	Metadata json.RawMessage   `json:"metadata"`
+	Spill    map[string]string `json:"spill"`
+	Note     string            `json:"note"`
+}
+
+// displaysFromFrame checks a runner's displays and returns those that hold,
+// with a note for what was dropped; spilled parts are copied here.
+func (e *Engine) displaysFromFrame(ctx context.Context, k *Kernel, f *runnerFrame) ([]Display, string) {
+	var out []Display
+	var notes []string
+	dropped := max(0, f.DisplaysDropped)
+	total := 0
+	for i, rd := range f.Displays {
+		if len(out) >= maxDisplays {
+			dropped += len(f.Displays) - i
+			break
+		}
+		d, why := e.checkDisplay(ctx, k, f.ID, i, rd, &total)
+		if why != "" {
+			notes = append(notes, fmt.Sprintf("display %d %s", i+1, why))
+		}
+		if d != nil {
+			out = append(out, *d)
+		}
+	}
+	if dropped > 0 {
+		notes = append(notes, fmt.Sprintf("%d more displays dropped (at most %d a cell)", dropped, maxDisplays))
+	}
+	return out, strings.Join(notes, "; ")
+}
+
+func (e *Engine) checkDisplay(ctx context.Context, k *Kernel, cell string, i int, rd runnerDisplay, total *int) (*Display, string) {
+	if len(rd.Data)+len(rd.Spill) > maxDisplayMIME {
+		return nil, fmt.Sprintf("dropped: %d representations (at most %d)", len(rd.Data)+len(rd.Spill), maxDisplayMIME)
+	}
+	d := &Display{Data: map[string]string{}}
+	var why []string
+	for mime, v := range rd.Data {
+		switch {
+		case !mimeType.MatchString(mime):
+			why = append(why, fmt.Sprintf("%q is not a MIME type", truncate(mime, 40)))
+			continue
+		case *total+len(v) > maxDisplaysResult:
+			why = append(why, fmt.Sprintf("%s dropped: the result's displays are over %d MB", mime, maxDisplaysResult>>20))
+			continue
+		case binaryMIME(mime):
+			if _, err := base64.StdEncoding.DecodeString(v); err != nil {
+				why = append(why, mime+" dropped: not base64")
+				continue
+			}
+		}
+		*total += len(v)
+		d.Data[mime] = v
+	}
+	if _, ok := d.Data["text/plain"]; !ok {
+		d.Data["text/plain"] = ""
+	}
+	if len(rd.Metadata) > 0 && len(rd.Metadata) <= maxDisplayMeta && json.Valid(rd.Metadata) {
+		d.Metadata = rd.Metadata
+	}
+	for mime, hostPath := range rd.Spill {
+		if !mimeType.MatchString(mime) || k == nil {
+			continue
+		}
+		ext := mime[strings.IndexByte(mime, '/')+1:]
+		if local := e.copySpillMax(ctx, k, hostPath, fmt.Sprintf("%s.display%d.%s", cell, i, safeExt(ext)), maxDisplaySpill); local != "" {
+			if d.Spill == nil {
+				d.Spill = map[string]string{}
+			}
+			d.Spill[mime] = local
+		} else {
+			why = append(why, mime+" was too large and could not be fetched")
+		}
+	}
+	d.Note = truncate(strings.Join(append(append([]string{}, nonEmpty(rd.Note)...), why...), "; "), maxDisplayNote)
+	return d, ""
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+var unsafeExt = regexp.MustCompile(`[^a-z0-9]`)
+
+func safeExt(ext string) string {
+	ext = unsafeExt.ReplaceAllString(strings.ToLower(strings.SplitN(ext, "+", 2)[0]), "")
+	if ext == "" || len(ext) > 10 {
+		return "bin"
+	}
+	return ext
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
