@@ -3,8 +3,10 @@ package mcpserver
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +42,18 @@ type ExecOutput struct {
 	ToolCallsMade  int        `json:"tool_calls_made,omitempty"`
 	Fallback       string     `json:"fallback,omitempty" jsonschema:"per_call when the kernel could not be kept and the cell ran in a one-off process"`
 	Kernel         KernelInfo `json:"kernel"`
+	// Displays lists the cell's rich outputs; their contents come as the
+	// call's image and text content, in the same order.
+	Displays    []DisplayInfo `json:"displays,omitempty" jsonschema:"the cell's rich outputs (plots, tables, HTML) in order: images are in the call's image content"`
+	DisplayNote string        `json:"display_note,omitempty" jsonschema:"what of the displays was dropped or clipped"`
+}
+
+// DisplayInfo describes one display of a cell.
+type DisplayInfo struct {
+	MIMETypes []string          `json:"mime_types" jsonschema:"the representations the object offered"`
+	Text      string            `json:"text" jsonschema:"its text/plain representation"`
+	Files     map[string]string `json:"files,omitempty" jsonschema:"representations too large to return, by MIME type: the file holding each"`
+	Note      string            `json:"note,omitempty"`
 }
 
 // KernelInfo says which kernel ran a cell and what happened to its state.
@@ -319,8 +333,55 @@ func (s *Server) answer(x *execution) (*mcp.CallToolResult, ExecOutput, error) {
 		o.ExecutionCount = k.ExecutionCount
 		o.Kernel = KernelInfo{ID: k.ID, Backend: k.Backend, PID: k.PID, Reused: k.Reused, StateLost: k.StateLost, StateReset: k.StateReset, Note: k.Note}
 	}
-	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: renderExec(o)}}, IsError: r.Status != engine.StatusSuccess}
+	content := []mcp.Content{&mcp.TextContent{Text: renderExec(o)}}
+	for i, d := range r.Displays {
+		info, c := displayContent(i+1, d)
+		o.Displays = append(o.Displays, info)
+		content = append(content, c...)
+	}
+	o.DisplayNote = r.DisplayNote
+	if len(r.Displays) > 0 {
+		content[0] = &mcp.TextContent{Text: renderExec(o)}
+	}
+	res := &mcp.CallToolResult{Content: content, IsError: r.Status != engine.StatusSuccess}
 	return res, o, nil
+}
+
+// displayContent is one display as MCP content: an image as ImageContent,
+// markdown or HTML as text (markdown preferred), else its text/plain; a
+// representation spilled to a file is named, not sent.
+func displayContent(n int, d engine.Display) (DisplayInfo, []mcp.Content) {
+	info := DisplayInfo{Text: d.Data["text/plain"], Files: d.Spill, Note: d.Note}
+	for m := range d.Data {
+		info.MIMETypes = append(info.MIMETypes, m)
+	}
+	for m := range d.Spill {
+		info.MIMETypes = append(info.MIMETypes, m)
+	}
+	slices.Sort(info.MIMETypes)
+	var out []mcp.Content
+	for _, m := range []string{"image/png", "image/jpeg", "image/gif"} {
+		if v, ok := d.Data[m]; ok {
+			if raw, err := base64.StdEncoding.DecodeString(v); err == nil {
+				out = append(out, &mcp.ImageContent{Data: raw, MIMEType: m})
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		text, kind := d.Data["text/plain"], "text/plain"
+		for _, m := range []string{"text/markdown", "text/html"} {
+			if v, ok := d.Data[m]; ok {
+				text, kind = v, m
+				break
+			}
+		}
+		out = append(out, &mcp.TextContent{Text: fmt.Sprintf("[display %d, %s]\n%s", n, kind, text)})
+	}
+	for m, path := range d.Spill {
+		out = append(out, &mcp.TextContent{Text: fmt.Sprintf("[display %d: its %s was too large to return; it is in %s]", n, m, path)})
+	}
+	return info, out
 }
 
 // renderExec is the text an LLM reads: the output, then one status line.
@@ -355,6 +416,12 @@ func renderExec(o ExecOutput) string {
 	}
 	if o.Fallback != "" {
 		fmt.Fprintf(&b, " · fallback %s: state is not kept", o.Fallback)
+	}
+	if n := len(o.Displays); n > 0 {
+		fmt.Fprintf(&b, " · %d displays follow", n)
+	}
+	if o.DisplayNote != "" {
+		fmt.Fprintf(&b, " · displays: %s", o.DisplayNote)
 	}
 	b.WriteString("]")
 	return b.String()
