@@ -2,7 +2,10 @@ package ui
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
+	"image"
+	"image/png"
 	"slices"
 	"strings"
 	"testing"
@@ -228,6 +231,21 @@ func goldenCases() []goldenCase {
 			want: []string{"REPLAY 2/9 PAUSED (p resumes, n steps)"},
 		},
 		{
+			name: "display_placeholder", w: 100, h: 30,
+			drive: func(t *testing.T, s *session) {
+				s.eng.SetExecResult(&engine.Result{Status: engine.StatusSuccess, Stdout: "plotted\n",
+					Displays: []engine.Display{
+						{Data: map[string]string{"image/png": testPNG(t, 64, 48), "text/plain": "<Figure size 64x48 with 1 Axes>"}},
+						{Data: map[string]string{"text/html": "<table>…</table>", "text/plain": "   sales\n0      3\n1      5"}},
+					},
+					Kernel: &engine.KernelResult{ID: "k-me", Backend: "local", ExecutionCount: 1}}, nil, "")
+				s.tm.Type("plot()")
+				s.tm.Send(keyCtrlR)
+				s.waitOutput(t, "sales")
+			},
+			want: []string{"plotted", "[image/png 64×48, ", "sales", "0      3"},
+		},
+		{
 			name: "zoomed_output", w: 100, h: 30,
 			drive: func(t *testing.T, s *session) {
 				var out strings.Builder
@@ -412,4 +430,14 @@ func TestApprovalKeysCallApprove(t *testing.T) {
 			mustContain(t, view, string(tc.want)+" terminal for alice", "target me/default@local")
 		})
 	}
+}
+
+// testPNG is a w×h grey PNG, base64-encoded as a display carries it.
+func testPNG(t *testing.T, w, h int) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, image.NewGray(image.Rect(0, 0, w, h))); err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(buf.Bytes())
 }

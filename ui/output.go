@@ -1,8 +1,14 @@
 package ui
 
 import (
+	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"image"
+	_ "image/gif" // image.DecodeConfig knows the display types
+	_ "image/jpeg"
+	_ "image/png"
 	"slices"
 	"strings"
 	"time"
@@ -311,6 +317,12 @@ func (p *OutputPane) runLines(r *cellRun, w int) []string {
 				lines = append(lines, t.Error.Render(l))
 			}
 		}
+		for _, d := range r.res.Displays {
+			lines = append(lines, displayLines(d, w, p.ctx)...)
+		}
+		if r.res.DisplayNote != "" {
+			lines = append(lines, wordWrapLines(t.Warn.Render("displays: "+plain(r.res.DisplayNote)), w)...)
+		}
 		if r.res.StdoutClipped || r.res.StderrClipped {
 			lines = append(lines, t.Muted.Render("clipped; full output: "+plain(strings.TrimSpace(r.res.SpillPath+" "+r.res.StderrSpillPath))))
 		}
@@ -360,4 +372,40 @@ func (p *OutputPane) View() string {
 		lines = p.lines[from:to]
 	}
 	return p.ctx.box(p.Title(), lines, p.width, p.height, p.focused)
+}
+
+// displayLines shows one display: an image as a line naming its type,
+// size and bytes; anything else as its text/plain (HTML included).
+func displayLines(d engine.Display, w int, ctx *Context) []string {
+	t := ctx.Theme
+	for _, m := range []string{"image/png", "image/jpeg", "image/gif"} {
+		if v, ok := d.Data[m]; ok {
+			return []string{t.Muted.Render(fit(imageLabel(m, v), w))}
+		}
+		if path, ok := d.Spill[m]; ok {
+			return []string{t.Muted.Render(fit(fmt.Sprintf("[%s, too large to keep: %s]", m, plain(path)), w))}
+		}
+	}
+	lines := wrapLines(output(d.Data["text/plain"]), w)
+	if d.Note != "" {
+		lines = append(lines, t.Warn.Render(fit("display: "+plain(d.Note), w)))
+	}
+	return lines
+}
+
+// imageLabel is "[image/png 640×480, 23 KB]" for a base64 image.
+func imageLabel(mime, b64 string) string {
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return fmt.Sprintf("[%s, not valid base64]", mime)
+	}
+	size := fmt.Sprintf("%d B", len(raw))
+	if len(raw) >= 1024 {
+		size = fmt.Sprintf("%d KB", (len(raw)+512)/1024)
+	}
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(raw))
+	if err != nil {
+		return fmt.Sprintf("[%s, %s]", mime, size)
+	}
+	return fmt.Sprintf("[%s %d×%d, %s]", mime, cfg.Width, cfg.Height, size)
 }
