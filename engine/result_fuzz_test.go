@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -438,6 +439,7 @@ func tokenOutsideTokenField(req, token string) bool {
 }
 
 var cellResultSeeds = []string{
+	`KD:RESULT $MAC {"op":"result","id":"$ID","status":"ok","displays":[{"data":{"text/plain":"'a'"}},{"data":{"image/gif":"R0lGODlh","text/plain":"g"},"spill":{"image/png":"$DIR/cells/$ID.d1.png"}}]}` + "\n",
 	`KD:RESULT $MAC {"op":"result","id":"$ID","status":"ok","stdout":"42\n","stderr":"","traceback":"","execution_count":1,"duration_ms":0.5}` + "\n",
 	`KD:RESULT $MAC {"op":"result","id":"$ID","status":"error","stderr":"e","traceback":"Traceback...\nZeroDivisionError\n","execution_count":3}` + "\n",
 	`KD:RESULT $MAC {"op":"result","id":"$ID","status":"exit","traceback":"SystemExit: 3\n"}` + "\n",
@@ -466,6 +468,9 @@ var cellResultSeeds = []string{
 }
 
 var streamResultSeeds = []string{
+	`{"op":"result","id":"$ID","status":"ok","displays":[{"data":{"text/plain":"1","image/png":"iVBORw0KGgo="}},{"data":{"text/html":"<b>x</b>","bad mime":"x"},"metadata":{"a":1},"note":"n"}]}` + "\n",
+	`{"op":"result","id":"$ID","status":"ok","displays":[{"data":{"image/png":"not base64!"},"metadata":"x","spill":{"image/png":"/etc/passwd"}}],"displays_dropped":-5}` + "\n",
+	`{"op":"result","id":"$ID","status":"ok","displays":[{"data":null},{},{"data":{"text/plain":7}}],"displays_dropped":1000000}` + "\n",
 	`{"op":"result","id":"$ID","status":"ok","stdout":"42\n","execution_count":1}` + "\n",
 	`{"op":"output","id":"$ID","stream":"stdout","text":"4"}` + "\n" + `{"op":"result","id":"$ID","status":"interrupted"}` + "\n",
 	`{"op":"result","id":"other","status":"ok"}` + "\n" + `{"op":"result","id":"$ID","status":"error","traceback":"x"}` + "\n",
@@ -575,6 +580,9 @@ func FuzzCellResult(f *testing.F) {
 				break drain
 			}
 		}
+		if res != nil {
+			checkDisplays(t, res)
+		}
 		if !x.tokenShown {
 			var texts []string
 			if err != nil {
@@ -663,4 +671,41 @@ func FuzzCellResult(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkDisplays holds a result's displays to the engine's bounds, whatever
+// the runner sent.
+func checkDisplays(t *testing.T, res *Result) {
+	t.Helper()
+	if len(res.Displays) > maxDisplays {
+		t.Fatalf("%d displays, at most %d", len(res.Displays), maxDisplays)
+	}
+	total := 0
+	for _, d := range res.Displays {
+		if _, ok := d.Data["text/plain"]; !ok {
+			t.Fatalf("a display without text/plain: %+v", d)
+		}
+		for m, v := range d.Data {
+			if !mimeType.MatchString(m) {
+				t.Fatalf("display key %q is not a MIME type", m)
+			}
+			if binaryMIME(m) {
+				if _, err := base64.StdEncoding.DecodeString(v); err != nil {
+					t.Fatalf("%s that is not base64 got through", m)
+				}
+			}
+			total += len(v)
+		}
+		if len(d.Metadata) > 0 && !json.Valid(d.Metadata) {
+			t.Fatalf("metadata that is not JSON: %q", d.Metadata)
+		}
+		for m, p := range d.Spill {
+			if !strings.Contains(p, "spill") {
+				t.Fatalf("spilled %s is not in the state dir: %s", m, p)
+			}
+		}
+	}
+	if total > maxDisplaysResult {
+		t.Fatalf("%d bytes of displays, at most %d", total, maxDisplaysResult)
+	}
 }
