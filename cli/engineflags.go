@@ -9,6 +9,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/config"
+	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/hosttools"
 )
 
@@ -25,6 +26,7 @@ type engineFlags struct {
 	keep        bool
 	adopt       bool
 	noConfine   bool
+	limits      engine.KernelLimits
 	ssh         backends.Options // --ssh-config, --identity, --known-hosts, --accept-new-host-key
 	// Host tools.
 	workspace       string
@@ -80,6 +82,29 @@ func (f *engineFlags) register(fs *flagSet) {
 	fs.Bool(&f.noConfine, "no-confine", "let runners skip confining themselves with Landlock (confine_kernels = false in "+
 		"the config does the same). Confined, a kernel cannot reach other kernels' dirs, nor files created directly "+
 		"in the temp dir after it started (its TMPDIR is a private dir); the other protections between kernels hold either way")
+	fs.Func("kernel-memory", "limit each kernel's address space to this `SIZE`, such as 512MiB (at least 32MiB; "+
+		"kernel_memory in the config): a cell that allocates past it gets MemoryError and the kernel keeps its state",
+		func(s string) error {
+			n, err := config.ParseSize(s)
+			if err != nil || n < 32<<20 {
+				return errors.New("it must be a size of at least 32MiB, e.g. --kernel-memory 512MiB")
+			}
+			f.limits.Memory = n
+			return nil
+		})
+	fs.Func("kernel-cpu-time", "limit the CPU time of each kernel (its runner and what it starts) to this `DURATION`, "+
+		"at least 1s (kernel_cpu_time in the config); past it the kernel is killed by SIGXCPU and says so",
+		durationAtLeast(&f.limits.CPUTime, time.Second, "--kernel-cpu-time 10m"))
+	fs.Func("kernel-max-procs", "limit the processes of each kernel's login on its host to `N`, at least 8 "+
+		"(kernel_max_procs in the config; an rlimit, so it counts every process of that login there, and root is exempt)",
+		func(s string) error {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 8 {
+				return errors.New("it must be a whole number of at least 8, e.g. --kernel-max-procs 64")
+			}
+			f.limits.MaxProcs = n
+			return nil
+		})
 	fs.Path(&f.config, "config", "TOML config `FILE` (default $XDG_CONFIG_HOME/kerneldeck/config.toml, or "+
 		"~/.config/kerneldeck/config.toml); it must exist when given here")
 	fs.Path(&f.stateDir, "state-dir", "where the full output of clipped cells (spill/), large tool results "+

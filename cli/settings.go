@@ -45,6 +45,15 @@ func resolve(f *engineFlags) (*settings, error) {
 	if f.set["cell-timeout"] {
 		cfg.CellTimeout = f.cellTimeout
 	}
+	if f.set["kernel-memory"] {
+		cfg.KernelMemory = f.limits.Memory
+	}
+	if f.set["kernel-cpu-time"] {
+		cfg.KernelCPUTime = f.limits.CPUTime
+	}
+	if f.set["kernel-max-procs"] {
+		cfg.KernelMaxProcs = f.limits.MaxProcs
+	}
 	if f.set["max-tool-calls"] {
 		cfg.MaxToolCalls = f.maxToolCalls
 	}
@@ -241,6 +250,7 @@ func openEngine(f *engineFlags, s *settings) (eng *engine.Engine, cleanup func()
 		ApprovalTimeout: s.cfg.ApprovalTimeout,
 		KeepToolOutput:  s.cfg.KeepToolOutput,
 		NoConfine:       s.cfg.NoConfine || f.noConfine,
+		KernelLimits:    engine.KernelLimits{Memory: s.cfg.KernelMemory, CPUTime: s.cfg.KernelCPUTime, MaxProcs: s.cfg.KernelMaxProcs},
 	})
 	if err != nil {
 		return fail(exitFail, err)

@@ -78,6 +78,12 @@ type Config struct {
 	KeepToolOutput    bool
 	// NoConfine asks runners not to confine themselves with Landlock.
 	NoConfine bool
+	// KernelMemory, KernelCPUTime and KernelMaxProcs limit each kernel
+	// (0: no limit): its address space in bytes, its CPU seconds, and the
+	// processes of its login on its host.
+	KernelMemory   int64
+	KernelCPUTime  time.Duration
+	KernelMaxProcs int
 	// Path is the file that was loaded, or "" when there was none.
 	Path string
 }
@@ -140,12 +146,15 @@ type file struct {
 	EventLogKeep    any            `toml:"event_log_retention"`
 	KeepToolOutput  any            `toml:"keep_tool_output"`
 	ConfineKernels  any            `toml:"confine_kernels"`
+	KernelMemory    any            `toml:"kernel_memory"`
+	KernelCPUTime   any            `toml:"kernel_cpu_time"`
+	KernelMaxProcs  any            `toml:"kernel_max_procs"`
 }
 
 const knownKeys = "max_kernels, idle_exit, cell_timeout, max_tool_calls, theme, default_backend, " +
 	"workspace, approve, approval_timeout, http_allow, tool_output_max_mb, tool_output_retention, keep_tool_output, " +
 	"event_log_max_mb, event_log_retention, " +
-	"confine_kernels, [backends], [approvals]"
+	"confine_kernels, kernel_memory, kernel_cpu_time, kernel_max_procs, [backends], [approvals]"
 
 // Load reads the config file at path over the defaults. An empty path means
 // DefaultPath, which may be missing; a path the caller named must exist.
@@ -226,6 +235,31 @@ func parse(data, path string, cfg *Config) error {
 			return fail("cell_timeout", "= %s is invalid: %v; write a duration string such as cell_timeout = \"300s\"", tomlValue(f.CellTimeout), err)
 		}
 		cfg.CellTimeout = d
+	}
+	if f.KernelMemory != nil {
+		str, ok := f.KernelMemory.(string)
+		n, err := ParseSize(str)
+		if !ok || err != nil || n < 32<<20 {
+			return fail("kernel_memory", "= %s is invalid: it must be a quoted size of at least 32MiB, e.g. kernel_memory = \"512MiB\"", tomlValue(f.KernelMemory))
+		}
+		cfg.KernelMemory = n
+	}
+	if f.KernelCPUTime != nil {
+		d, err := duration(f.KernelCPUTime)
+		if err == nil && d < time.Second {
+			err = errors.New("it must be at least 1s")
+		}
+		if err != nil {
+			return fail("kernel_cpu_time", "= %s is invalid: %v; write a duration string such as kernel_cpu_time = \"10m\"", tomlValue(f.KernelCPUTime), err)
+		}
+		cfg.KernelCPUTime = d
+	}
+	if f.KernelMaxProcs != nil {
+		n, ok := f.KernelMaxProcs.(int64)
+		if !ok || n < 8 || n > 1<<20 {
+			return fail("kernel_max_procs", "= %s is invalid: it must be a whole number >= 8, e.g. kernel_max_procs = 64", tomlValue(f.KernelMaxProcs))
+		}
+		cfg.KernelMaxProcs = int(n)
 	}
 	if f.MaxToolCalls != nil {
 		n, ok := f.MaxToolCalls.(int64)

@@ -57,6 +57,26 @@ box = "docker://box"
 	}
 }
 
+func TestLoadKernelLimits(t *testing.T) {
+	cfg, err := Load(writeFile(t, "kernel_memory = \"512MiB\"\nkernel_cpu_time = \"10m\"\nkernel_max_procs = 64\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.KernelMemory != 512<<20 || cfg.KernelCPUTime != 10*time.Minute || cfg.KernelMaxProcs != 64 {
+		t.Errorf("limits %d %v %d", cfg.KernelMemory, cfg.KernelCPUTime, cfg.KernelMaxProcs)
+	}
+	for in, want := range map[string]int64{"512MiB": 512 << 20, "1GiB": 1 << 30, "2G": 2 << 30, "64m": 64 << 20, "1048576": 1 << 20, "3 KiB": 3 << 10} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "0", "-1MiB", "1.5GiB", "12XB", "99999999999TiB"} {
+		if _, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q) gave no error", bad)
+		}
+	}
+}
+
 func TestLoadStorageAndConfineKeys(t *testing.T) {
 	cfg, err := Load(writeFile(t, "tool_output_max_mb = 8\ntool_output_retention = \"2h\"\nkeep_tool_output = true\nconfine_kernels = false\n"+
 		"event_log_max_mb = 16\nevent_log_retention = \"720h\"\n"))
@@ -228,6 +248,11 @@ func TestLoadRejects(t *testing.T) {
 		{"duration without unit", "cell_timeout = 30\n", []string{"cell_timeout = 30 is invalid", "quoted duration string"}},
 		{"idle_exit below 1s", `idle_exit = "500ms"` + "\n", []string{"idle_exit", "at least 1s"}},
 		{"zero cell timeout", `cell_timeout = "0s"` + "\n", []string{"cell_timeout", "greater than zero"}},
+		{"kernel_memory number", "kernel_memory = 512\n", []string{"kernel_memory = 512 is invalid", `"512MiB"`}},
+		{"kernel_memory small", `kernel_memory = "1MiB"` + "\n", []string{"kernel_memory", "at least 32MiB"}},
+		{"kernel_memory junk", `kernel_memory = "lots"` + "\n", []string{"kernel_memory"}},
+		{"kernel_cpu_time short", `kernel_cpu_time = "10ms"` + "\n", []string{"kernel_cpu_time", "at least 1s"}},
+		{"kernel_max_procs few", "kernel_max_procs = 2\n", []string{"kernel_max_procs = 2 is invalid", ">= 8"}},
 		{"max_kernels zero", "max_kernels = 0\n", []string{"max_kernels = 0 is invalid", ">= 1"}},
 		{"max_kernels string", `max_kernels = "4"` + "\n", []string{`max_kernels = "4" is invalid`}},
 		{"negative tool calls", "max_tool_calls = -1\n", []string{"max_tool_calls = -1 is invalid"}},

@@ -65,6 +65,8 @@ type Config struct {
 	// NoConfine asks runners not to confine themselves with Landlock (the
 	// other layers still hold); for hosts where Landlock gets in the way.
 	NoConfine bool
+	// KernelLimits bound every kernel's runner on its host (zero: none).
+	KernelLimits KernelLimits
 	// KeepToolOutput keeps a kernel's stored tool output after the kernel
 	// is gone; by default it goes with the kernel.
 	KeepToolOutput bool
@@ -211,6 +213,15 @@ func (e *Engine) Publish(ev Event) {
 		return
 	}
 	e.emit(ev)
+}
+
+// KernelLimits are the per-kernel resource limits a runner sets on itself
+// at start (rlimits, which every backend's host has): a cell that allocates
+// past Memory gets MemoryError and the kernel keeps its state.
+type KernelLimits struct {
+	Memory   int64         // address space, bytes
+	CPUTime  time.Duration // CPU time of the runner and what it starts
+	MaxProcs int           // processes of the kernel's login on its host
 }
 
 // DefaultBackend is the URI of the first configured backend.

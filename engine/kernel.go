@@ -311,8 +311,10 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 	}
 	// The runner's own stdin: its secret never touches a file, an
 	// environment or a command line.
+	lim := e.cfg.KernelLimits
 	config, _ := json.Marshal(runnerConfig{Secret: token, IdleExit: idle.Seconds(), Clip: e.cfg.ClipChars,
-		SpillMax: e.cfg.SpillMax, Confine: !e.cfg.NoConfine})
+		SpillMax: e.cfg.SpillMax, Confine: !e.cfg.NoConfine,
+		MemoryLimit: lim.Memory, CPULimit: int64(lim.CPUTime.Seconds()), ProcsLimit: lim.MaxProcs})
 	config = append(config, '\n')
 	stdin := make([]byte, 0, len(runner.Source)+len(tools)+len(config))
 	stdin = append(append(append(stdin, runner.Source...), tools...), config...)
@@ -387,6 +389,10 @@ type runnerConfig struct {
 	Clip     int     `json:"clip"`
 	SpillMax int     `json:"spill_max"`
 	Confine  bool    `json:"confine"`
+	// Resource limits the runner sets on itself (0: none).
+	MemoryLimit int64 `json:"memory_limit,omitempty"`
+	CPULimit    int64 `json:"cpu_limit,omitempty"`
+	ProcsLimit  int   `json:"procs_limit,omitempty"`
 }
 
 // noteConfinementLocked records how k's runner is confined and says once

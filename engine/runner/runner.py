@@ -1207,6 +1207,29 @@ def start_dir_watcher(kdir):
     return w
 
 
+def set_limits(cfg, runner):
+    """The kernel's resource limits, soft and hard alike, so that kernel code
+    (unless root) cannot lift them: address space (a cell allocating past it
+    gets MemoryError), CPU seconds (SIGXCPU, then SIGKILL 5 s later) and the
+    processes of this login."""
+    limits = []
+    mem = _num(cfg, "memory_limit", 0, int)
+    cpu = _num(cfg, "cpu_limit", 0, int)
+    procs = _num(cfg, "procs_limit", 0, int)
+    if not (mem or cpu or procs):
+        return
+    import resource
+
+    for name, value, hard in (("RLIMIT_AS", mem, mem), ("RLIMIT_CPU", cpu, cpu + 5), ("RLIMIT_NPROC", procs, procs)):
+        if value > 0:
+            try:
+                resource.setrlimit(getattr(resource, name), (value, hard))
+                limits.append("%s=%d" % (name, value))
+            except (ValueError, OSError) as e:
+                runner.log("cannot set %s to %d: %s" % (name, value, e))
+    runner.log("limits: %s" % " ".join(limits))
+
+
 def not_dumpable():
     """Other processes of this login may not read this runner's memory, fds
     or environment, nor ptrace it."""
@@ -1246,6 +1269,7 @@ def main():
         runner.confinement = _unconfined("turned off by the engine")
     else:
         runner.confinement = confine(kdir)
+    set_limits(cfg, runner)
     tmp = os.path.join(kdir, "tmp")
     try:
         os.mkdir(tmp, 0o700)
