@@ -37,5 +37,7 @@ func TestKernelMemoryLimit(t *testing.T) {
 		u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
 		check(t, sshEnv(t, srv, u, nil))
 	})
-	t.Run("docker", func(t *testing.T) { check(t, dockerEnv(t, dockertest.Container(t, dockertest.ContainerOptions{}), "alice")) })
+	t.Run("docker", func(t *testing.T) {
+		check(t, dockerEnv(t, dockertest.Container(t, dockertest.ContainerOptions{}), "alice"))
+	})
 }
