@@ -87,6 +87,18 @@ func dockerClient(ctx context.Context) (*client.Client, error) {
 	return c, nil
 }
 
+// dialDocker connects to the Docker Engine for opening a backend, within
+// opts.DockerTimeout; the caller cancels the context when done opening.
+func dialDocker(opts Options) (context.Context, context.CancelFunc, *client.Client, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(opts.DockerTimeout, DefaultDockerTimeout))
+	c, err := dockerClient(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, cancel, c, nil
+}
+
 // NewDocker opens docker://CONTAINER[?user=U]: it checks that the container
 // runs and reads its temp dir ($TMPDIR for the user, else /tmp).
 func NewDocker(uri string, opts Options) (*Docker, error) {
@@ -94,12 +106,11 @@ func NewDocker(uri string, opts Options) (*Docker, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(opts.DockerTimeout, DefaultDockerTimeout))
-	defer cancel()
-	c, err := dockerClient(ctx)
+	ctx, cancel, c, err := dialDocker(opts)
 	if err != nil {
 		return nil, err
 	}
+	defer cancel()
 	d, err := openContainer(ctx, c, uri, name, user, opts.DockerTempDir)
 	if err != nil {
 		c.Close()

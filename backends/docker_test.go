@@ -17,17 +17,7 @@ import (
 
 // newDocker opens docker://NAME[?user=U] on a test container.
 func newDocker(t *testing.T, name, user string) *backends.Docker {
-	t.Helper()
-	uri := "docker://" + name
-	if user != "" {
-		uri += "?user=" + user
-	}
-	env, err := backends.NewDocker(uri, backends.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.Close() })
-	return env
+	return dockertest.Env(t, name, user, "")
 }
 
 // The backend contract in a real container, as root and as a plain user.

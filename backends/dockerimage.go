@@ -190,12 +190,11 @@ func NewImageSandbox(uri string, opts Options) (*ImageSandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(opts.DockerTimeout, DefaultDockerTimeout))
-	defer cancel()
-	c, err := dockerClient(ctx)
+	ctx, cancel, c, err := dialDocker(opts)
 	if err != nil {
 		return nil, err
 	}
+	defer cancel()
 	if _, err := c.ImageInspect(ctx, b.image); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("docker-image %s: image %q is not on the Docker Engine (%v); build or load it first, nothing is pulled", uri, b.image, err)

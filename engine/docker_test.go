@@ -20,17 +20,7 @@ import (
 
 // dockerEnv opens docker://name[?user=U].
 func dockerEnv(t *testing.T, name, user string) *backends.Docker {
-	t.Helper()
-	uri := "docker://" + name
-	if user != "" {
-		uri += "?user=" + user
-	}
-	env, err := backends.NewDocker(uri, backends.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.Close() })
-	return env
+	return dockertest.Env(t, name, user, "")
 }
 
 // dockerEnvOwnTemp is dockerEnv with a temp dir of the test's own in the
@@ -42,13 +32,7 @@ func dockerEnvOwnTemp(t *testing.T, name, user string) *backends.Docker {
 	if err != nil || res.ReturnCode != 0 {
 		t.Fatalf("mktemp in the container: %q %v", res.Output, err)
 	}
-	uri := first.URI()
-	env, err := backends.NewDocker(uri, backends.Options{DockerTempDir: strings.TrimSpace(res.Output)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.Close() })
-	return env
+	return dockertest.Env(t, name, user, strings.TrimSpace(res.Output))
 }
 
 // The whole lifecycle suite in a real container, for root and a plain

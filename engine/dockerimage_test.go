@@ -132,6 +132,17 @@ func TestDockerImageContainerPerKernel(t *testing.T) {
 	}
 }
 
+// sandboxEngine is an engine over b alone, closed when the test ends.
+func sandboxEngine(t *testing.T, b backends.Env) *engine.Engine {
+	t.Helper()
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{b}, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rtClose(t, eng) })
+	return eng
+}
+
 func kernelOf(eng *engine.Engine, owner string) (engine.KernelInfo, bool) {
 	for _, k := range eng.Kernels() {
 		if k.Owner == owner {
@@ -145,11 +156,7 @@ func kernelOf(eng *engine.Engine, owner string) (engine.KernelInfo, bool) {
 // memory limit is reported as out of memory, not as a bare death.
 func TestDockerImageOutOfMemory(t *testing.T) {
 	b := imageSandbox(t, "?memory=64m")
-	eng, err := engine.New(engine.Config{Backends: []backends.Env{b}, StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rtClose(t, eng) })
+	eng := sandboxEngine(t, b)
 	rtExec(t, eng, engine.Request{Owner: "a", Code: "x = 1"})
 	res, err := eng.Execute(context.Background(), engine.Request{Owner: "a", Code: "b = bytearray(512 << 20)", Timeout: 60 * time.Second})
 	if err != nil {
@@ -166,11 +173,7 @@ func TestDockerImageOutOfMemory(t *testing.T) {
 // runs in a new container, saying the state was lost.
 func TestDockerImageContainerRemovedFromOutside(t *testing.T) {
 	b := imageSandbox(t, "")
-	eng, err := engine.New(engine.Config{Backends: []backends.Env{b}, StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rtClose(t, eng) })
+	eng := sandboxEngine(t, b)
 	rtExec(t, eng, engine.Request{Owner: "a", Code: "x = 1"})
 	old := containerOf(t, "a")
 	if _, err := dockertest.Client(t).ContainerRemove(context.Background(), old.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
@@ -217,11 +220,7 @@ func TestDockerImageOrphans(t *testing.T) {
 	if _, there := inspect(t, live); !there {
 		t.Error("a container whose engine label names a live pid was removed")
 	}
-	eng, err := engine.New(engine.Config{Backends: []backends.Env{b}, StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rtClose(t, eng) })
+	eng := sandboxEngine(t, b)
 	sub := eng.SubscribeWith(engine.SubscribeOptions{Buffer: 16, Since: time.Now().Add(-time.Hour)})
 	defer sub.Close()
 	found := false

@@ -10,6 +10,8 @@ import (
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+
+	"github.com/kerneldeck/kerneldeck/backends"
 )
 
 // RequireEnv, set to 1, makes a missing or unreachable Docker Engine a test
@@ -107,4 +109,20 @@ func ManagedBy(t testing.TB, pid int) []container.Summary {
 		}
 	}
 	return out
+}
+
+// Env opens docker://name[?user=U] (the container's own temp dir unless
+// tempDir is set) and closes it when the test ends.
+func Env(t testing.TB, name, user, tempDir string) *backends.Docker {
+	t.Helper()
+	uri := "docker://" + name
+	if user != "" {
+		uri += "?user=" + user
+	}
+	env, err := backends.NewDocker(uri, backends.Options{DockerTempDir: tempDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Close() })
+	return env
 }
