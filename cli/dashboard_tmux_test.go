@@ -151,7 +151,10 @@ func TestDashboardTmux(t *testing.T) {
 		focusKernels(s)
 		s.Type("/nobody-here")
 		s.WaitScreen("no match", tmuxWait, func(screen string) bool { return strings.Contains(screen, "no match for /nobody-here") })
+		// Each Escape is waited for: an Escape followed at once by a key
+		// reaches the program as alt+key.
 		s.Keys("Escape")
+		s.WaitScreen("the filter closed", tmuxWait, func(screen string) bool { return !strings.Contains(screen, "no match for /nobody-here") })
 		s.Type("/" + dashboardUser)
 		s.Keys("Enter", "j") // onto the kernel row
 		s.WaitScreen("the filtered list", tmuxWait, func(screen string) bool {
@@ -162,6 +165,7 @@ func TestDashboardTmux(t *testing.T) {
 			return strings.Contains(screen, "Kernel "+id) && strings.Contains(screen, "print(\"pid\", os.getpid())")
 		})
 		s.Keys("Escape")
+		s.WaitScreen("the detail closed", tmuxWait, func(screen string) bool { return !strings.Contains(screen, "esc closes, j/k scroll") })
 		s.Keys("x")
 		s.WaitScreen("the kill question", tmuxWait, func(screen string) bool {
 			return strings.Contains(screen, "Kill "+dashboardUser+"/default@local ("+id)
