@@ -202,7 +202,7 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	}
 	sub := eng.SubscribeWith(engine.SubscribeOptions{Buffer: 4096, Output: true, Since: time.Now().Add(-historyShown)})
 	opts := ui.Options{Engine: ui.Embedded{Engine: eng}, Events: sub.C, History: sub.History, Theme: theme,
-		User: os.Getenv("USER"), Where: where, KeepsKernels: c.eng.keep, Clipboard: out}
+		User: os.Getenv("USER"), Where: where, KeepsKernels: c.eng.keep, Clipboard: out, SaveDir: workingDir()}
 	firstFrame := make(chan struct{})
 	if feed != nil {
 		opts.Replay = feed
@@ -309,7 +309,7 @@ func (c *dashboardCmd) runAttached(std stdio) int {
 	}
 	defer cl.Close()
 	m := ui.New(ui.Options{Engine: cl, Events: cl.Events(), Theme: theme, User: os.Getenv("USER"),
-		Where: "attached to " + cl.Where(), Lost: cl.Err, KeepsKernels: true, Clipboard: out})
+		Where: "attached to " + cl.Where(), Lost: cl.Err, KeepsKernels: true, Clipboard: out, SaveDir: workingDir()})
 	p := tea.NewProgram(m, c.programOptions(in, out)...)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -324,4 +324,14 @@ func (c *dashboardCmd) runAttached(std stdio) int {
 	}
 	fmt.Fprintf(std.err, "kerneldeck: detached from the engine at %s; its kernels keep running there\n", cl.Where())
 	return exitOK
+}
+
+// workingDir is where the dashboard saves images (s in the output pane): the
+// directory it was started in, or nowhere when that cannot be known.
+func workingDir() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	return wd
 }

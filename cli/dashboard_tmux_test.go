@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -137,6 +139,32 @@ func TestDashboardTmux(t *testing.T) {
 		}
 		quitKillingKernels(s)
 		wantExitKilled(t, s, "killed 1 kernel")
+	})
+
+	t.Run("SaveImage", func(t *testing.T) {
+		dirs := newDashboardDirs(t)
+		work := t.TempDir()
+		s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--max-kernels", "4", "--state-dir", dirs.state},
+			Env: dirs.env(), Width: 100, Height: 30, Dir: work})
+		s.WaitScreen("the dashboard", tmuxWait, func(screen string) bool { return strings.Contains(screen, "ctrl+r") })
+		s.Type(`import base64; P = type("P", (), {"_repr_png_": lambda self: base64.b64decode("` + onePixelPNG + `")}); display(P())`)
+		s.Keys("C-r")
+		s.WaitScreen("the image line", tmuxWait, func(screen string) bool { return strings.Contains(screen, "[image/png 1×1, ") })
+		s.Keys("Tab", "Tab")
+		s.WaitScreen("the output pane focused", tmuxWait, func(screen string) bool { return strings.Contains(helpLine(screen), "s save images") })
+		s.Keys("s")
+		s.WaitScreen("the save reported", tmuxWait, func(screen string) bool { return strings.Contains(screen, "saved ") })
+		path := filepath.Join(work, "kerneldeck-cell1-1.png")
+		data, err := os.ReadFile(path)
+		want, _ := base64.StdEncoding.DecodeString(onePixelPNG)
+		if err != nil || !bytes.Equal(data, want) {
+			t.Fatalf("saved file %s: %d bytes, %v; want the cell's PNG", path, len(data), err)
+		}
+		if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+			t.Errorf("saved image has mode %v, want 0600", fi.Mode().Perm())
+		}
+		quitKillingKernels(s)
+		s.WaitExit(tmuxWait)
 	})
 
 	t.Run("FilterDetailConfirmKill", func(t *testing.T) {
@@ -468,3 +496,6 @@ func cutColumns(line string, starts []int) map[string]string {
 	}
 	return cells
 }
+
+// onePixelPNG is a 1×1 PNG, base64.
+const onePixelPNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="

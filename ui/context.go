@@ -32,6 +32,8 @@ type Context struct {
 	detail func() tea.Cmd
 	// clipboard is the terminal that y sends OSC 52 to; nil: no copying.
 	clipboard io.Writer
+	// saveDir is where s saves a cell's images; "": no saving.
+	saveDir string
 }
 
 // boxStyle holds what a pane border needs, derived from the theme once.

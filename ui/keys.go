@@ -13,6 +13,7 @@ type KeyMap struct {
 	Yes, No, Cancel, Submit, Detail            key.Binding
 	ReplayPause, ReplayStep, Follow, Zoom      key.Binding
 	Newline, Command, External, Sort, Copy     key.Binding
+	SaveImage                                  key.Binding
 }
 
 // DefaultKeyMap is the standard key map.
@@ -62,5 +63,6 @@ func DefaultKeyMap() KeyMap {
 		External:      b("ctrl+e", "$EDITOR", "ctrl+e"),
 		Sort:          b("s", "sort", "s"),
 		Copy:          b("y", "copy output", "y"),
+		SaveImage:     b("s", "save images", "s"),
 	}
 }

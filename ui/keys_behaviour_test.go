@@ -1112,3 +1112,36 @@ func TestCopyOutput(t *testing.T) {
 	g.run(t, g.update(runes("y")))
 	mustContain(t, g.m.View(), "nothing to copy")
 }
+
+// TestSaveImages: s in the output pane writes the cell's images to new
+// 0600 files in the save dir, never over one that exists, and says where;
+// a cell without images says so.
+func TestSaveImages(t *testing.T) {
+	dir := t.TempDir()
+	f := newFixture(t, fixtureOpts{})
+	f.m.ctx.saveDir = dir
+	f.update(tea.WindowSizeMsg{Width: 100, Height: 30})
+	png := testPNG(t, 8, 4)
+	f.eng.SetExecResult(&engine.Result{Status: engine.StatusSuccess, Displays: []engine.Display{
+		{Data: map[string]string{"text/plain": "x"}},
+		{Data: map[string]string{"image/png": png, "text/plain": "img"}},
+	}, Kernel: &engine.KernelResult{ID: "k-me", ExecutionCount: 1}}, nil, "")
+	f.m.editor.area.SetValue("show()")
+	f.run(t, f.update(keyCtrlR))
+	for len(f.m.output.shown) < 1 || f.m.output.shown[0].res == nil {
+		f.drainInbox(t)
+	}
+	f.keys(keyTab, keyTab)
+	for _, name := range []string{"kerneldeck-cell1-2.png", "kerneldeck-cell1-2-2.png"} {
+		f.run(t, f.update(runes("s")))
+		mustContain(t, f.m.View(), "saved "+filepath.Join(dir, name)[:30])
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v %v", name, fi, err)
+		}
+	}
+	raw, _ := base64.StdEncoding.DecodeString(png)
+	if got, _ := os.ReadFile(filepath.Join(dir, "kerneldeck-cell1-2.png")); !bytes.Equal(got, raw) {
+		t.Error("the saved file is not the image")
+	}
+}

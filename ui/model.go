@@ -53,6 +53,9 @@ type Options struct {
 	// Clipboard is the terminal the output pane's y copies a cell's output
 	// to, as an OSC 52 sequence the terminal may honour; nil turns y off.
 	Clipboard io.Writer
+	// SaveDir is where the output pane's s saves a cell's images (the
+	// dashboard's working directory); "" turns s off.
+	SaveDir string
 	// OnFirstFrame runs once, when the window's size is first known (the
 	// first frame follows): a replay starts then, not before.
 	OnFirstFrame func()
@@ -194,7 +197,7 @@ func New(opts Options) *Model {
 	if user == "" {
 		user = "me"
 	}
-	ctx := &Context{Theme: theme, Keys: DefaultKeyMap(), Now: now, User: user, borders: newBoxStyle(theme), clipboard: opts.Clipboard}
+	ctx := &Context{Theme: theme, Keys: DefaultKeyMap(), Now: now, User: user, borders: newBoxStyle(theme), clipboard: opts.Clipboard, saveDir: opts.SaveDir}
 	backendsList := opts.Engine.Backends()
 	first := ""
 	if len(backendsList) > 0 {

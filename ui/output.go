@@ -9,6 +9,8 @@ import (
 	_ "image/gif" // image.DecodeConfig knows the display types
 	_ "image/jpeg"
 	_ "image/png"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -109,6 +111,7 @@ func newOutputPane(ctx *Context) *OutputPane {
 		{k.PageDown, run(func() tea.Cmd { vp.PageDown(); return p.scrolled() })},
 		{k.Follow, run(func() tea.Cmd { vp.GotoBottom(); p.follow = true; return nil })},
 		{k.Copy, run(p.copySelected)},
+		{k.SaveImage, run(p.saveImages)},
 	}
 	return p
 }
@@ -198,7 +201,7 @@ func (p *OutputPane) Title() string {
 // ShortHelp implements help.KeyMap.
 func (p *OutputPane) ShortHelp() []key.Binding {
 	k := p.ctx.Keys
-	return []key.Binding{k.Up, k.Down, k.Follow, k.Copy, k.Focus, k.Help, k.Quit}
+	return []key.Binding{k.Up, k.Down, k.Follow, k.Copy, k.SaveImage, k.Focus, k.Help, k.Quit}
 }
 
 // FullHelp implements help.KeyMap.
@@ -408,4 +411,68 @@ func imageLabel(mime, b64 string) string {
 		return fmt.Sprintf("[%s, %s]", mime, size)
 	}
 	return fmt.Sprintf("[%s %d×%d, %s]", mime, cfg.Width, cfg.Height, size)
+}
+
+// saveImages writes the selected cell's images into the save dir, each to
+// a new 0600 file (never over an existing one), and says where.
+func (p *OutputPane) saveImages() tea.Cmd {
+	r, dir := p.selected(), p.ctx.saveDir
+	switch {
+	case r == nil || r.res == nil:
+		return func() tea.Msg { return actionDoneMsg{what: "no finished cell to save images from"} }
+	case dir == "":
+		return func() tea.Msg { return actionDoneMsg{what: "save", err: errors.New("saving is off")} }
+	}
+	displays, seq := r.res.Displays, r.seq
+	return func() tea.Msg {
+		var saved []string
+		for i, d := range displays {
+			for _, m := range []string{"image/png", "image/jpeg", "image/gif"} {
+				var data []byte
+				if v, ok := d.Data[m]; ok {
+					data, _ = base64.StdEncoding.DecodeString(v)
+				} else if path, ok := d.Spill[m]; ok {
+					data, _ = os.ReadFile(path)
+				}
+				if len(data) == 0 {
+					continue
+				}
+				path, err := saveNew(dir, fmt.Sprintf("kerneldeck-cell%d-%d", seq, i+1), m[len("image/"):], data)
+				if err != nil {
+					return actionDoneMsg{what: "save image", err: err}
+				}
+				saved = append(saved, path)
+				break
+			}
+		}
+		if len(saved) == 0 {
+			return actionDoneMsg{what: fmt.Sprintf("[%d] has no image to save", seq)}
+		}
+		return actionDoneMsg{what: "saved " + strings.Join(saved, ", ")}
+	}
+}
+
+// saveNew writes data to dir/base.ext, or base-2.ext and so on when that
+// exists, created 0600 and never following or replacing a file.
+func saveNew(dir, base, ext string, data []byte) (string, error) {
+	for n := 1; n < 1000; n++ {
+		name := base + "." + ext
+		if n > 1 {
+			name = fmt.Sprintf("%s-%d.%s", base, n, ext)
+		}
+		path := filepath.Join(dir, name)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		_, err = f.Write(data)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return path, err
+	}
+	return "", fmt.Errorf("no free name for %s in %s", base, dir)
 }
