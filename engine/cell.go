@@ -217,13 +217,13 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 		// Found dead before the cell was published: nothing ran, so respawning
 		// and running it once in the new kernel is safe.
 		oldID := k.id
-		e.emit(kernelEvent(EventStateLost, k, "runner found dead before the cell"))
+		e.emit(kernelEvent(EventStateLost, k, "runner found dead before the cell"+out.detail))
 		if err := e.spawn(ctx, k); err != nil {
 			c.rpc.close()
 			return e.failOpen(ctx, k, req, cellCall{cellID, userStream}, timeout, start, err)
 		}
 		kr.StateLost, kr.Reused = true, false
-		kr.Note = fmt.Sprintf("kernel %s was found dead and respawned as %s; state from earlier calls was lost", oldID, k.id)
+		kr.Note = fmt.Sprintf("kernel %s was found dead%s and respawned as %s; state from earlier calls was lost", oldID, out.detail, k.id)
 	}
 	made := c.rpc.close()
 	res, err := e.finishCell(ctx, k, c, out, kr, start)
@@ -570,14 +570,20 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 			publish = false
 		case hasLine(res.Output, "KD:DEAD"):
 			// The runner is dead and the .req record is absent: never ran.
-			return outcome{kind: outDead}
+			return outcome{kind: outDead, detail: exitCause(res.Output, "KD:DEAD")}
 		case hasLine(res.Output, "KD:GONE"):
+			// The runner's dir watcher removes the dir when the runner ends:
+			// with its exit status known, say that instead.
+			cause := exitCause(res.Output, "KD:GONE")
 			if c.maybePublished || !publish {
+				if cause != "" {
+					return outcome{kind: outLost, detail: "the runner ended" + cause}
+				}
 				return outcome{kind: outLost, detail: "the kernel dir is gone"}
 			}
-			return outcome{kind: outDead}
+			return outcome{kind: outDead, detail: cause}
 		case hasLine(res.Output, "KD:LOST"):
-			return outcome{kind: outLost, detail: "the runner died during the cell"}
+			return outcome{kind: outLost, detail: "the runner died during the cell" + exitCause(res.Output, "KD:LOST")}
 		case hasLine(res.Output, "KD:PUBFAIL"):
 			return outcome{kind: outPubFail, detail: strings.TrimSpace(strings.ReplaceAll(redactRPC(res.Output), "KD:PUBFAIL", ""))}
 		default:

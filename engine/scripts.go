@@ -67,13 +67,26 @@ werr=$( { head -c %[3]d >"$kd/runner.py" && head -c %[4]d >"$kd/kerneldeck_tools
 mkfifo "$kd/wake" "$kd/done" "$kd/ready" || { rm -rf -- "$kd"; fail "cannot create FIFOs in $kd"; }
 exec 5<>"$kd/ready"
 # The runner reads the config line (its secret) from what is left of stdin.
-( PYTHONDONTWRITEBYTECODE=1 exec "$py" "$kd/runner.py" >>"$kd/runner.log" 2>&1 5>&- ) <&0 &
-pid=$!
-if read -r -t %[5]d -u 5 word rpid exe conf && [ "$word $rpid" = "READY $pid" ]; then
-  printf 'KD:SPAWNED %%s %%s %%s %%s\n' "$pid" "$kd" "$exe" "$conf"
+# Its parent, a watcher holding no output channel, keeps its exit status in
+# $kd/exit, so that its death can be told apart (an exit code, a signal).
+# It goes beside the kernel dir, in the owner-only root: the runner's dir
+# watcher removes the dir itself when the runner ends. A per-call kernel's
+# dir sits in the shared temp dir, so its status is not kept.
+exitf="${kd%%/*}/.exit-${kd##*/}"; [ "$root" = "$kd" ] && exitf=
+( exec 5>&- >/dev/null 2>&1
+  trap '' HUP
+  PYTHONDONTWRITEBYTECODE=1 "$py" "$kd/runner.py" >>"$kd/runner.log" 2>&1
+  st=$?
+  [ -n "$exitf" ] && { printf '%%s\n' "$st" >"$exitf.tmp" && mv -f -- "$exitf.tmp" "$exitf"; } 2>/dev/null ) <&0 &
+watcher=$!
+ppid_of() { local s; read -r s <"/proc/$1/stat" 2>/dev/null || return 1; s=${s##*) }; set -- $s; printf '%%s' "$2"; }
+if read -r -t %[5]d -u 5 word rpid exe conf && [ "$word" = READY ] && [[ $rpid =~ ^[0-9]+$ ]] &&
+  { [ ! -r "/proc/$rpid/stat" ] || [ "$(ppid_of "$rpid")" = "$watcher" ]; }; then
+  printf 'KD:SPAWNED %%s %%s %%s %%s\n' "$rpid" "$kd" "$exe" "$conf"
   exit 0
 fi
-kill -KILL -- "-$pid" "$pid" 2>/dev/null
+for p in /proc/[0-9]*; do [ "$(ppid_of "${p#/proc/}")" = "$watcher" ] && kill -KILL -- "-${p#/proc/}" "${p#/proc/}" 2>/dev/null; done
+kill -KILL "$watcher" 2>/dev/null
 log=$(tail -c 1500 -- "$kd/runner.log" 2>/dev/null | tr '\n' ' ')
 rm -rf -- "$kd"
 fail "runner did not start within %[5]ds: $log"
@@ -98,10 +111,14 @@ func cellScript(dir, cellID string, pid, windowSec int, publish, interrupt, answ
 export LC_ALL=C
 kd=%s; id=%s; pid=%d; w=%d; pub=%d; intr=%d; ans=%d; imac=%s
 %s
-cd "$kd/cells" 2>/dev/null || { echo KD:GONE; exit 0; }
+# died says the runner is gone, with its exit status when its watcher kept
+# it (beside the kernel dir; never for a per-call kernel in the shared dir).
+ef="${kd%%/*}/.exit-${kd##*/}"; case ${kd##*/} in kerneldeck-once-*) ef=;; esac
+died() { local st= i; for i in 1 2 3 4 5 6 7 8 9 10; do [ -z "$ef" ] && break; [ -f "$ef" ] && { read -r st <"$ef"; break; }; sleep 0.02; done; [[ $st =~ ^[0-9]+$ ]] || st=; echo "$1${st:+ $st}"; exit 0; }
+cd "$kd/cells" 2>/dev/null || died KD:GONE
 published=0; [ -e "$id.req" ] || [ -e "$id.res" ] && published=1
 if [ "$pub" = 1 ] && [ "$published" = 0 ]; then
-  alive "$pid" || { echo KD:DEAD; exit 0; }
+  alive "$pid" || died KD:DEAD
   umask 077
   IFS= read -r -d '' req
   { printf '%%s' "$req" >"$id.req.tmp" && mv -f -- "$id.req.tmp" "$id.req"; } 2>&1 || { rm -f -- "$id.req.tmp"; echo KD:PUBFAIL; exit 0; }
@@ -133,7 +150,7 @@ while :; do
     done
     echo KD:RPCWAIT; exit 0
   fi
-  if ! alive "$pid"; then [ -e "$id.res" ] && continue; echo KD:LOST; exit 0; fi
+  if ! alive "$pid"; then [ -e "$id.res" ] && continue; died KD:LOST; fi
   [ "$n" -ge "$w" ] && { echo KD:PENDING; exit 0; }
   # A read that times out (status > 128) is one whole second of the window;
   # a byte from the runner wakes us early without using it up.
@@ -185,8 +202,11 @@ w() {
   [ -d "$1" ] || return 0
   if [ -p "$1/done" ] && exec 9<>"$1/done"; then
     while alive "$2" && [ $i -lt 200 ]; do read -t 0.01 -u 9 _; i=$((i + 1)); done
+    # Its watcher writes the exit status just after: let it, then remove it.
+    j=0; while [ ! -e "${1%/*}/.exit-${1##*/}" ] && [ $j -lt 20 ]; do read -t 0.01 -u 9 _; j=$((j + 1)); done
     exec 9<&-
   fi
+  rm -f -- "${1%/*}/.exit-${1##*/}"
   rm -rf -- "$1"
 }
 i=0

@@ -1,0 +1,55 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// exitCause reads the runner's exit status that a "KD:LOST 137" or
+// "KD:DEAD 3" line carries (the spawn's watcher keeps it) and says what it
+// means, as ": killed by SIGKILL (...)"; "" when the host did not know.
+func exitCause(output, marker string) string {
+	line, ok := findLine(output, marker+" ")
+	if !ok {
+		return ""
+	}
+	st, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || st < 0 || st > 255 {
+		return ""
+	}
+	return ": " + describeExit(st)
+}
+
+// describeExit says what a shell's exit status of the runner means: an
+// exit code of its own, or death by signal (128+n).
+func describeExit(st int) string {
+	if st <= 128 {
+		return fmt.Sprintf("it exited by itself with status %d", st)
+	}
+	sig := syscall.Signal(st - 128)
+	name := signalName(sig)
+	switch sig {
+	case syscall.SIGKILL:
+		return "killed by " + name + " (from outside, or by the kernel's OOM killer: possibly out of memory)"
+	case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL, syscall.SIGFPE, syscall.SIGABRT:
+		return fmt.Sprintf("it crashed: %s (%s)", name, sig)
+	case syscall.SIGXCPU:
+		return "killed by " + name + ": it used up its CPU time (kernel_cpu_time)"
+	}
+	return fmt.Sprintf("killed by %s (%s)", name, sig)
+}
+
+// signalName is a signal's SIGNAME, or "signal N".
+func signalName(sig syscall.Signal) string {
+	names := map[syscall.Signal]string{syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT",
+		syscall.SIGILL: "SIGILL", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
+		syscall.SIGKILL: "SIGKILL", syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
+		syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU",
+		syscall.SIGXFSZ: "SIGXFSZ"}
+	if n, ok := names[sig]; ok {
+		return n
+	}
+	return fmt.Sprintf("signal %d", int(sig))
+}

@@ -1,0 +1,57 @@
+package engine_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/enginetest"
+	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
+)
+
+// TestCauseOfDeath: a kernel that exits by itself, crashes, or is killed
+// from outside says which, with its exit status or signal, on the local
+// backend and over sshd.
+func TestCauseOfDeath(t *testing.T) {
+	check := func(t *testing.T, newEnv func(t *testing.T) backends.Env) {
+		for _, tc := range []struct {
+			name, code, want string
+		}{
+			{"exit", "import os\nos._exit(3)", "it exited by itself with status 3"},
+			{"segfault", "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", "it crashed: SIGSEGV"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				h := enginetest.New(t, newEnv(t), nil)
+				h.Run("d", "x = 1", 0)
+				res := h.Run("d", tc.code, 0)
+				if res.Kernel == nil || !res.Kernel.StateLost || !strings.Contains(res.Kernel.Note, tc.want) {
+					t.Fatalf("status %s kernel %+v; want state lost and %q", res.Status, res.Kernel, tc.want)
+				}
+				lost := h.EventsOf(engine.EventStateLost)
+				if len(lost) != 1 || !strings.Contains(lost[0].Detail, tc.want) {
+					t.Errorf("state_lost events %+v, want one saying %q", lost, tc.want)
+				}
+			})
+		}
+		t.Run("killed-from-outside", func(t *testing.T) {
+			h := enginetest.New(t, newEnv(t), nil)
+			first := h.Run("d", "x = 1", 0)
+			h.Host(fmt.Sprintf("kill -KILL %d", first.Kernel.PID))
+			h.WaitFor("the runner dead", 10e9, func() bool { return !h.Alive(first.Kernel.PID) })
+			res := h.Run("d", "print(1)", 0)
+			if !res.Kernel.StateLost || !strings.Contains(res.Kernel.Note, "killed by SIGKILL") || !strings.Contains(res.Kernel.Note, "possibly out of memory") {
+				t.Fatalf("after kill -9: kernel %+v", res.Kernel)
+			}
+		})
+	}
+	t.Run("local", func(t *testing.T) {
+		check(t, func(t *testing.T) backends.Env { return backends.NewLocal(enginetest.ShortTempDir(t)) })
+	})
+	t.Run("ssh", func(t *testing.T) {
+		srv := sshdtest.Start(t, sshdtest.Options{})
+		u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
+		check(t, func(t *testing.T) backends.Env { return sshEnv(t, srv, u, nil) })
+	})
+}
