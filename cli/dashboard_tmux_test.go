@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/base64"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -93,10 +94,7 @@ func TestDashboardTmux(t *testing.T) {
 		s.Keys("C-r")
 		screen := s.WaitScreen(`output "hello 42 <pid>"`, tmuxWait, helloOutput.MatchString)
 		pid, _ := strconv.Atoi(helloOutput.FindStringSubmatch(screen)[1])
-		t.Cleanup(func() { // kill -9 the kept kernel before its dir is removed
-			syscall.Kill(pid, syscall.SIGKILL)
-			waitProcessDead(t, pid)
-		})
+		t.Cleanup(func() { killKeptKernel(t, pid) }) // before its dir is removed
 
 		s.Keys("C-c")
 		wantExitKilled(t, s, "left 1 kernel running (--keep-kernels)")
@@ -398,6 +396,26 @@ func wantExitKilled(t *testing.T, s *tmuxtest.Session, stderr string) {
 	}
 	if !strings.Contains(s.Stderr(), stderr) {
 		t.Errorf("stderr %q, want %q", s.Stderr(), stderr)
+	}
+}
+
+// killKeptKernel kills -9 a kernel left running, and waits for it and for
+// its watcher (its parent, which then writes the exit status beside the
+// kernel dir) to be gone, so that the test's dirs can be removed.
+func killKeptKernel(t *testing.T, pid int) {
+	t.Helper()
+	ppid := 0
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 {
+			if f := strings.Fields(string(stat)[i+1:]); len(f) > 1 {
+				ppid, _ = strconv.Atoi(f[1])
+			}
+		}
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	waitProcessDead(t, pid)
+	if ppid > 1 {
+		waitProcessDead(t, ppid)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/kerneldeck/kerneldeck/engine"
@@ -27,10 +26,7 @@ func TestKeptKernelsSurviveOneShotRuns(t *testing.T) {
 	s.Keys("C-r")
 	screen := s.WaitScreen(`output "hello 42 <pid>"`, tmuxWait, helloOutput.MatchString)
 	pid, _ := strconv.Atoi(helloOutput.FindStringSubmatch(screen)[1])
-	t.Cleanup(func() {
-		syscall.Kill(pid, syscall.SIGKILL)
-		waitProcessDead(t, pid)
-	})
+	t.Cleanup(func() { killKeptKernel(t, pid) })
 	s.Keys("C-c")
 	wantExitKilled(t, s, "left 1 kernel running (--keep-kernels)")
 

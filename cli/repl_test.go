@@ -61,7 +61,7 @@ func TestREPLKeepKernels(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
 	pid := firstPID(t, stdout)
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	t.Cleanup(func() { killKeptKernel(t, pid) })
 	if !runnerAlive(pid) {
 		t.Fatalf("runner %d was killed despite --keep-kernels", pid)
 	}
@@ -80,7 +80,7 @@ func TestREPLKeptKernelIsAdoptedOnRestart(t *testing.T) {
 		t.Fatalf("first run: exit %d, stderr:\n%s", code, stderr)
 	}
 	pid := firstPID(t, stdout)
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	t.Cleanup(func() { killKeptKernel(t, pid) })
 	code, stdout, stderr = runCLI(t, "import os; print(x + 1, os.getpid())\n", "repl", "--adopt")
 	if code != exitOK {
 		t.Fatalf("second run: exit %d, stderr:\n%s", code, stderr)

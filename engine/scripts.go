@@ -77,7 +77,7 @@ exitf="${kd%%/*}/.exit-${kd##*/}"; [ "$root" = "$kd" ] && exitf=
   trap '' HUP
   PYTHONDONTWRITEBYTECODE=1 "$py" "$kd/runner.py" >>"$kd/runner.log" 2>&1
   st=$?
-  [ -n "$exitf" ] && { printf '%%s\n' "$st" >"$exitf.tmp" && mv -f -- "$exitf.tmp" "$exitf"; } 2>/dev/null ) <&0 &
+  [ -n "$exitf" ] && { { printf '%%s\n' "$st" >"$exitf.tmp" && mv -f -- "$exitf.tmp" "$exitf"; } 2>/dev/null || rm -f -- "$exitf.tmp"; } ) <&0 &
 watcher=$!
 ppid_of() { local s; read -r s <"/proc/$1/stat" 2>/dev/null || return 1; s=${s##*) }; set -- $s; printf '%%s' "$2"; }
 if read -r -t %[5]d -u 5 word rpid exe conf && [ "$word" = READY ] && [[ $rpid =~ ^[0-9]+$ ]] &&
@@ -206,7 +206,7 @@ w() {
     j=0; while [ ! -e "${1%/*}/.exit-${1##*/}" ] && [ $j -lt 20 ]; do read -t 0.01 -u 9 _; j=$((j + 1)); done
     exec 9<&-
   fi
-  rm -f -- "${1%/*}/.exit-${1##*/}"
+  rm -f -- "${1%/*}/.exit-${1##*/}" "${1%/*}/.exit-${1##*/}.tmp"
   rm -rf -- "$1"
 }
 i=0
