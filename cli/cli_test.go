@@ -13,13 +13,13 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/hosttools"
+	"github.com/kerneldeck/kerneldeck/internal/syncbuf"
 )
 
 // isolate points every path the binary derives from the environment into
@@ -453,7 +453,7 @@ type pipedBinary struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	out    io.ReadCloser
-	stderr *syncedBuffer
+	stderr *syncBuffer
 }
 
 // startPiped starts bin with args; cleanup kills it and closes its stdin.
@@ -465,7 +465,7 @@ func startPiped(t *testing.T, bin string, args ...string) *pipedBinary {
 // startPipedEnv is startPiped with env as the environment (nil: the test's).
 func startPipedEnv(t *testing.T, env []string, bin string, args ...string) *pipedBinary {
 	t.Helper()
-	p := &pipedBinary{cmd: exec.Command(bin, args...), stderr: &syncedBuffer{}}
+	p := &pipedBinary{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}}
 	p.cmd.Env = env
 	var err error
 	if p.in, err = p.cmd.StdinPipe(); err != nil {
@@ -482,30 +482,6 @@ func startPipedEnv(t *testing.T, env []string, bin string, args ...string) *pipe
 	return p
 }
 
-// syncedBuffer is a bytes.Buffer safe to read while exec writes it.
-type syncedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// Bytes returns a copy of what was written so far.
-func (s *syncedBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Clone(s.b.Bytes())
-}
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "kerneldeck")
@@ -627,3 +603,6 @@ func TestBinaryReaderGoneKillsKernels(t *testing.T) {
 	}
 	wantNoProcessesUnder(t, kernels)
 }
+
+// syncBuffer is a buffer a process's output goroutine shares with the test.
+type syncBuffer = syncbuf.Buffer

@@ -26,7 +26,7 @@ func TestBinaryDockerImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncedBuffer
+	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -45,7 +45,7 @@ func startMCP(t *testing.T, bin string, env []string, name, version string, opts
 	}
 	cmd := exec.Command(bin, append([]string{"mcp"}, args...)...)
 	cmd.Env = env
-	stderr := &syncedBuffer{}
+	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	c := mcp.NewClient(&mcp.Implementation{Name: name, Version: "test"}, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -393,7 +393,7 @@ func TestMCPOverHTTP(t *testing.T) {
 	}
 
 	cmd := exec.Command(bin, "mcp", "--http", "unix:"+sock, "--token-file", tokenFile)
-	stderr := &syncedBuffer{}
+	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

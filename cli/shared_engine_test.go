@@ -345,24 +345,6 @@ func TestAttachOverSSH(t *testing.T) {
 	}
 }
 
-// syncBuffer is a buffer a process's output goroutine shares with the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // With a file for stdin and stdout (not pipes the engine can take over),
 // --connect relays the lines itself, with the same answers.
 func TestConnectRelaysFiles(t *testing.T) {

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/hosttools"
+	"github.com/kerneldeck/kerneldeck/internal/syncbuf"
 
 	"github.com/kerneldeck/kerneldeck/internal/proctest"
 )
@@ -976,25 +976,6 @@ type failWriter struct{ err error }
 
 func (f failWriter) Write([]byte) (int, error) { return 0, f.err }
 
-// syncBuffer is a strings.Builder that Serve's goroutines may share with
-// the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestApprovalRoundTrip: a cell's tool call under the ask policy appears as
 // an approval_request event line (without --events), an approve request
 // answers it, and the cell gets the tool's result; a deny reaches the cell
@@ -1057,3 +1038,6 @@ func TestApprovalRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// syncBuffer is a buffer Serve's goroutines share with the test.
+type syncBuffer = syncbuf.Buffer

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/enginetest"
+	"github.com/kerneldeck/kerneldeck/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) {
@@ -56,23 +56,8 @@ func newEngine(t *testing.T, stream bool) *engine.Engine {
 	return eng
 }
 
-// syncBuffer is a bytes.Buffer safe to read while Run writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer Run writes while the test reads it.
+type syncBuffer struct{ syncbuf.Buffer }
 
 func (s *syncBuffer) waitFor(t *testing.T, want string, within time.Duration) {
 	t.Helper()

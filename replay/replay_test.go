@@ -1,30 +1,19 @@
 package replay
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/kerneldeck/kerneldeck/internal/syncbuf"
 )
 
-// syncBuffer is a bytes.Buffer safe to read while Run writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+// syncBuffer is a buffer Run writes while the test reads it.
+type syncBuffer struct{ syncbuf.Buffer }
 
 func (s *syncBuffer) lines() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Split(strings.TrimSuffix(s.b.String(), "\n"), "\n")
+	return strings.Split(strings.TrimSuffix(s.String(), "\n"), "\n")
 }
 
 func waitLines(t *testing.T, out *syncBuffer, n int) {
