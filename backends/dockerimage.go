@@ -18,6 +18,8 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+
+	"github.com/kerneldeck/kerneldeck/internal/bytesize"
 )
 
 // Labels on the containers a docker-image backend creates.
@@ -64,27 +66,9 @@ type sandboxBox struct {
 
 var (
 	imageRef   = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?(@sha256:[a-f0-9]{64})?$`)
-	sizeValue  = regexp.MustCompile(`^([0-9]+)([kmg]?)b?$`)
 	netName    = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 	nameUnsafe = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
 )
-
-// parseSize reads 512m, 1g, 65536 (bytes).
-func parseSize(s string) (int64, bool) {
-	m := sizeValue.FindStringSubmatch(strings.ToLower(s))
-	if m == nil {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(m[1], 10, 64)
-	if err != nil || n <= 0 {
-		return 0, false
-	}
-	shift := map[string]uint{"": 0, "k": 10, "m": 20, "g": 30}[m[2]]
-	if n > (1<<62)>>shift {
-		return 0, false
-	}
-	return n << shift, true
-}
 
 // parseImageURI reads docker-image://IMAGE[?memory=512m&cpus=1&pids=256&network=none&user=U].
 func parseImageURI(uri string) (*ImageSandbox, error) {
@@ -109,8 +93,8 @@ func parseImageURI(uri string) (*ImageSandbox, error) {
 		val := v[0]
 		switch k {
 		case "memory":
-			n, ok := parseSize(val)
-			if !ok || n < 6<<20 {
+			n, err := bytesize.Parse(val)
+			if err != nil || n < 6<<20 {
 				return nil, fmt.Errorf("backend %q: memory must be a size of at least 6m such as 256m or 1g, got %q", uri, val)
 			}
 			b.memory = n

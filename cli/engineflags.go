@@ -11,6 +11,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/config"
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/hosttools"
+	"github.com/kerneldeck/kerneldeck/internal/bytesize"
 )
 
 // engineFlags are the flags every mode that runs an engine shares: where
@@ -85,7 +86,7 @@ func (f *engineFlags) register(fs *flagSet) {
 	fs.Func("kernel-memory", "limit each kernel's address space to this `SIZE`, such as 512MiB (at least 32MiB; "+
 		"kernel_memory in the config): a cell that allocates past it gets MemoryError and the kernel keeps its state",
 		func(s string) error {
-			n, err := config.ParseSize(s)
+			n, err := bytesize.Parse(s)
 			if err != nil || n < 32<<20 {
 				return errors.New("it must be a size of at least 32MiB, e.g. --kernel-memory 512MiB")
 			}

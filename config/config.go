@@ -19,6 +19,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/hosttools"
+	"github.com/kerneldeck/kerneldeck/internal/bytesize"
 )
 
 // DefaultMaxToolCalls is how many host tool calls one cell may make when the
@@ -238,7 +239,7 @@ func parse(data, path string, cfg *Config) error {
 	}
 	if f.KernelMemory != nil {
 		str, ok := f.KernelMemory.(string)
-		n, err := ParseSize(str)
+		n, err := bytesize.Parse(str)
 		if !ok || err != nil || n < 32<<20 {
 			return fail("kernel_memory", "= %s is invalid: it must be a quoted size of at least 32MiB, e.g. kernel_memory = \"512MiB\"", tomlValue(f.KernelMemory))
 		}
