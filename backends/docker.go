@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 )
@@ -205,7 +206,7 @@ func (d *Docker) exec(ctx context.Context, cmd []string) (string, client.Hijacke
 // execErr says why an exec could not start, naming a container that is gone
 // or stopped (the engine reports its kernels' state as lost).
 func (d *Docker) execErr(ctx context.Context, err error) error {
-	if info, ierr := d.cli.ContainerInspect(context.WithoutCancel(ctx), d.id, client.ContainerInspectOptions{}); isNotFound(ierr) {
+	if info, ierr := d.cli.ContainerInspect(context.WithoutCancel(ctx), d.id, client.ContainerInspectOptions{}); cerrdefs.IsNotFound(ierr) {
 		return fmt.Errorf("docker %s: container %s is gone (%w): %v", d.uri, d.container, ErrHostGone, err)
 	} else if ierr == nil {
 		if st := info.Container.State; st != nil && !st.Running {

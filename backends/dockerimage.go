@@ -201,7 +201,7 @@ func (b *ImageSandbox) sweep(ctx context.Context) error {
 		if !engineGone(s.Labels[LabelEngine]) {
 			continue
 		}
-		if _, err := b.cli.ContainerRemove(ctx, s.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !isNotFound(err) {
+		if _, err := b.cli.ContainerRemove(ctx, s.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("docker-image %s: remove the container %.12s left by a gone engine: %w", b.uri, s.ID, err)
 		}
 		name := strings.TrimPrefix(strings.Join(s.Names, ","), "/")
@@ -209,10 +209,6 @@ func (b *ImageSandbox) sweep(ctx context.Context) error {
 	}
 	return nil
 }
-
-// isNotFound reports the daemon's 404 (the client's errors carry errdefs'
-// classes).
-func isNotFound(err error) bool { return cerrdefs.IsNotFound(err) }
 
 // OrphansRemoved implements OrphanReporter.
 func (b *ImageSandbox) OrphansRemoved() []string { return b.orphan }
@@ -322,7 +318,7 @@ func (b *ImageSandbox) Close() error {
 func (d *sandboxBox) Dispose(ctx context.Context) error {
 	d.Close()
 	_, err := d.cli.ContainerRemove(ctx, d.id, client.ContainerRemoveOptions{Force: true})
-	if err != nil && !isNotFound(err) {
+	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("docker-image %s: remove container %s: %w", d.sandbox.uri, d.container, err)
 	}
 	d.sandbox.mu.Lock()

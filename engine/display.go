@@ -62,12 +62,10 @@ func (e *Engine) displaysFromFrame(ctx context.Context, k *Kernel, f *runnerFram
 			dropped += len(f.Displays) - i
 			break
 		}
-		d, why := e.checkDisplay(ctx, k, f.ID, i, rd, &total)
-		if why != "" {
-			notes = append(notes, fmt.Sprintf("display %d %s", i+1, why))
-		}
-		if d != nil {
+		if d := e.checkDisplay(ctx, k, f.ID, i, rd, &total); d != nil {
 			out = append(out, *d)
+		} else {
+			notes = append(notes, fmt.Sprintf("display %d dropped: %d representations (at most %d)", i+1, len(rd.Data)+len(rd.Spill), maxDisplayMIME))
 		}
 	}
 	if dropped > 0 {
@@ -76,9 +74,12 @@ func (e *Engine) displaysFromFrame(ctx context.Context, k *Kernel, f *runnerFram
 	return out, strings.Join(notes, "; ")
 }
 
-func (e *Engine) checkDisplay(ctx context.Context, k *Kernel, cell string, i int, rd runnerDisplay, total *int) (*Display, string) {
+// checkDisplay is rd as it may be kept (nil when it has too many
+// representations to look at), with its dropped parts noted; total counts
+// the result's data bytes so far.
+func (e *Engine) checkDisplay(ctx context.Context, k *Kernel, cell string, i int, rd runnerDisplay, total *int) *Display {
 	if len(rd.Data)+len(rd.Spill) > maxDisplayMIME {
-		return nil, fmt.Sprintf("dropped: %d representations (at most %d)", len(rd.Data)+len(rd.Spill), maxDisplayMIME)
+		return nil
 	}
 	d := &Display{Data: map[string]string{}}
 	var why []string
@@ -119,15 +120,11 @@ func (e *Engine) checkDisplay(ctx context.Context, k *Kernel, cell string, i int
 			why = append(why, mime+" was too large and could not be fetched")
 		}
 	}
-	d.Note = truncate(strings.Join(append(append([]string{}, nonEmpty(rd.Note)...), why...), "; "), maxDisplayNote)
-	return d, ""
-}
-
-func nonEmpty(s string) []string {
-	if s == "" {
-		return nil
+	if rd.Note != "" {
+		why = append([]string{rd.Note}, why...)
 	}
-	return []string{s}
+	d.Note = truncate(strings.Join(why, "; "), maxDisplayNote)
+	return d
 }
 
 var unsafeExt = regexp.MustCompile(`[^a-z0-9]`)
