@@ -15,11 +15,33 @@ func exitCause(output, marker string) string {
 	if !ok {
 		return ""
 	}
-	st, err := strconv.Atoi(strings.TrimSpace(line))
+	status, why, _ := strings.Cut(strings.TrimSpace(line), " ")
+	st, err := strconv.Atoi(status)
 	if err != nil || st < 0 || st > 255 {
 		return ""
 	}
+	if st == 128+int(syscall.SIGKILL) {
+		if oom, ok := oomCauses[oomCause(why)]; ok {
+			return ": " + oom
+		}
+	}
 	return ": " + describeExit(st)
+}
+
+// oomCause is how the spawn's watcher knew that a SIGKILL came from the
+// OOM killer.
+type oomCause string
+
+const (
+	oomCgroup  oomCause = "oom-cgroup"  // the kernel log: its memory cgroup's limit
+	oomHost    oomCause = "oom-host"    // the kernel log: the host ran out
+	oomCounter oomCause = "oom-counter" // its memory cgroup's oom_kill counter rose
+)
+
+var oomCauses = map[oomCause]string{
+	oomCgroup:  "out of memory: the OOM killer of its memory cgroup killed it (SIGKILL) at the cgroup's memory limit",
+	oomHost:    "out of memory: the kernel's OOM killer killed it (SIGKILL) when the host ran out of memory",
+	oomCounter: "out of memory: killed by SIGKILL as its memory cgroup's OOM killer fired (the cgroup's oom_kill count rose)",
 }
 
 // describeExit says what a shell's exit status of the runner means: an

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/cgrouptest"
 	"github.com/kerneldeck/kerneldeck/internal/enginetest"
 	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
 )
@@ -53,5 +54,42 @@ func TestCauseOfDeath(t *testing.T) {
 		srv := sshdtest.Start(t, sshdtest.Options{})
 		u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
 		check(t, func(t *testing.T) backends.Env { return sshEnv(t, srv, u, nil) })
+	})
+}
+
+// TestCauseOfDeathOOM: a kernel that the kernel's OOM killer ends at its
+// memory cgroup's limit is reported as out of memory, not as a plain
+// SIGKILL: locally the engine (root) reads it in the kernel log; over sshd
+// the user cannot (dmesg_restrict), and the runner's cgroup counter says so.
+func TestCauseOfDeathOOM(t *testing.T) {
+	const limit = 256 << 20
+	grow := "x = 1\nb = b'x' * (768 << 20)"
+	check := func(t *testing.T, h *enginetest.Harness, memcg *cgrouptest.Memory) {
+		res := h.Run("d", grow, 0)
+		if res.Kernel == nil || !res.Kernel.StateLost || !strings.Contains(res.Kernel.Note, "out of memory: ") || !strings.Contains(res.Kernel.Note, "OOM killer") {
+			t.Fatalf("status %s kernel %+v; want state lost, out of memory by the OOM killer", res.Status, res.Kernel)
+		}
+		t.Logf("note: %s", res.Kernel.Note)
+		if n := memcg.OOMKills(t); n < 1 {
+			t.Errorf("the cgroup's OOM killer killed %d processes; the test did not do what it meant", n)
+		}
+		lost := h.EventsOf(engine.EventStateLost)
+		if len(lost) != 1 || !strings.Contains(lost[0].Detail, "out of memory") {
+			t.Errorf("state_lost events %+v, want one saying out of memory", lost)
+		}
+	}
+	t.Run("local", func(t *testing.T) {
+		memcg := cgrouptest.NewMemory(t, limit)
+		h := enginetest.New(t, backends.NewLocal(enginetest.ShortTempDir(t)), nil)
+		first := h.Run("d", "y = 1", 0)
+		memcg.Add(t, first.Kernel.PID)
+		check(t, h, memcg)
+	})
+	t.Run("ssh", func(t *testing.T) {
+		memcg := cgrouptest.NewMemory(t, limit)
+		srv := sshdtest.Start(t, sshdtest.Options{})
+		memcg.Add(t, srv.PID()) // every session, and so every runner, starts in it
+		u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
+		check(t, enginetest.New(t, sshEnv(t, srv, u, nil), nil), memcg)
 	})
 }

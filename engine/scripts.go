@@ -73,11 +73,24 @@ exec 5<>"$kd/ready"
 # watcher removes the dir itself when the runner ends. A per-call kernel's
 # dir sits in the shared temp dir, so its status is not kept.
 exitf="${kd%%/*}/.exit-${kd##*/}"; [ "$root" = "$kd" ] && exitf=
-( exec 5>&- >/dev/null 2>&1
+# A SIGKILL is told apart from the OOM killer by the kernel log (a line
+# naming the runner's pid, later than its start) or, where that is not
+# readable, by its memory cgroup's oom_kill counter having risen.
+( exec 5>&- 6<&0 >/dev/null 2>&1
   trap '' HUP
-  PYTHONDONTWRITEBYTECODE=1 "$py" "$kd/runner.py" >>"$kd/runner.log" 2>&1
-  st=$?
-  [ -n "$exitf" ] && { { printf '%%s\n' "$st" >"$exitf.tmp" && mv -f -- "$exitf.tmp" "$exitf"; } 2>/dev/null || rm -f -- "$exitf.tmp"; } ) <&0 &
+  read -r up _ </proc/uptime 2>/dev/null; up=${up%%.*}
+  PYTHONDONTWRITEBYTECODE=1 "$py" "$kd/runner.py" <&6 6<&- >>"$kd/runner.log" 2>&1 &
+  rp=$!; exec 6<&-
+  oomf=; while IFS= read -r l; do case $l in *:memory:*) oomf=/sys/fs/cgroup/memory${l#*:memory:}/memory.oom_control;; 0::*) [ -z "$oomf" ] && oomf=/sys/fs/cgroup${l#0::}/memory.events;; esac; done <"/proc/$rp/cgroup"
+  oomn() { local k v; while read -r k v; do [ "$k" = oom_kill ] && { echo "$v"; return; }; done <"$oomf"; }
+  oom0=$(oomn)
+  wait "$rp"; st=$?; why=
+  if [ "$st" = 137 ]; then
+    l=$(dmesg 2>/dev/null | grep -E "[Kk]illed process $rp " | tail -n 1); t=${l#*[}; t=${t%%%%]*}; t=${t// /}; t=${t%%%%.*}
+    if [[ $t =~ ^[0-9]+$ && $up =~ ^[0-9]+$ ]] && [ "$t" -ge "$up" ]; then case $l in *"emory cgroup"*) why=oom-cgroup;; *) why=oom-host;; esac
+    else n=$(oomn); [[ $n =~ ^[0-9]+$ && $oom0 =~ ^[0-9]+$ ]] && [ "$n" -gt "$oom0" ] && why=oom-counter; fi
+  fi
+  [ -n "$exitf" ] && { { printf '%%s\n' "$st${why:+ $why}" >"$exitf.tmp" && mv -f -- "$exitf.tmp" "$exitf"; } 2>/dev/null || rm -f -- "$exitf.tmp"; } ) <&0 &
 watcher=$!
 ppid_of() { local s; read -r s <"/proc/$1/stat" 2>/dev/null || return 1; s=${s##*) }; set -- $s; printf '%%s' "$2"; }
 if read -r -t %[5]d -u 5 word rpid exe conf && [ "$word" = READY ] && [[ $rpid =~ ^[0-9]+$ ]] &&
@@ -114,7 +127,7 @@ kd=%s; id=%s; pid=%d; w=%d; pub=%d; intr=%d; ans=%d; imac=%s
 # died says the runner is gone, with its exit status when its watcher kept
 # it (beside the kernel dir; never for a per-call kernel in the shared dir).
 ef="${kd%%/*}/.exit-${kd##*/}"; case ${kd##*/} in kerneldeck-once-*) ef=;; esac
-died() { local st= i; for i in 1 2 3 4 5 6 7 8 9 10; do [ -z "$ef" ] && break; [ -f "$ef" ] && { read -r st <"$ef"; break; }; sleep 0.02; done; [[ $st =~ ^[0-9]+$ ]] || st=; echo "$1${st:+ $st}"; exit 0; }
+died() { local st= i; for i in 1 2 3 4 5 6 7 8 9 10; do [ -z "$ef" ] && break; [ -f "$ef" ] && { read -r st <"$ef"; break; }; sleep 0.02; done; [[ $st =~ ^[0-9]+( [a-z-]+)?$ ]] || st=; echo "$1${st:+ $st}"; exit 0; }
 cd "$kd/cells" 2>/dev/null || died KD:GONE
 published=0; [ -e "$id.req" ] || [ -e "$id.res" ] && published=1
 if [ "$pub" = 1 ] && [ "$published" = 0 ]; then

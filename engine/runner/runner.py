@@ -1282,6 +1282,9 @@ def main():
         pass
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGINT, on_sigint)
+    # Started in the background by its watcher, the runner inherits SIGQUIT
+    # ignored; the programs its cells start should not.
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
     os.umask(0o077)
     # kerneldeck_tools (generated at spawn) reaches the host through this.
     runtime = types.ModuleType("kerneldeck_runtime")
