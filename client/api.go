@@ -97,7 +97,7 @@ func (c *Client) kick() {
 // req.OnOutput is set. If ctx ends first, the cell goes on there; only the
 // waiting stops.
 func (c *Client) Execute(ctx context.Context, req engine.Request) (*engine.Result, error) {
-	r := map[string]any{"op": "execute", "code": req.Code, "stream": req.OnOutput != nil || req.OnStart != nil}
+	r := map[string]any{"op": "execute", "code": req.Code, "stream": req.OnOutput != nil || req.OnStart != nil || req.OnDisplay != nil}
 	for k, v := range map[string]string{"owner": req.Owner, "task": req.Task, "backend": req.Backend, "child": req.Child} {
 		if v != "" {
 			r[k] = v
@@ -118,6 +118,13 @@ func (c *Client) Execute(ctx context.Context, req engine.Request) (*engine.Resul
 		}
 		json.Unmarshal(m["cell"], &l.Cell)
 		json.Unmarshal(m["stream"], &l.Stream)
+		if op == "output" && l.Stream == engine.StreamDisplay {
+			var d engine.Display
+			if req.OnDisplay != nil && json.Unmarshal(m["display"], &d) == nil {
+				req.OnDisplay(d)
+			}
+			return
+		}
 		json.Unmarshal(m["text"], &l.Text)
 		switch {
 		case op == "started" && req.OnStart != nil:

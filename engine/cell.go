@@ -38,6 +38,10 @@ type Request struct {
 	// OnOutput, when set, receives output while the cell runs (fast path
 	// only); it must not block.
 	OnOutput func(stream, text string)
+	// OnDisplay, when set, receives each display as the cell makes it (fast
+	// path only; the result carries them all again, with parts too large for
+	// the stream); it must not block.
+	OnDisplay func(Display)
 	// OnQueued, when set, runs once the call has its place in its kernel's
 	// first-come-first-served line, before any backend work. A caller that
 	// starts the next call only after it keeps its calls in order.
@@ -133,8 +137,9 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 	if req.OnStart != nil {
 		req.OnStart(cellID)
 	}
-	userStream := req.OnOutput != nil
+	userStream := req.OnOutput != nil || req.OnDisplay != nil
 	req.OnOutput = e.outputTap(cellID, req.OnOutput)
+	req.OnDisplay = e.displayTap(cellID, req.OnDisplay)
 	res, err := e.executeAcquired(ctx, req, k, created, reaped, cellID, userStream, start, timeout, deadline)
 	e.mu.Lock()
 	final := k.id
@@ -156,6 +161,24 @@ func (e *Engine) outputTap(cellID string, user func(stream, text string)) func(s
 		}
 		if user != nil {
 			user(stream, text)
+		}
+	}
+}
+
+// StreamDisplay is the stream of EventCellOutput that stands for a display
+// made while the cell runs: its Text is the display's Label and a newline.
+const StreamDisplay = "display"
+
+// displayTap publishes a display made while the cell runs, as its label, to
+// the subscribers that watch output, and hands it to the caller.
+func (e *Engine) displayTap(cellID string, user func(Display)) func(Display) {
+	return func(d Display) {
+		text := d.Label() + "\n"
+		if kernel, owner, ok := e.cells.output(cellID, StreamDisplay, text); ok {
+			e.emit(Event{Type: EventCellOutput, Kernel: kernel, Owner: owner, Cell: cellID, Stream: StreamDisplay, Text: text})
+		}
+		if user != nil {
+			user(d)
 		}
 	}
 }
@@ -196,6 +219,7 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 	}
 
 	c := newCellRun(cellID, req.Code, deadline, req.OnOutput, userStream)
+	c.onDisplay = req.OnDisplay
 	c.rpc = e.newRPCSession(ctx, k, c)
 	var out outcome
 	for attempt := 0; ; attempt++ {
@@ -290,6 +314,7 @@ func (e *Engine) runOnce(ctx context.Context, k *Kernel, req Request, call cellC
 		}
 	}()
 	c := newCellRun(call.id, req.Code, deadline, req.OnOutput, call.userStream)
+	c.onDisplay = req.OnDisplay
 	c.rpc = e.newRPCSession(ctx, tk, c)
 	out := e.runCell(ctx, tk, c)
 	if out.kind == outDead {
@@ -330,6 +355,10 @@ type cellRun struct {
 	reqJSON  []byte
 	deadline time.Time
 	onOutput func(stream, text string)
+	// onDisplay gets the displays streamed while the cell runs; streamed
+	// counts them and their bytes, bounded as a result's are.
+	onDisplay func(Display)
+	streamed  struct{ count, bytes int }
 	// userStream: the caller asked for output as it comes.
 	userStream bool
 	// timeoutSec tells the runner how long the cell may take.
@@ -419,6 +448,15 @@ func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.Stream
 				return outcome{kind: outDone, frame: &f, interrupted: c.interrupted}, true
 			case f.Op == "output" && f.ID == c.id && c.onOutput != nil:
 				c.onOutput(f.Stream, f.Text)
+			case f.Op == "display" && f.ID == c.id && f.Display != nil && c.onDisplay != nil:
+				// Parts spilled to files come with the result (k is nil:
+				// nothing is fetched here).
+				if c.streamed.count < maxDisplays {
+					c.streamed.count++
+					if d := e.checkDisplay(ctx, nil, c.id, f.Index, *f.Display, &c.streamed.bytes); d != nil {
+						c.onDisplay(*d)
+					}
+				}
 			case f.Op == "error" && f.ID == c.id:
 				return outcome{kind: outPubFail, detail: f.Error}, true
 			case f.Op == "rpc":

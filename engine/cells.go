@@ -181,9 +181,11 @@ func (l *cellLog) output(id, stream, text string) (kernel, owner string, ok bool
 	if r == nil || !r.Running {
 		return "", "", false
 	}
-	if stream == "stderr" {
+	switch stream {
+	case StreamDisplay: // the result brings the display; its stdout stays the kernel's
+	case "stderr":
 		r.Stderr.add(text)
-	} else {
+	default:
 		r.Stdout.add(text)
 	}
 	return r.Kernel, r.Owner, true

@@ -56,10 +56,14 @@ type runnerFrame struct {
 	// Displays are the cell's rich outputs (checked by displaysFromFrame).
 	Displays        []runnerDisplay `json:"displays"`
 	DisplaysDropped int             `json:"displays_dropped"`
-	Stream          string          `json:"stream"`
-	Text            string          `json:"text"`
-	Error           string          `json:"error"`
-	PID             int             `json:"pid"`
+	// Display and Index are one display streamed while the cell runs (op
+	// "display").
+	Display *runnerDisplay `json:"display"`
+	Index   int            `json:"index"`
+	Stream  string         `json:"stream"`
+	Text    string         `json:"text"`
+	Error   string         `json:"error"`
+	PID     int            `json:"pid"`
 	// Name and Data carry a forwarded tool request file (op "rpc"); Error
 	// then says why it could not be read.
 	Name string `json:"name"`

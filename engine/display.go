@@ -1,11 +1,17 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"image"
+	_ "image/gif" // image sizes in labels
+	_ "image/jpeg"
+	_ "image/png"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -40,7 +46,7 @@ const (
 var mimeType = regexp.MustCompile(`^[a-z]+/[a-zA-Z0-9][a-zA-Z0-9.+-]{0,80}$`)
 
 // binaryMIME are the types carried base64-encoded.
-func binaryMIME(m string) bool { return m == "image/png" || m == "image/jpeg" || m == "image/gif" }
+func binaryMIME(m string) bool { return slices.Contains(ImageTypes(), m) }
 
 // runnerDisplay is a display as the runner sends it.
 type runnerDisplay struct {
@@ -107,7 +113,11 @@ func (e *Engine) checkDisplay(ctx context.Context, k *Kernel, cell string, i int
 		d.Metadata = rd.Metadata
 	}
 	for mime, hostPath := range rd.Spill {
-		if !mimeType.MatchString(mime) || k == nil {
+		if !mimeType.MatchString(mime) {
+			continue
+		}
+		if k == nil {
+			why = append(why, mime+" is too large for the stream: it comes with the result")
 			continue
 		}
 		ext := mime[strings.IndexByte(mime, '/')+1:]
@@ -125,6 +135,50 @@ func (e *Engine) checkDisplay(ctx context.Context, k *Kernel, cell string, i int
 	}
 	d.Note = truncate(strings.Join(why, "; "), maxDisplayNote)
 	return d
+}
+
+// ImageTypes are the image MIME types a display may carry, base64-encoded,
+// in the order a viewer prefers them.
+func ImageTypes() []string { return []string{"image/png", "image/jpeg", "image/gif"} }
+
+// Label is one line standing for d where it cannot be shown: an image as
+// "[image/png 640×480, 23 KB]", anything else as the first line of its
+// text/plain (clipped to 200 characters, control characters and all: the
+// caller sanitises what it prints).
+func (d Display) Label() string {
+	for _, m := range ImageTypes() {
+		if v, ok := d.Data[m]; ok {
+			return ImageLabel(m, v)
+		}
+		if _, ok := d.Spill[m]; ok {
+			return "[" + m + ", too large for the result: saved on this machine]"
+		}
+	}
+	first, _, more := strings.Cut(d.Data["text/plain"], "\n")
+	if more || len(first) > 200 {
+		first = truncate(first, 200)
+		if !strings.HasSuffix(first, "…") {
+			first += " …"
+		}
+	}
+	return first
+}
+
+// ImageLabel is "[image/png 640×480, 23 KB]" for a base64 image.
+func ImageLabel(mime, b64 string) string {
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return fmt.Sprintf("[%s, not valid base64]", mime)
+	}
+	size := fmt.Sprintf("%d B", len(raw))
+	if len(raw) >= 1024 {
+		size = fmt.Sprintf("%d KB", (len(raw)+512)/1024)
+	}
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(raw))
+	if err != nil {
+		return fmt.Sprintf("[%s, %s]", mime, size)
+	}
+	return fmt.Sprintf("[%s %d×%d, %s]", mime, cfg.Width, cfg.Height, size)
 }
 
 var unsafeExt = regexp.MustCompile(`[^a-z0-9]`)

@@ -32,6 +32,9 @@ func TestDisplays(t *testing.T) {
 	t.Run("local/stream", func(t *testing.T) {
 		enginetest.Displays(t, func(t *testing.T) backends.Env { return backends.NewLocal(enginetest.ShortTempDir(t)) })
 	})
+	t.Run("local/stream/as-made", func(t *testing.T) {
+		enginetest.StreamsDisplays(t, backends.NewLocal(enginetest.ShortTempDir(t)))
+	})
 	t.Run("local/execute", func(t *testing.T) {
 		enginetest.Displays(t, func(t *testing.T) backends.Env {
 			return backends.ExecuteOnly(backends.NewLocal(enginetest.ShortTempDir(t)))
@@ -41,6 +44,7 @@ func TestDisplays(t *testing.T) {
 		srv := sshdtest.Start(t, sshdtest.Options{})
 		u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
 		enginetest.Displays(t, func(t *testing.T) backends.Env { return sshEnv(t, srv, u, nil) })
+		t.Run("as-made", func(t *testing.T) { enginetest.StreamsDisplays(t, sshEnv(t, srv, u, nil)) })
 	})
 }
 

@@ -147,11 +147,22 @@ type outputLine struct {
 	Text   string `json:"text"`
 }
 
+// displayLine is a display a streamed cell made, as it made it: an output
+// line of stream "display" whose text is the display's label, so a client
+// that knows only output lines shows the label.
+type displayLine struct {
+	outputLine
+	Display engine.Display `json:"display"`
+}
+
 func (s *server) execute(ctx context.Context, r *request) {
 	if r.stream {
 		r.exec.OnStart = func(cell string) { s.w.write(startedLine{ID: r.id, Op: "started", Cell: cell}) }
 		r.exec.OnOutput = func(stream, text string) {
 			s.w.write(outputLine{ID: r.id, Op: "output", Stream: stream, Text: text})
+		}
+		r.exec.OnDisplay = func(d engine.Display) {
+			s.w.write(displayLine{outputLine{ID: r.id, Op: "output", Stream: engine.StreamDisplay, Text: d.Label() + "\n"}, d})
 		}
 	}
 	s.w.write(s.run(ctx, r))

@@ -310,3 +310,25 @@ func TestKernelsUnlessVersion(t *testing.T) {
 		t.Fatalf("listing after a cell: %v", changed)
 	}
 }
+
+// A display made while a streamed cell runs comes as it is made: an output
+// line of stream "display" with its label as text and the display itself.
+func TestExecuteStreamDisplay(t *testing.T) {
+	h := start(t, newEngine(t, engine.Config{}), Options{})
+	mark := filepath.Join(t.TempDir(), "go")
+	h.send(execReq("s", fmt.Sprintf("import os, time\nclass H:\n    def _repr_html_(self):\n        return '<b>h</b>'\n    def __repr__(self):\n        return 'H()'\n"+
+		"display(H())\nwhile not os.path.exists(%q):\n    time.sleep(0.02)", mark), "stream", true))
+	h.next() // started
+	d := h.next()
+	wantKeys(t, "display line", d, "id", "op", "stream", "text", "display")
+	disp, _ := d["display"].(line)
+	data, _ := disp["data"].(line)
+	if d["op"] != "output" || d["stream"] != "display" || d["text"] != "H()\n" || data["text/html"] != "<b>h</b>" {
+		t.Fatalf("while the cell runs: %v, want the display", d)
+	}
+	os.WriteFile(mark, nil, 0o600)
+	res, _ := h.until("s")
+	if ds, _ := res["displays"].([]any); res["op"] != "result" || len(ds) != 1 {
+		t.Fatalf("result %v, want it to list the display again", res)
+	}
+}

@@ -569,7 +569,12 @@ func (m *Model) startCell(msg runCellMsg) {
 			m.own.add(cell)
 			m.inbox.post(cellStartedMsg{run: r, cell: cell})
 		},
-		OnOutput: func(stream, text string) { m.inbox.post(cellOutputMsg{run: r, stream: stream, text: text}) }}
+		OnOutput: func(stream, text string) { m.inbox.post(cellOutputMsg{run: r, stream: stream, text: text}) },
+		// A display made while the cell runs shows as its label where it
+		// was made; the result brings the display itself.
+		OnDisplay: func(d engine.Display) {
+			m.inbox.post(cellOutputMsg{run: r, stream: engine.StreamDisplay, text: d.Label() + "\n"})
+		}}
 	ctx, box := m.runCtx, m.inbox
 	go func() {
 		res, err := m.eng.Execute(ctx, req)

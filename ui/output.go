@@ -1,14 +1,9 @@
 package ui
 
 import (
-	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"image"
-	_ "image/gif" // image.DecodeConfig knows the display types
-	_ "image/jpeg"
-	_ "image/png"
 	"os"
 	"path/filepath"
 	"slices"
@@ -381,9 +376,9 @@ func (p *OutputPane) View() string {
 // size and bytes; anything else as its text/plain (HTML included).
 func displayLines(d engine.Display, w int, ctx *Context) []string {
 	t := ctx.Theme
-	for _, m := range []string{"image/png", "image/jpeg", "image/gif"} {
+	for _, m := range engine.ImageTypes() {
 		if v, ok := d.Data[m]; ok {
-			return []string{t.Muted.Render(fit(imageLabel(m, v), w))}
+			return []string{t.Muted.Render(fit(engine.ImageLabel(m, v), w))}
 		}
 		if path, ok := d.Spill[m]; ok {
 			return []string{t.Muted.Render(fit(fmt.Sprintf("[%s, too large to keep: %s]", m, plain(path)), w))}
@@ -394,23 +389,6 @@ func displayLines(d engine.Display, w int, ctx *Context) []string {
 		lines = append(lines, t.Warn.Render(fit("display: "+plain(d.Note), w)))
 	}
 	return lines
-}
-
-// imageLabel is "[image/png 640×480, 23 KB]" for a base64 image.
-func imageLabel(mime, b64 string) string {
-	raw, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil {
-		return fmt.Sprintf("[%s, not valid base64]", mime)
-	}
-	size := fmt.Sprintf("%d B", len(raw))
-	if len(raw) >= 1024 {
-		size = fmt.Sprintf("%d KB", (len(raw)+512)/1024)
-	}
-	cfg, _, err := image.DecodeConfig(bytes.NewReader(raw))
-	if err != nil {
-		return fmt.Sprintf("[%s, %s]", mime, size)
-	}
-	return fmt.Sprintf("[%s %d×%d, %s]", mime, cfg.Width, cfg.Height, size)
 }
 
 // saveImages writes the selected cell's images into the save dir, each to
@@ -427,7 +405,7 @@ func (p *OutputPane) saveImages() tea.Cmd {
 	return func() tea.Msg {
 		var saved []string
 		for i, d := range displays {
-			for _, m := range []string{"image/png", "image/jpeg", "image/gif"} {
+			for _, m := range engine.ImageTypes() {
 				var data []byte
 				if v, ok := d.Data[m]; ok {
 					data, _ = base64.StdEncoding.DecodeString(v)

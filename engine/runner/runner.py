@@ -880,6 +880,23 @@ class Runner:
         if notes:
             entry["note"] = "; ".join(notes)
         self.displays.append(entry)
+        self.stream_display(n, entry)
+
+    def stream_display(self, n, entry):
+        """Sends a display to the cell's streamers as it is made, after the
+        output written before it (the result carries it again)."""
+        with self.stream_lock:
+            if not self.streamers:
+                return
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:
+                    pass
+            self.stream_output(self.display_cell)
+            frame = {"op": "display", "id": self.display_cell, "index": n, "display": entry}
+            for conn in list(self.streamers):
+                conn.send(frame)
 
     def display(self, *objs, **_):
         """The kernel's display(): each object becomes a display of the cell."""

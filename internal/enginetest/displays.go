@@ -2,12 +2,15 @@ package enginetest
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"image/png"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/kerneldeck/kerneldeck/backends"
@@ -135,4 +138,60 @@ func keys(m map[string]string) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// StreamsDisplays checks that a display reaches OnDisplay when the cell
+// makes it, after the output printed before it, and not only with the
+// result: the cell waits, after plotting, for a file that the test writes
+// only once the plot has arrived (fast path only; matplotlib as Displays).
+func StreamsDisplays(t *testing.T, env backends.Env) {
+	t.Helper()
+	h := New(t, env, nil)
+	first := h.Run("d", "import matplotlib.pyplot as plt, os, time", 0)
+	flag := first.Kernel.Dir + "/plot-arrived"
+	var mu sync.Mutex
+	var seq []string
+	arrived := make(chan struct{}, 1)
+	go func() {
+		if _, ok := <-arrived; ok {
+			h.Host("touch " + flag)
+		}
+	}()
+	code := "print('before', flush=True)\nplt.figure(figsize=(3, 2), dpi=100)\nplt.plot([1, 3, 2])\nplt.show()\n" +
+		"for _ in range(2000):\n    if os.path.exists(" + pyQuote(flag) + "):\n        break\n    time.sleep(0.005)\n" +
+		"print('released' if os.path.exists(" + pyQuote(flag) + ") else 'never released')"
+	res, err := h.Eng.Execute(context.Background(), engine.Request{Owner: "d", Code: code,
+		OnOutput: func(stream, text string) {
+			mu.Lock()
+			defer mu.Unlock()
+			seq = append(seq, stream+":"+strings.TrimSpace(text))
+		},
+		OnDisplay: func(d engine.Display) {
+			mu.Lock()
+			defer mu.Unlock()
+			seq = append(seq, "display:"+d.Label())
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+		}})
+	close(arrived)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stdout != "before\nreleased\n" || len(res.Displays) != 1 {
+		t.Fatalf("stdout %q, %d displays in the result: the plot did not stream while the cell ran", res.Stdout, len(res.Displays))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := "stdout:before,display:[image/png 300×200, "
+	if got := strings.Join(seq, ","); !strings.HasPrefix(got, want) || strings.Count(got, "display:") != 1 {
+		t.Fatalf("streamed %q, want it to start %q and hold one display", got, want)
+	}
+}
+
+// pyQuote is s as a Python string literal.
+func pyQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }
