@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -63,6 +66,7 @@ type dashboardCmd struct {
 	replaySpeed  float64
 	attach       string
 	listen       string
+	images       string
 }
 
 func newDashboardCmd() *dashboardCmd { return &dashboardCmd{} }
@@ -86,6 +90,17 @@ func (c *dashboardCmd) registerOwn(fs *flagSet) {
 		"headless'; a line may also carry \"after_ms\": wait that long before sending it) into the engine while the "+
 		"dashboard shows it, from its first frame, e.g. examples/eviction.jsonl; p pauses and resumes it, n sends one "+
 		"request while paused")
+	fs.Func("images", "draw a cell's images (plots, PIL images) in the output pane with the kitty graphics protocol "+
+		"(kitty, Ghostty, WezTerm) or sixel (foot, mlterm, xterm -ti vt340): `MODE` is auto (default: from TERM and "+
+		"the terminal's variables; off inside tmux or screen), kitty, sixel or off (a line such as "+
+		"[image/png 640×480, 23 KB]; s saves the images, o opens them with the system's viewer)",
+		func(s string) error {
+			if _, err := ui.ParseImageMode(s, func(string) string { return "" }); err != nil {
+				return err
+			}
+			c.images = s
+			return nil
+		})
 	fs.Bool(&c.mouse, "mouse", "let the mouse select kernels (click) and scroll (wheel); off by default, so the "+
 		"terminal's own selection and copy keep working")
 	fs.Bool(&c.replayPaused, "replay-paused", "start the --replay paused: n sends the requests one by one, p runs the rest")
@@ -144,7 +159,7 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 		return usageErr(err)
 	}
 	if set["attach"] {
-		if err := checkConnectFlags(&c.eng, "attach", "theme", "config"); err != nil {
+		if err := checkConnectFlags(&c.eng, "attach", "theme", "config", "images"); err != nil {
 			return usageErr(err)
 		}
 		if c.replay != "" || c.listen != "" || c.replayPaused || c.replaySpeed != 0 {
@@ -203,6 +218,7 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	sub := eng.SubscribeWith(engine.SubscribeOptions{Buffer: 4096, Output: true, Since: time.Now().Add(-historyShown)})
 	opts := ui.Options{Engine: ui.Embedded{Engine: eng}, Events: sub.C, History: sub.History, Theme: theme,
 		User: os.Getenv("USER"), Where: where, KeepsKernels: c.eng.keep, Clipboard: out, SaveDir: workingDir()}
+	c.imageOptions(&opts, s.stateDir)
 	firstFrame := make(chan struct{})
 	if feed != nil {
 		opts.Replay = feed
@@ -308,8 +324,14 @@ func (c *dashboardCmd) runAttached(std stdio) int {
 		return fail(err)
 	}
 	defer cl.Close()
-	m := ui.New(ui.Options{Engine: cl, Events: cl.Events(), Theme: theme, User: os.Getenv("USER"),
-		Where: "attached to " + cl.Where(), Lost: cl.Err, KeepsKernels: true, Clipboard: out, SaveDir: workingDir()})
+	opts := ui.Options{Engine: cl, Events: cl.Events(), Theme: theme, User: os.Getenv("USER"),
+		Where: "attached to " + cl.Where(), Lost: cl.Err, KeepsKernels: true, Clipboard: out, SaveDir: workingDir()}
+	stateDir := c.eng.stateDir
+	if stateDir == "" {
+		stateDir, _ = config.DefaultStateDir()
+	}
+	c.imageOptions(&opts, stateDir)
+	m := ui.New(opts)
 	p := tea.NewProgram(m, c.programOptions(in, out)...)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -324,6 +346,32 @@ func (c *dashboardCmd) runAttached(std stdio) int {
 	}
 	fmt.Fprintf(std.err, "kerneldeck: detached from the engine at %s; its kernels keep running there\n", cl.Where())
 	return exitOK
+}
+
+// imageOptions sets how the output pane draws images (--images) and what o
+// opens them with: xdg-open (open on macOS), from <state dir>/images.
+func (c *dashboardCmd) imageOptions(opts *ui.Options, stateDir string) {
+	opts.Images, _ = ui.ParseImageMode(c.images, os.Getenv) // checked when the flag was read
+	viewer := "xdg-open"
+	if runtime.GOOS == "darwin" {
+		viewer = "open"
+	}
+	path, err := exec.LookPath(viewer)
+	if err != nil || stateDir == "" {
+		return
+	}
+	opts.OpenDir = filepath.Join(stateDir, "images")
+	opts.Open = func(file string) error {
+		// The viewer runs on its own: nothing of it reaches the dashboard's
+		// terminal, and it is waited for only to be reaped.
+		cmd := exec.Command(path, file)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("start %s: %w", viewer, err)
+		}
+		go cmd.Wait()
+		return nil
+	}
 }
 
 // workingDir is where the dashboard saves images (s in the output pane): the

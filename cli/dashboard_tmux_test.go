@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"fmt"
+	"image"
+	"image/color"
+	"image/png"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +17,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/mattn/go-sixel"
 
 	"github.com/kerneldeck/kerneldeck/internal/tmuxtest"
 )
@@ -163,6 +168,62 @@ func TestDashboardTmux(t *testing.T) {
 		}
 		quitKillingKernels(s)
 		s.WaitExit(tmuxWait)
+	})
+
+	// --images draws a cell's image inline: what the binary writes to its
+	// terminal (recorded through tmux, which itself drops kitty graphics)
+	// holds the image, and o hands a private copy to the system's viewer.
+	t.Run("InlineImages", func(t *testing.T) {
+		picture := halvesPNG(t, 64, 32)
+		for _, mode := range []string{"kitty", "sixel"} {
+			t.Run(mode, func(t *testing.T) {
+				dirs := newDashboardDirs(t)
+				viewed := filepath.Join(t.TempDir(), "viewed")
+				bindir := t.TempDir()
+				os.WriteFile(filepath.Join(bindir, "xdg-open"), []byte("#!/bin/sh\ncp \"$1\" "+viewed+"\necho \"$1\" >"+viewed+".path\n"), 0o700)
+				env := envWithOverrides(dirs.env(), map[string]string{"PATH": bindir + ":" + os.Getenv("PATH")})
+				s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--max-kernels", "4", "--state-dir", dirs.state, "--images", mode},
+					Env: env, Width: 100, Height: 30})
+				recorded := s.Record()
+				s.WaitScreen("the dashboard", tmuxWait, func(screen string) bool { return strings.Contains(screen, "ctrl+r") })
+				s.Type(`import base64; P = type("P", (), {"_repr_png_": lambda self: base64.b64decode("` +
+					base64.StdEncoding.EncodeToString(picture) + `")}); display(P())`)
+				s.Keys("C-r")
+				s.WaitScreen("the image's label", tmuxWait, func(screen string) bool { return strings.Contains(screen, "[image/png 64×32, ") })
+				var drawn image.Image
+				waitUntil(t, "the image drawn", func() bool {
+					drawn = drawnImage(recorded(), mode)
+					return drawn != nil
+				})
+				if b := drawn.Bounds(); b.Dx() != 64 || b.Dy() != 32 {
+					t.Fatalf("drew a %v image, want the cell's 64×32", b)
+				}
+				if r, _, bl, _ := drawn.At(5, 5).RGBA(); r < 0xc000 || bl > 0x4000 {
+					t.Errorf("the drawn image's left half is %v, want red", drawn.At(5, 5))
+				}
+				if mode == "kitty" && !strings.Contains(recorded(), "\U0010EEEE") {
+					t.Error("no kitty placeholder cells were written")
+				}
+
+				s.Keys("Tab", "Tab")
+				s.WaitScreen("the output pane focused", tmuxWait, func(screen string) bool { return strings.Contains(helpLine(screen), "s save images") })
+				s.Keys("o")
+				s.WaitScreen("the open reported", tmuxWait, func(screen string) bool { return strings.Contains(screen, "opened ") })
+				waitUntil(t, "the viewer started", func() bool { _, err := os.Stat(viewed + ".path"); return err == nil })
+				got, _ := os.ReadFile(viewed)
+				path, _ := os.ReadFile(viewed + ".path")
+				if !bytes.Equal(got, picture) || !strings.HasPrefix(string(path), filepath.Join(dirs.state, "images")+"/") {
+					t.Fatalf("the viewer got %s (%d bytes), want the cell's PNG from <state>/images", path, len(got))
+				}
+				fi, _ := os.Stat(strings.TrimSpace(string(path)))
+				di, _ := os.Stat(filepath.Dir(strings.TrimSpace(string(path))))
+				if fi.Mode().Perm() != 0o600 || di.Mode().Perm() != 0o700 {
+					t.Errorf("opened file mode %v in dir mode %v, want 0600 in 0700", fi.Mode().Perm(), di.Mode().Perm())
+				}
+				quitKillingKernels(s)
+				s.WaitExit(tmuxWait)
+			})
+		}
 	})
 
 	t.Run("FilterDetailConfirmKill", func(t *testing.T) {
@@ -517,3 +578,59 @@ func cutColumns(line string, starts []int) map[string]string {
 
 // onePixelPNG is a 1×1 PNG, base64.
 const onePixelPNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+// halvesPNG is a w×h PNG, red on the left half and blue on the right.
+func halvesPNG(t *testing.T, w, h int) []byte {
+	t.Helper()
+	img := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			c := color.NRGBA{R: 255, A: 255}
+			if x >= w/2 {
+				c = color.NRGBA{B: 255, A: 255}
+			}
+			img.Set(x, y, c)
+		}
+	}
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, img); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+var (
+	kittyTransmission = regexp.MustCompile("\x1b_G([^;\x1b]*);([A-Za-z0-9+/=]*)\x1b\\\\")
+	sixelDrawing      = regexp.MustCompile("\x1bP[0-9;]*q[^\x1b]*\x1b\\\\")
+)
+
+// drawnImage is the first whole image the terminal output holds, in the
+// kitty graphics protocol or sixel; nil when none is there yet.
+func drawnImage(out, mode string) image.Image {
+	switch mode {
+	case "kitty":
+		var data string
+		for _, m := range kittyTransmission.FindAllStringSubmatch(out, -1) {
+			data += m[2]
+			if strings.Contains(","+m[1]+",", ",m=0,") {
+				raw, err := base64.StdEncoding.DecodeString(data)
+				if err != nil {
+					return nil
+				}
+				img, err := png.Decode(bytes.NewReader(raw))
+				if err != nil {
+					return nil
+				}
+				return img
+			}
+		}
+	case "sixel":
+		if m := sixelDrawing.FindString(out); m != "" {
+			var img image.Image
+			if sixel.NewDecoder(strings.NewReader(m)).Decode(&img) == nil {
+				return img
+			}
+		}
+	}
+	return nil
+}

@@ -125,9 +125,10 @@ export LC_ALL=C
 kd=%s; id=%s; pid=%d; w=%d; pub=%d; intr=%d; ans=%d; imac=%s
 %s
 # died says the runner is gone, with its exit status when its watcher kept
-# it (beside the kernel dir; never for a per-call kernel in the shared dir).
+# it (beside the kernel dir; never for a per-call kernel in the shared dir),
+# waiting up to a second for the watcher on a busy host.
 ef="${kd%%/*}/.exit-${kd##*/}"; case ${kd##*/} in kerneldeck-once-*) ef=;; esac
-died() { local st= i; for i in 1 2 3 4 5 6 7 8 9 10; do [ -z "$ef" ] && break; [ -f "$ef" ] && { read -r st <"$ef"; break; }; sleep 0.02; done; [[ $st =~ ^[0-9]+( [a-z-]+)?$ ]] || st=; echo "$1${st:+ $st}"; exit 0; }
+died() { local st= i; for ((i = 0; i < 50; i++)); do [ -z "$ef" ] && break; [ -f "$ef" ] && { read -r st <"$ef"; break; }; sleep 0.02; done; [[ $st =~ ^[0-9]+( [a-z-]+)?$ ]] || st=; echo "$1${st:+ $st}"; exit 0; }
 cd "$kd/cells" 2>/dev/null || died KD:GONE
 published=0; [ -e "$id.req" ] || [ -e "$id.res" ] && published=1
 if [ "$pub" = 1 ] && [ "$published" = 0 ]; then

@@ -34,6 +34,11 @@ type Context struct {
 	clipboard io.Writer
 	// saveDir is where s saves a cell's images; "": no saving.
 	saveDir string
+	// images is how the output pane draws images; "" is ImagesOff.
+	images ImageMode
+	// open shows a saved image with the system's viewer; nil: o is off.
+	open    func(path string) error
+	openDir string
 }
 
 // boxStyle holds what a pane border needs, derived from the theme once.

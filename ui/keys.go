@@ -13,7 +13,7 @@ type KeyMap struct {
 	Yes, No, Cancel, Submit, Detail            key.Binding
 	ReplayPause, ReplayStep, Follow, Zoom      key.Binding
 	Newline, Command, External, Sort, Copy     key.Binding
-	SaveImage                                  key.Binding
+	SaveImage, OpenImage                       key.Binding
 }
 
 // DefaultKeyMap is the standard key map.
@@ -64,5 +64,6 @@ func DefaultKeyMap() KeyMap {
 		Sort:          b("s", "sort", "s"),
 		Copy:          b("y", "copy output", "y"),
 		SaveImage:     b("s", "save images", "s"),
+		OpenImage:     b("o", "open images", "o"),
 	}
 }

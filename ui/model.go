@@ -56,6 +56,15 @@ type Options struct {
 	// SaveDir is where the output pane's s saves a cell's images (the
 	// dashboard's working directory); "" turns s off.
 	SaveDir string
+	// Images is how the output pane draws a cell's images (--images);
+	// "" is ImagesOff: a label line each.
+	Images ImageMode
+	// Open shows an image file with the system's viewer (the output pane's
+	// o, which saves the images to a private dir first); nil turns o off.
+	// It must not wait for the viewer to close.
+	Open func(path string) error
+	// OpenDir is the private dir (0700) o saves images to before opening.
+	OpenDir string
 	// OnFirstFrame runs once, when the window's size is first known (the
 	// first frame follows): a replay starts then, not before.
 	OnFirstFrame func()
@@ -197,7 +206,8 @@ func New(opts Options) *Model {
 	if user == "" {
 		user = "me"
 	}
-	ctx := &Context{Theme: theme, Keys: DefaultKeyMap(), Now: now, User: user, borders: newBoxStyle(theme), clipboard: opts.Clipboard, saveDir: opts.SaveDir}
+	ctx := &Context{Theme: theme, Keys: DefaultKeyMap(), Now: now, User: user, borders: newBoxStyle(theme), clipboard: opts.Clipboard, saveDir: opts.SaveDir,
+		images: opts.Images, open: opts.Open, openDir: opts.OpenDir}
 	backendsList := opts.Engine.Backends()
 	first := ""
 	if len(backendsList) > 0 {

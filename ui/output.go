@@ -107,6 +107,7 @@ func newOutputPane(ctx *Context) *OutputPane {
 		{k.Follow, run(func() tea.Cmd { vp.GotoBottom(); p.follow = true; return nil })},
 		{k.Copy, run(p.copySelected)},
 		{k.SaveImage, run(p.saveImages)},
+		{k.OpenImage, run(p.openImages)},
 	}
 	return p
 }
@@ -315,8 +316,8 @@ func (p *OutputPane) runLines(r *cellRun, w int) []string {
 				lines = append(lines, t.Error.Render(l))
 			}
 		}
-		for _, d := range r.res.Displays {
-			lines = append(lines, displayLines(d, w, p.ctx)...)
+		for i, d := range r.res.Displays {
+			lines = append(lines, displayLines(d, r.seq, i, w, p.ctx)...)
 		}
 		if r.res.DisplayNote != "" {
 			lines = append(lines, wordWrapLines(t.Warn.Render("displays: "+plain(r.res.DisplayNote)), w)...)
@@ -368,17 +369,30 @@ func (p *OutputPane) View() string {
 	} else {
 		from, to := p.scroll.window()
 		lines = p.lines[from:to]
+		if p.ctx.images == ImagesSixel {
+			lines = clipSixels(lines)
+		}
 	}
 	return p.ctx.box(p.Title(), lines, p.width, p.height, p.focused)
 }
 
-// displayLines shows one display: an image as a line naming its type,
-// size and bytes; anything else as its text/plain (HTML included).
-func displayLines(d engine.Display, w int, ctx *Context) []string {
+// displayLines shows display i of cell run seq: an image inline where the
+// terminal draws images (ctx.images), else as a line naming its type, size
+// and bytes; anything else as its text/plain (HTML included).
+func displayLines(d engine.Display, seq, i, w int, ctx *Context) []string {
 	t := ctx.Theme
 	for _, m := range engine.ImageTypes() {
 		if v, ok := d.Data[m]; ok {
-			return []string{t.Muted.Render(fit(engine.ImageLabel(m, v), w))}
+			label := []string{t.Muted.Render(fit(engine.ImageLabel(m, v), w))}
+			if ctx.images == ImagesOff || ctx.images == "" {
+				return label
+			}
+			raw, _ := base64.StdEncoding.DecodeString(v)
+			im, err := newInlineImage(ctx.images, imageID(seq, i), raw, w)
+			if err != nil {
+				return append(label, t.Warn.Render(fit("not drawn: "+err.Error(), w)))
+			}
+			return append(label, im.lines...)
 		}
 		if path, ok := d.Spill[m]; ok {
 			return []string{t.Muted.Render(fit(fmt.Sprintf("[%s, too large to keep: %s]", m, plain(path)), w))}
@@ -403,31 +417,93 @@ func (p *OutputPane) saveImages() tea.Cmd {
 	}
 	displays, seq := r.res.Displays, r.seq
 	return func() tea.Msg {
-		var saved []string
-		for i, d := range displays {
-			for _, m := range engine.ImageTypes() {
-				var data []byte
-				if v, ok := d.Data[m]; ok {
-					data, _ = base64.StdEncoding.DecodeString(v)
-				} else if path, ok := d.Spill[m]; ok {
-					data, _ = os.ReadFile(path)
-				}
-				if len(data) == 0 {
-					continue
-				}
-				path, err := saveNew(dir, fmt.Sprintf("kerneldeck-cell%d-%d", seq, i+1), m[len("image/"):], data)
-				if err != nil {
-					return actionDoneMsg{what: "save image", err: err}
-				}
-				saved = append(saved, path)
-				break
-			}
-		}
-		if len(saved) == 0 {
+		saved, err := saveImagesTo(dir, displays, seq)
+		switch {
+		case err != nil:
+			return actionDoneMsg{what: "save image", err: err}
+		case len(saved) == 0:
 			return actionDoneMsg{what: fmt.Sprintf("[%d] has no image to save", seq)}
 		}
 		return actionDoneMsg{what: "saved " + strings.Join(saved, ", ")}
 	}
+}
+
+// maxOpened bounds how many viewers o starts at once.
+const maxOpened = 8
+
+// openImages saves the selected cell's images into the private open dir
+// and shows each with the system's viewer.
+func (p *OutputPane) openImages() tea.Cmd {
+	r, dir, open := p.selected(), p.ctx.openDir, p.ctx.open
+	switch {
+	case r == nil || r.res == nil:
+		return func() tea.Msg { return actionDoneMsg{what: "no finished cell to open images of"} }
+	case open == nil || dir == "":
+		return func() tea.Msg {
+			return actionDoneMsg{what: "open", err: errors.New("no image viewer here (o needs xdg-open, or open on macOS): s saves them")}
+		}
+	}
+	displays, seq := r.res.Displays, r.seq
+	return func() tea.Msg {
+		if err := privateDir(dir); err != nil {
+			return actionDoneMsg{what: "open images", err: err}
+		}
+		saved, err := saveImagesTo(dir, displays, seq)
+		if err != nil {
+			return actionDoneMsg{what: "open images", err: err}
+		}
+		if len(saved) == 0 {
+			return actionDoneMsg{what: fmt.Sprintf("[%d] has no image to open", seq)}
+		}
+		for _, path := range saved[:min(len(saved), maxOpened)] {
+			if err := open(path); err != nil {
+				return actionDoneMsg{what: "open " + path, err: err}
+			}
+		}
+		return actionDoneMsg{what: "opened " + strings.Join(saved[:min(len(saved), maxOpened)], ", ")}
+	}
+}
+
+// privateDir makes dir owner-only (0700) or checks that it is: a viewer's
+// files must not be readable by others.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		return fmt.Errorf("%s is not an owner-only directory (mode %v, want drwx------): fix or remove it", dir, fi.Mode())
+	}
+	return nil
+}
+
+// saveImagesTo writes each display's first image type to a new 0600 file
+// in dir, named after cell run seq, and returns the paths.
+func saveImagesTo(dir string, displays []engine.Display, seq int) ([]string, error) {
+	var saved []string
+	for i, d := range displays {
+		for _, m := range engine.ImageTypes() {
+			var data []byte
+			if v, ok := d.Data[m]; ok {
+				data, _ = base64.StdEncoding.DecodeString(v)
+			} else if path, ok := d.Spill[m]; ok {
+				data, _ = os.ReadFile(path)
+			}
+			if len(data) == 0 {
+				continue
+			}
+			path, err := saveNew(dir, fmt.Sprintf("kerneldeck-cell%d-%d", seq, i+1), m[len("image/"):], data)
+			if err != nil {
+				return saved, err
+			}
+			saved = append(saved, path)
+			break
+		}
+	}
+	return saved, nil
 }
 
 // saveNew writes data to dir/base.ext, or base-2.ext and so on when that

@@ -147,6 +147,19 @@ func (s *Session) Type(text string) {
 	s.run("send-keys", "-t", "test", "-l", text)
 }
 
+// Record starts copying everything the program writes to its terminal,
+// escape sequences that tmux itself drops (kitty graphics) included, to a
+// file, and returns a function that reads what it has so far.
+func (s *Session) Record() func() string {
+	s.t.Helper()
+	path := s.path("recording")
+	s.run("pipe-pane", "-O", "-t", "test", "cat >> "+shellQuote(path))
+	return func() string {
+		data, _ := os.ReadFile(path)
+		return string(data)
+	}
+}
+
 // Keys presses keys by tmux name, such as C-r, Tab, Enter or q.
 func (s *Session) Keys(keys ...string) {
 	s.t.Helper()

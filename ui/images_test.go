@@ -1,0 +1,179 @@
+package ui
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"hash/crc32"
+	"image"
+	"image/color"
+	"image/png"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/charmbracelet/x/ansi"
+	"github.com/mattn/go-sixel"
+)
+
+func TestImageModeFromEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		flag string
+		env  map[string]string
+		want ImageMode
+	}{
+		{"auto", map[string]string{"TERM": "xterm-kitty"}, ImagesKitty},
+		{"auto", map[string]string{"TERM": "xterm-256color", "KITTY_WINDOW_ID": "3"}, ImagesKitty},
+		{"auto", map[string]string{"TERM": "xterm-256color", "TERM_PROGRAM": "WezTerm"}, ImagesKitty},
+		{"auto", map[string]string{"TERM": "foot"}, ImagesSixel},
+		{"auto", map[string]string{"TERM": "xterm-256color"}, ImagesOff},
+		{"auto", map[string]string{"TERM": "xterm-kitty", "TMUX": "/tmp/tmux-0/default,1,0"}, ImagesOff},
+		{"auto", map[string]string{"TERM": "screen-256color", "KITTY_WINDOW_ID": "3"}, ImagesOff},
+		{"", map[string]string{"TERM": "foot"}, ImagesSixel},
+		{"kitty", map[string]string{"TMUX": "x"}, ImagesKitty},
+		{"sixel", nil, ImagesSixel},
+		{"off", map[string]string{"TERM": "xterm-kitty"}, ImagesOff},
+	} {
+		got, err := ParseImageMode(tc.flag, func(k string) string { return tc.env[k] })
+		if err != nil || got != tc.want {
+			t.Errorf("--images=%q with %v: %q, %v; want %q", tc.flag, tc.env, got, err, tc.want)
+		}
+	}
+	if _, err := ParseImageMode("iterm", func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "auto, kitty, sixel or off") {
+		t.Errorf("--images=iterm: %v, want an error naming the modes", err)
+	}
+}
+
+// halvesPNG is a w×h PNG, red on the left half and blue on the right.
+func halvesPNG(t *testing.T, w, h int) []byte {
+	t.Helper()
+	img := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			c := color.NRGBA{R: 255, A: 255}
+			if x >= w/2 {
+				c = color.NRGBA{B: 255, A: 255}
+			}
+			img.Set(x, y, c)
+		}
+	}
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, img); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+var kittyAPC = regexp.MustCompile("\x1b_G([^;]*);([A-Za-z0-9+/=]*)\x1b\\\\")
+
+// kittyImage reassembles what the kitty escapes in s transmit: the first
+// chunk's keys and the whole PNG, decoded.
+func kittyImage(t *testing.T, s string) (string, image.Image) {
+	t.Helper()
+	var keys, data string
+	for i, m := range kittyAPC.FindAllStringSubmatch(s, -1) {
+		if i == 0 {
+			keys = m[1]
+		}
+		data += m[2]
+	}
+	raw, err := base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		t.Fatalf("the kitty transmission is not base64: %v", err)
+	}
+	img, err := png.Decode(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("the kitty transmission is not a PNG: %v", err)
+	}
+	return keys, img
+}
+
+func TestKittyImageLines(t *testing.T) {
+	raw := halvesPNG(t, 320, 160)
+	im, err := newInlineImage(ImagesKitty, imageID(3, 1), raw, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, rows := imageBox(320, 160, 60)
+	if cols != 40 || rows != 10 || len(im.lines) != rows {
+		t.Fatalf("box %d×%d, %d lines; want 40×10 (320×160 px in 8×16 cells)", cols, rows, len(im.lines))
+	}
+	keys, img := kittyImage(t, im.lines[0])
+	for _, k := range []string{"a=T", "U=1", "f=100", "q=2", "c=40", "r=10", "i=8388993"} {
+		if !strings.Contains(","+keys+",", ","+k+",") {
+			t.Errorf("transmission keys %q lack %s", keys, k)
+		}
+	}
+	if b := img.Bounds(); b.Dx() != 320 || b.Dy() != 160 {
+		t.Errorf("transmitted %v, want the 320×160 image", b)
+	}
+	// id 8388993 = 0x800181 (1<<23 | cell run 3<<7 | display 1): the
+	// placeholders' colour.
+	for r, l := range im.lines {
+		if w := ansi.StringWidth(l); w != 40 {
+			t.Errorf("line %d is %d cells wide, want 40", r, w)
+		}
+		if !strings.Contains(l, "\x1b[38;2;128;1;129m"+string(kittyPlaceholder)+string(kittyRowMarks[r])+string(kittyRowMarks[0])) {
+			t.Errorf("line %d does not start row %d of image 0x800181: %q", r, r, ansi.Strip(l)[:20])
+		}
+		if r > 0 && strings.Contains(l, "\x1b_G") {
+			t.Errorf("line %d transmits again", r)
+		}
+	}
+}
+
+func TestSixelImageLines(t *testing.T) {
+	raw := halvesPNG(t, 640, 320)
+	im, err := newInlineImage(ImagesSixel, 1, raw, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, rows := imageBox(640, 320, 60)
+	if cols != 60 || rows != 15 || len(im.lines) != rows {
+		t.Fatalf("box %d×%d, %d lines; want 60×15", cols, rows, len(im.lines))
+	}
+	last := im.lines[rows-1]
+	start := strings.Index(last, "\x1bP")
+	if !strings.HasPrefix(last, "\x1b7\x1b[14A") || start < 0 || !strings.Contains(last, "\x1b8") {
+		t.Fatalf("the last line does not draw the image from 14 lines up: %q", last[:min(len(last), 30)])
+	}
+	var img image.Image
+	if err := sixel.NewDecoder(strings.NewReader(last[start:])).Decode(&img); err != nil {
+		t.Fatalf("decode the sixel: %v", err)
+	}
+	// Scaled to 480 px wide (60 cells of 8), its left half red.
+	if b := img.Bounds(); b.Dx() != 480 || b.Dy() != 240 {
+		t.Errorf("sixel image %v, want 480×240", b)
+	}
+	if r, _, bl, _ := img.At(10, 10).RGBA(); r < 0xc000 || bl > 0x4000 {
+		t.Errorf("pixel (10,10) is %v, want red", img.At(10, 10))
+	}
+	for i, l := range im.lines {
+		if w := ansi.StringWidth(l); w != 60 || strings.ContainsAny(l, "\n\r") {
+			t.Errorf("line %d: %d cells, newline %v", i, w, strings.ContainsAny(l, "\n\r"))
+		}
+	}
+	// Scrolled so that its top is gone, the drawing is dropped (it would
+	// go over the border); fully visible, it stays.
+	if got := clipSixels(im.lines); got[rows-1] != last {
+		t.Error("a fully visible image lost its drawing")
+	}
+	if got := clipSixels(im.lines[2:]); strings.Contains(got[rows-3], "\x1bP") || ansi.StringWidth(got[rows-3]) != 60 {
+		t.Errorf("an image scrolled up by two kept its drawing: %q", got[rows-3][:min(30, len(got[rows-3]))])
+	}
+}
+
+func TestInlineImageRefusesBombs(t *testing.T) {
+	// A PNG header that claims 30000×30000 pixels.
+	var buf bytes.Buffer
+	png.Encode(&buf, image.NewGray(image.Rect(0, 0, 1, 1)))
+	claim := buf.Bytes()
+	copy(claim[16:24], []byte{0, 0, 0x75, 0x30, 0, 0, 0x75, 0x30})
+	binary.BigEndian.PutUint32(claim[29:33], crc32.ChecksumIEEE(claim[12:29]))
+	if _, err := newInlineImage(ImagesKitty, 1, claim, 80); err != errImageTooLarge {
+		t.Errorf("a 30000×30000 claim: %v, want %v", err, errImageTooLarge)
+	}
+	if _, err := newInlineImage(ImagesSixel, 1, []byte("not an image"), 80); err == nil {
+		t.Error("garbage was drawn")
+	}
+}
