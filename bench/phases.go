@@ -159,3 +159,51 @@ func ownersPhase(ctx context.Context, cfg config, env *setupEnv, res *results, l
 			r+1, cfg.Rounds, cfg.Owners, ms(coldWall), len(lat), float64(len(lat))/wall.Seconds(), quantile(lat, 0.99), fails)
 	}
 }
+
+// displaysCode makes img, an object whose _repr_png_ is 100 KB of PNG
+// signature and random bytes (the engine checks base64, not the image).
+const displaysCode = "import os\nclass Png:\n    def __init__(self, n):\n        self.data = b'\\x89PNG\\r\\n\\x1a\\n' + os.urandom(n)\n" +
+	"    def _repr_png_(self):\n        return self.data\nimg = Png(100 << 10)"
+
+// displaysPhase: a warm local cell that displays a 100 KB PNG beside a
+// trivial warm cell, interleaved one by one in one kernel (issue 17's
+// budget: at most 2 ms more).
+func displaysPhase(ctx context.Context, cfg config, env *setupEnv, res *results, log io.Writer) {
+	eng := env.local.eng
+	req := engine.Request{Owner: "displays", Code: displaysCode}
+	if _, err := kdRun(ctx, eng, req, ""); err != nil {
+		res.fail("displays: setup: %v", err)
+		return
+	}
+	for r := range cfg.Rounds {
+		var plain, png []float64
+		for i := range cfg.Warm {
+			code, want := "1", "1\n"
+			if i%2 == 1 {
+				code, want = "display(img)", ""
+			}
+			req.Code = code
+			start := time.Now()
+			out, err := kdRun(ctx, eng, req, want)
+			d := ms(time.Since(start))
+			if err != nil {
+				res.fail("displays: %v", err)
+				return
+			}
+			if i%2 == 1 {
+				if len(out.Displays) != 1 || len(out.Displays[0].Data["image/png"]) < 100<<10 {
+					res.fail("displays: display(img) gave %d displays", len(out.Displays))
+					return
+				}
+				png = append(png, d)
+			} else {
+				plain = append(plain, d)
+			}
+		}
+		p, q := quantile(plain, 0.5), quantile(png, 0.5)
+		res.add("displays.trivial", p)
+		res.add("displays.png100k", q)
+		res.add("displays.extra", q-p)
+		fmt.Fprintf(log, "bench: displays round %d/%d: trivial %.3fms, 100 KB PNG %.3fms\n", r+1, cfg.Rounds, p, q)
+	}
+}

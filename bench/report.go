@@ -151,6 +151,15 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 	}
 	p("")
 
+	p("#### A warm local cell that displays a 100 KB PNG, beside a trivial one (interleaved, one kernel)")
+	p("")
+	p("| cell | p50 ms |")
+	p("| --- | --- |")
+	p("| `1` | %s |", fig(res, "displays.trivial"))
+	p("| `display(img)`, a 100 KB `image/png` in the result | %s |", fig(res, "displays.png100k"))
+	p("| the display's cost (difference of the p50s; budget 2 ms) | %s |", fig(res, "displays.extra"))
+	p("")
+
 	p("#### %d owners running cells at once on one ssh host (light shell, one shared connection)", cfg.Owners)
 	p("")
 	p("| burst | wall ms or cells/s | p50 | p99 | failures per round |")
