@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"fmt"
+	"path"
 	"strings"
 	"testing"
 
@@ -34,6 +35,7 @@ func TestCauseOfDeath(t *testing.T) {
 				if len(lost) != 1 || !strings.Contains(lost[0].Detail, tc.want) {
 					t.Errorf("state_lost events %+v, want one saying %q", lost, tc.want)
 				}
+				noExitFiles(t, h, res.Kernel.Dir)
 			})
 		}
 		t.Run("killed-from-outside", func(t *testing.T) {
@@ -45,6 +47,7 @@ func TestCauseOfDeath(t *testing.T) {
 			if !res.Kernel.StateLost || !strings.Contains(res.Kernel.Note, "killed by SIGKILL") || !strings.Contains(res.Kernel.Note, "possibly out of memory") {
 				t.Fatalf("after kill -9: kernel %+v", res.Kernel)
 			}
+			noExitFiles(t, h, res.Kernel.Dir)
 		})
 	}
 	t.Run("local", func(t *testing.T) {
@@ -55,6 +58,15 @@ func TestCauseOfDeath(t *testing.T) {
 		u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
 		check(t, func(t *testing.T) backends.Env { return sshEnv(t, srv, u, nil) })
 	})
+}
+
+// noExitFiles fails the test when a dead kernel's exit status is still
+// kept beside the kernel dirs: once told, it goes.
+func noExitFiles(t *testing.T, h *enginetest.Harness, kernelDir string) {
+	t.Helper()
+	if left := h.Host("cd " + path.Dir(kernelDir) + " && ls -a | grep '^\\.exit-'; true"); strings.TrimSpace(left) != "" {
+		t.Errorf("exit status files left in %s: %s", path.Dir(kernelDir), left)
+	}
 }
 
 // TestCauseOfDeathOOM: a kernel that the kernel's OOM killer ends at its

@@ -126,9 +126,10 @@ kd=%s; id=%s; pid=%d; w=%d; pub=%d; intr=%d; ans=%d; imac=%s
 %s
 # died says the runner is gone, with its exit status when its watcher kept
 # it (beside the kernel dir; never for a per-call kernel in the shared dir),
-# waiting up to a second for the watcher on a busy host.
+# waiting up to a second for the watcher on a busy host; the status is
+# read once, then removed.
 ef="${kd%%/*}/.exit-${kd##*/}"; case ${kd##*/} in kerneldeck-once-*) ef=;; esac
-died() { local st= i; for ((i = 0; i < 50; i++)); do [ -z "$ef" ] && break; [ -f "$ef" ] && { read -r st <"$ef"; break; }; sleep 0.02; done; [[ $st =~ ^[0-9]+( [a-z-]+)?$ ]] || st=; echo "$1${st:+ $st}"; exit 0; }
+died() { local st= i; for ((i = 0; i < 50; i++)); do [ -z "$ef" ] && break; [ -f "$ef" ] && { read -r st <"$ef"; rm -f -- "$ef"; break; }; sleep 0.02; done; [[ $st =~ ^[0-9]+( [a-z-]+)?$ ]] || st=; echo "$1${st:+ $st}"; exit 0; }
 cd "$kd/cells" 2>/dev/null || died KD:GONE
 published=0; [ -e "$id.req" ] || [ -e "$id.res" ] && published=1
 if [ "$pub" = 1 ] && [ "$published" = 0 ]; then
@@ -213,7 +214,9 @@ func killScript(targets []killTarget) string {
 	b.WriteString(`
 k() { [ -d "$1" ] && kill -KILL -- "-$2" "$2" 2>/dev/null; return 0; }
 w() {
-  [ -d "$1" ] || return 0
+  # A runner that ended by itself took its dir along: its exit status,
+  # kept beside it, goes now.
+  [ -d "$1" ] || { rm -f -- "${1%/*}/.exit-${1##*/}" "${1%/*}/.exit-${1##*/}.tmp"; return 0; }
   if [ -p "$1/done" ] && exec 9<>"$1/done"; then
     while alive "$2" && [ $i -lt 200 ]; do read -t 0.01 -u 9 _; i=$((i + 1)); done
     # Its watcher writes the exit status just after: let it, then remove it.
