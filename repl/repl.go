@@ -427,6 +427,13 @@ func (r *session) report(res *engine.Result, streamed [2]streamed) {
 			fmt.Fprintf(r.errOut, "kerneldeck: %s was clipped; the full text could not be copied to this machine\n", name)
 		}
 	}
+	// An image cannot be shown in a line-oriented session: its label says
+	// it is there (text displays already printed their text to stdout).
+	for _, d := range res.Displays {
+		if label := d.Label(); strings.HasPrefix(label, "[image/") {
+			fmt.Fprintln(r.out, label)
+		}
+	}
 	clipNote("stdout", res.StdoutClipped, res.SpillPath)
 	clipNote("stderr", res.StderrClipped, res.StderrSpillPath)
 	if res.Traceback != "" {

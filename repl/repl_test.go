@@ -123,6 +123,23 @@ func TestPipeSession(t *testing.T) {
 	})
 }
 
+// TestImageLabels: an image a cell displays is named by a line, as the
+// dashboard's output pane does without inline images.
+func TestImageLabels(t *testing.T) {
+	forBothPaths(t, func(t *testing.T, eng *engine.Engine) {
+		var out, errOut bytes.Buffer
+		in := "import base64\nclass P:\n    def _repr_png_(self):\n        return base64.b64decode('" + onePixelPNG + "')\n\ndisplay(P())\nprint('after')\n"
+		if err := Run(context.Background(), eng, strings.NewReader(in), &out, &errOut, Options{}); err != nil {
+			t.Fatalf("Run: %v\n%s", err, errOut.String())
+		}
+		if got, want := out.String(), "[image/png 1×1, 70 B]\nafter\n"; got != want {
+			t.Errorf("stdout %q, want %q", got, want)
+		}
+	})
+}
+
+const onePixelPNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
 // TestOutputOrder writes stdout and stderr into one buffer, as a terminal
 // shows them: each block's output, then its traceback, before the next block.
 func TestOutputOrder(t *testing.T) {
