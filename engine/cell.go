@@ -364,8 +364,12 @@ type cellRun struct {
 	// timeoutSec tells the runner how long the cell may take.
 	timeoutSec float64
 	rpc        *rpcSession
-	// maybePublished is set once a request may have reached the runner.
+	// maybePublished is set once a request may have reached the runner;
+	// sentOverSocket once it may have come over the runner's socket, which
+	// leaves no .req record on the host (so the record's absence proves
+	// nothing).
 	maybePublished bool
+	sentOverSocket bool
 	interrupted    bool // the deadline passed and the grace started
 	interruptSent  bool // the interrupt reached the host (a KD answer or a stream write)
 	graceEnd       time.Time
@@ -421,7 +425,7 @@ func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.Stream
 		e.mu.Unlock()
 	}
 	start := time.Now()
-	c.maybePublished = true
+	c.maybePublished, c.sentOverSocket = true, true
 	conn.want(c.id)
 	defer conn.unwant()
 	err := conn.send(map[string]any{"op": "cell", "id": c.id, "code": c.code, "stream": c.onOutput != nil && (c.userStream || e.bus.wantsOutput()), "timeout": c.timeoutSec})
@@ -607,7 +611,12 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 			}
 			publish = false
 		case hasLine(res.Output, "KD:DEAD"):
-			// The runner is dead and the .req record is absent: never ran.
+			// The runner is dead and the .req record is absent: it never
+			// ran, unless the cell went over its socket (which writes no
+			// record), where it may have.
+			if c.sentOverSocket {
+				return outcome{kind: outLost, detail: "the runner died during the cell" + exitCause(res.Output, "KD:DEAD")}
+			}
 			return outcome{kind: outDead, detail: exitCause(res.Output, "KD:DEAD")}
 		case hasLine(res.Output, "KD:GONE"):
 			// The runner's dir watcher removes the dir when the runner ends:
@@ -623,7 +632,12 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 		case hasLine(res.Output, "KD:LOST"):
 			return outcome{kind: outLost, detail: "the runner died during the cell" + exitCause(res.Output, "KD:LOST")}
 		case hasLine(res.Output, "KD:PUBFAIL"):
-			return outcome{kind: outPubFail, detail: strings.TrimSpace(strings.ReplaceAll(redactRPC(res.Output), "KD:PUBFAIL", ""))}
+			detail := strings.TrimSpace(strings.ReplaceAll(redactRPC(res.Output), "KD:PUBFAIL", ""))
+			if c.sentOverSocket {
+				// It went over the socket first and may have run.
+				return outcome{kind: outLost, detail: "the cell's record could not be written after its socket broke: " + detail}
+			}
+			return outcome{kind: outPubFail, detail: detail}
 		default:
 			return outcome{kind: outLost, detail: "unexpected answer from the host: " + hostError(res)}
 		}

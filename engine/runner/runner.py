@@ -55,6 +55,11 @@ from stat import S_ISLNK as stat_is_link
 from stat import S_ISREG as stat_is_regular
 
 CELL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# A cell's output goes to these files in the cells dir (fds 1 and 2 while it
+# runs); a clipped one is renamed to the cell's id and a suffix.
+OUTPUT_STREAMS = ("stdout", "stderr")
+OUTPUT_FILES = ("_stdout", "_stderr")
+OUTPUT_SUFFIXES = (".out", ".err")
 STREAM_EVERY = 0.1  # seconds between output chunks while a cell runs
 SOCK_PATH_MAX = 104  # bytes; sun_path holds 108 on Linux and 104 on BSDs, NUL included
 RPC_FILE_MAX = (1 << 20) + (64 << 10)  # bytes of one request file forwarded; the engine rejects more
@@ -306,18 +311,6 @@ def write_private(path, data):
         raise
 
 
-def read_head(path, limit):
-    """The first limit bytes of path, and whether there was more."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-    except FileNotFoundError:
-        return b"", False
-    if len(data) > limit:
-        return data[:limit], True
-    return data, False
-
-
 class Conn:
     """One engine connection: JSON lines in both directions. Nothing but the
     challenge is answered until the peer proved it holds the secret."""
@@ -418,7 +411,16 @@ class Runner:
         self.lock = threading.Lock()
         self.seen = set()
         self.pending = set()  # submitted, result not yet written
-        self.prev_ids = []
+        # Files of the latest cell (its .req written by the Execute door,
+        # its .res, its spilled output), removed when the next one comes.
+        self.cell_files = []
+        self.out_fds = [None, None]  # the output files (OUTPUT_FILES), open
+        # A cell that came over a socket has no .req record and its result no
+        # .res file until a door needs them: the Execute door asks (its
+        # cellScript rings "cell ID" again, which files it), or the socket the
+        # result went to closes before the next cell acknowledges it.
+        self.unfiled = None  # (cell id, frame) sent over a socket, not filed
+        self.file_wanted = set()  # ids whose result must be filed when done
         self.waiters = {}  # cell id -> [Conn]
         self.streamers = []  # Conns that asked for output of the running cell
         # Where streaming stopped in each output file; the io thread streams
@@ -571,6 +573,10 @@ class Runner:
             sel.unregister(conn.sock)
             conn.alive = False
             conn.sock.close()
+            # A result sent over a socket that broke may not have arrived:
+            # the engine's Execute door finds it as a file.
+            with self.lock:
+                self.file_unfiled_locked()
             return
         conn.buf += data
         while b"\n" in conn.buf:
@@ -666,12 +672,16 @@ class Runner:
             else:
                 self.configure(arg)
 
+    def cell_conns(self):
+        """The live sockets waiting for the running cell's result."""
+        with self.lock:
+            return [c for c in self.waiters.get(self.running, []) if c.alive] if self.running else []
+
     def sweep_rpc(self):
         """Forward every request file in rpc/ to the engine over the running
         cell's socket, removing each; the engine authenticates them. Without
         a live socket, wake the engine's host-side wait, which collects them."""
-        with self.lock:
-            conns = [c for c in self.waiters.get(self.running, []) if c.alive] if self.running else []
+        conns = self.cell_conns()
         if not conns:
             self.ring_done()
             return
@@ -751,6 +761,10 @@ class Runner:
             if cell.id in self.seen:
                 # Exactly once: a repeated id never runs again.
                 if conn is None:
+                    # The Execute door wants the cell: its result as a file.
+                    self.file_wanted.add(cell.id)
+                    self.cell_files.append(os.path.join(self.cells, cell.id + ".req"))
+                    self.file_unfiled_locked(cell.id)
                     return
                 if self.last is not None and self.last[0] == cell.id:
                     conn.send(self.last[1])
@@ -765,26 +779,21 @@ class Runner:
             self.seen.add(cell.id)
             self.pending.add(cell.id)
             self.touch()
-            if conn is not None:
-                # The .req file is the record that this id was published, for
-                # whichever door the engine uses next (see cellScript).
-                try:
-                    body = json.dumps({"id": cell.id, "code": cell.code}).encode()
-                    write_private(os.path.join(self.cells, cell.id + ".req"), self.auth.sign("req", body))
-                except OSError as e:
-                    self.seen.discard(cell.id)
-                    self.pending.discard(cell.id)
-                    conn.send({"op": "error", "id": cell.id, "error": "publish failed: %s" % e})
-                    return
+            if conn is None:
+                self.file_wanted.add(cell.id)
             # Publishing a new cell acknowledges the earlier ones: the engine
-            # runs one cell at a time per kernel, so their files are collected.
-            for old in self.prev_ids:
-                for suffix in (".req", ".res", ".out", ".err"):
-                    try:
-                        os.unlink(os.path.join(self.cells, old + suffix))
-                    except OSError:
-                        pass
-            self.prev_ids = [cell.id]
+            # runs one cell at a time per kernel, so their results are
+            # collected (an unfiled one never needs its file now).
+            self.unfiled = None
+            self.file_wanted.intersection_update((cell.id,))
+            for path in self.cell_files:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            self.cell_files = []
+            if conn is None:
+                self.cell_files.append(os.path.join(self.cells, cell.id + ".req"))
             if conn is not None:
                 self.waiters.setdefault(cell.id, []).append(conn)
                 if cell.stream:
@@ -805,16 +814,14 @@ class Runner:
     def stream_output(self, cid):
         """Sends what cell cid wrote since the last call (stream_lock held)."""
         offsets = self.stream_offsets
-        for name in ("stdout", "stderr"):
-            path = os.path.join(self.cells, "%s.%s" % (cid, name[3:]))
+        for i, name in enumerate(OUTPUT_STREAMS):
+            fd = self.out_fds[i]
             key = (cid, name)
             pos, dec = offsets.get(key, (0, codecs.getincrementaldecoder("utf-8")("replace")))
-            if pos >= self.spill_max:
+            if pos >= self.spill_max or fd is None:
                 continue
             try:
-                with open(path, "rb") as f:
-                    f.seek(pos)
-                    data = f.read(min(1 << 20, self.spill_max - pos))
+                data = os.pread(fd, min(1 << 20, self.spill_max - pos), pos)
             except OSError:
                 continue
             offsets[key] = (pos + len(data), dec)
@@ -863,6 +870,8 @@ class Runner:
                     raw = base64.b64decode(value) if mime in BINARY_MIMES else value.encode("utf-8", "replace")
                     write_private(path, raw)
                     spill[mime] = path
+                    with self.lock:
+                        self.cell_files.append(path)
                 except Exception as e:
                     notes.append("%s could not be spilled: %s" % (mime, type(e).__name__))
             else:
@@ -932,9 +941,7 @@ class Runner:
         start = time.monotonic()
         self.cell_deadline = start + cell.timeout
         self.running = cell.id
-        out_path = os.path.join(self.cells, cell.id + ".out")
-        err_path = os.path.join(self.cells, cell.id + ".err")
-        self.redirect(out_path, err_path)
+        self.redirect()
         self.execution_count += 1
         self.start_displays(cell.id)
         try:
@@ -965,32 +972,42 @@ class Runner:
             frame["displays"] = displays
         if dropped:
             frame["displays_dropped"] = dropped
-        for name, path in (("stdout", out_path), ("stderr", err_path)):
-            data, more = read_head(path, self.spill_max)
-            text = data.decode("utf-8", "replace")
+        for i, name in enumerate(OUTPUT_STREAMS):
+            fd = self.out_fds[i]
+            data = os.pread(fd, self.spill_max + 1, 0)
+            more = len(data) > self.spill_max
+            text = data[: self.spill_max].decode("utf-8", "replace")
             clipped = more or len(text) > self.clip
             frame[name] = text[: self.clip]
             frame[name + "_clipped"] = clipped
             frame[name + "_spill"] = ""
             if clipped:
-                if more:
-                    os.truncate(path, self.spill_max)
+                # The whole output (up to spill_max) becomes the cell's own
+                # file, for the engine to fetch; the next cell gets a new one.
+                path = os.path.join(self.cells, cell.id + OUTPUT_SUFFIXES[i])
+                with self.stream_lock:
+                    if more:
+                        os.ftruncate(fd, self.spill_max)
+                    os.rename(os.path.join(self.cells, OUTPUT_FILES[i]), path)
+                    os.close(fd)
+                    self.out_fds[i] = None
                 frame[name + "_spill"] = path
-            else:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+                with self.lock:
+                    self.cell_files.append(path)
         self.finish(cell.id, frame)
 
-    def redirect(self, out_path, err_path):
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-        fo = os.open(out_path, flags, 0o600)
-        fe = os.open(err_path, flags, 0o600)
-        os.dup2(fo, 1)
-        os.dup2(fe, 2)
-        os.close(fo)
-        os.close(fe)
+    def redirect(self):
+        """Points fds 1 and 2 at the kernel's two output files, emptied: one
+        pair for every cell, so that a cell costs no file creation. (What a
+        process left running by an earlier cell writes shows in the cell
+        that runs when it writes, as in Jupyter.)"""
+        for i in range(2):
+            fd = self.out_fds[i]
+            if fd is None:
+                flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+                fd = self.out_fds[i] = os.open(os.path.join(self.cells, OUTPUT_FILES[i]), flags, 0o600)
+            os.ftruncate(fd, 0)
+            os.dup2(fd, 1 + i)
 
     def restore(self):
         for stream in (sys.stdout, sys.stderr):
@@ -1047,18 +1064,46 @@ class Runner:
         return "".join(lines)
 
     def finish(self, cid, frame):
-        data = json.dumps(frame).encode()
-        write_private(os.path.join(self.cells, cid + ".res"), self.auth.sign("res", data))
         with self.lock:
             self.last = (cid, frame)
             self.pending.discard(cid)
             self.running = None
             self.streamers = []
-            waiters = self.waiters.pop(cid, [])
+            waiters = [c for c in self.waiters.pop(cid, []) if c.alive]
             self.touch()
+            if waiters and cid not in self.file_wanted:
+                self.unfiled = (cid, frame)
+            else:
+                self.file_result_locked(cid, frame)
+        sent = False
         for conn in waiters:
-            conn.send(frame)
+            sent = conn.send(frame) or sent
+        if waiters and not sent:
+            with self.lock:
+                self.file_unfiled_locked(cid)
+
+    def file_result_locked(self, cid, frame):
+        """Writes cell cid's result file, for the Execute door, and wakes a
+        host-side wait for it (self.lock held)."""
+        data = json.dumps(frame).encode()
+        path = os.path.join(self.cells, cid + ".res")
+        self.cell_files.append(path)
+        try:
+            write_private(path, self.auth.sign("res", data))
+        except OSError as e:
+            # The only door left to the result is shut (a full disk): end,
+            # so that the engine tells the cell's caller at once.
+            self.log("cannot write the result of %s: %s; exiting" % (cid, e))
+            os._exit(1)
+        if self.unfiled is not None and self.unfiled[0] == cid:
+            self.unfiled = None
         self.ring_done()
+
+    def file_unfiled_locked(self, cid=None):
+        """Files the result sent over a socket but not yet acknowledged (of
+        cid, when given): that socket broke, or the Execute door asks."""
+        if self.unfiled is not None and (cid is None or self.unfiled[0] == cid):
+            self.file_result_locked(*self.unfiled)
 
 
 def on_sigint(signum, frame):

@@ -230,8 +230,8 @@ func (h *Harness) timedExecute(req engine.Request) (*engine.Result, time.Duratio
 // FullTempDir is the disk-full suite. newEnv returns a backend whose
 // TempDir is tempDir (a small tmpfs the suite mounts and fills).
 func FullTempDir(t *testing.T, newEnv func(t *testing.T, tempDir string) backends.Env) {
-	// A cell whose request is larger than the space left: the publish fails
-	// on the host, the call fails closed (an error that says why and that
+	// A cell whose request is larger than the space left: over the Execute
+	// door the publish fails on the host, the call fails closed (an error that says why and that
 	// the kernel was evicted), the code never runs, and no half-written
 	// request or temp file is left.
 	t.Run("RequestThatDoesNotFitFailsClosed", func(t *testing.T) {
@@ -242,6 +242,15 @@ func FullTempDir(t *testing.T, newEnv func(t *testing.T, tempDir string) backend
 		free := FreeBytes(t, tmp)
 		// The code runs (if it ever did) only up to the marker; the rest is
 		// ballast that makes the request larger than the free space.
+		if backends.StreamsOf(h.Env) != nil {
+			// Over the runner's socket a request is no file: it runs, once
+			// (a confined kernel may not write a marker: the count says).
+			res, err := h.Eng.Execute(context.Background(), engine.Request{Owner: "a", Code: "x = 2\n#" + strings.Repeat("b", int(free)+64<<10)})
+			if err != nil || res.Status != engine.StatusSuccess || res.Kernel.ID != first.Kernel.ID || res.Kernel.ExecutionCount != first.Kernel.ExecutionCount+1 {
+				t.Fatalf("a request over the socket into a full temp dir: %v %+v", err, res)
+			}
+			return
+		}
 		code := fmt.Sprintf("open(%q, 'a').write('ran\\n')\n#%s\n", marker, strings.Repeat("b", int(free)+64<<10))
 		res, took, err := h.timedExecute(engine.Request{Owner: "a", Code: code})
 		t.Logf("publish into a full temp dir answered in %v: %v", took, err)
@@ -270,9 +279,10 @@ func FullTempDir(t *testing.T, newEnv func(t *testing.T, tempDir string) backend
 		}
 	})
 
-	// A cell that fills the disk itself: its result cannot be written, the
-	// runner dies of it, and the call says so at once (state_lost, an
-	// error), never waiting for its timeout. The ballast lived in the
+	// A cell that fills the disk itself: over the Execute door its result
+	// cannot be written, the runner dies of it, and the call says so at once
+	// (state_lost, an error), never waiting for its timeout; over the socket
+	// the result needs no file and the kernel lives on. The ballast lived in the
 	// kernel's dir, so the eviction frees the space and the next call works.
 	t.Run("ResultThatDoesNotFitIsStateLost", func(t *testing.T) {
 		tmp := MountTmpfs(t, "256k")
@@ -291,6 +301,21 @@ os.close(fd)`
 		t.Logf("a cell that filled the disk answered in %v", took)
 		if err != nil {
 			t.Fatalf("a cell whose result could not be written: %v\nevents:\n%s", err, h.EventText())
+		}
+		if backends.StreamsOf(h.Env) != nil {
+			// Over the runner's socket the result is no file: it arrives,
+			// and the kernel keeps its state.
+			if res.Status != engine.StatusSuccess || res.Kernel.StateLost || res.Kernel.ID != first.Kernel.ID {
+				t.Fatalf("a cell that filled the disk, over the socket: status %q kernel %+v", res.Status, res.Kernel)
+			}
+			// It cannot print on the full disk; once the ballast is gone it can.
+			if next := h.Run("a", "assert x == 1\nos.unlink(os.path.join(R.kdir, 'ballast'))", 0); next.Status != engine.StatusSuccess || next.Kernel.ID != first.Kernel.ID {
+				t.Fatalf("the next cell on the full disk: status %s traceback %q kernel %+v", next.Status, next.Traceback, next.Kernel)
+			}
+			if next := h.Run("a", "print(x)", 0); next.Stdout != "1\n" {
+				t.Fatalf("a cell after the space came back: stdout %q traceback %q", next.Stdout, next.Traceback)
+			}
+			return
 		}
 		if res.Status != "error" || res.Kernel == nil || !res.Kernel.StateLost ||
 			!strings.Contains(res.Kernel.Note, "state from earlier calls was lost") {
