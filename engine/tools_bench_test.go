@@ -14,7 +14,7 @@ import (
 )
 
 // BenchmarkToolCalls: one cell making 100 trivial tool calls on the local
-// backend. The kernel times each call (request file, ring, host dispatch,
+// backend. The kernel times each call (the request over the runner's socket, host dispatch,
 // answer) and the benchmark reports the median and p90 of one call as
 // "call-p50-ms" and "call-p90-ms" (issue target: p50 <= 1 ms), and the
 // whole cell divided by 100 as "cell-ms/call".
