@@ -54,7 +54,7 @@ type config struct {
 }
 
 // phaseNames are the phases, in run order.
-var phaseNames = []string{"latency", "tools", "displays", "owners", "scale", "serve"}
+var phaseNames = []string{"latency", "tools", "displays", "rss", "owners", "scale", "serve"}
 
 func fullConfig() config {
 	return config{Rounds: 7, Warmup: 20, Warm: 200, Blocks: 8, Cold: 3, HeavyFloor: 16, ToolCells: 3, Owners: 50, OwnerCells: 10,
@@ -181,6 +181,7 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		{"latency", latencyPhase},
 		{"tools", toolsPhase},
 		{"displays", displaysPhase},
+		{"rss", rssPhase},
 		{"owners", ownersPhase},
 		{"scale", scalePhase},
 		{"serve", servePhase},

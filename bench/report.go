@@ -93,6 +93,7 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 		{"local", "kerneldeck, local backend", ""},
 		{"jupyter", "Jupyter kernel (jupyter_client + ipykernel), local", "jupyter"},
 		{"floor.bash", "floor: one `bash -c true`", ""},
+		{"floor.pyloop", "floor: a Python loop reading a JSON line from a Unix socket, running it with stdout captured, writing a JSON line (the limit of this design)", ""},
 		{"ssh.light", "kerneldeck, ssh, light shell", "ssh"},
 		{"floor.ssh.light", "floor: one x/crypto/ssh exec of `true`, light shell", "ssh"},
 		{"ssh.heavy", "kerneldeck, ssh, ~/.bashrc sleeps " + heavy, "ssh"},
@@ -127,6 +128,7 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 		{"ratio.local_jupyter.warm", "kerneldeck local warm p50 ÷ Jupyter warm p50"},
 		{"ratio.local_jupyter.cold", "kerneldeck local cold start ÷ Jupyter cold start"},
 		{"ratio.local_bash.warm", "kerneldeck local warm p50 ÷ `bash -c true`"},
+		{"ratio.local_pyloop.warm", "kerneldeck local warm p50 ÷ the Python exec loop on a Unix socket (issue 18: at most 4)"},
 		{"ratio.sshlight_jupyter.warm", "kerneldeck ssh (light) warm p50 ÷ Jupyter (local) warm p50"},
 		{"ratio.sshlight_floor.warm", "kerneldeck ssh warm p50 ÷ raw ssh exec, light shell"},
 		{"ratio.sshheavy_floor.warm", "kerneldeck ssh warm p50 ÷ raw ssh exec, heavy rc"},
@@ -149,6 +151,16 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 		k := "tools." + b[0]
 		p("| %s | %s | %s | %s | %s |", b[1], fig(res, k+".p50"), fig(res, k+".p90"), fig(res, k+".p99"), fig(res, k+".cell"))
 	}
+	p("")
+
+	p("#### Memory of an idle kernel (VmRSS, MB)")
+	p("")
+	p("| process | MB |")
+	p("| --- | --- |")
+	p("| kerneldeck's local runner, after its warm cells | %s |", fig(res, "rss.local"))
+	p("| a bare interpreter (`%s -c 'time.sleep(...)'`) | %s |", cfg.Python, fig(res, "rss.bare"))
+	p("| the runner over the bare interpreter (issue 18: at most 2) | %s |", fig(res, "rss.local_over_bare"))
+	p("| the ipykernel | %s |", fig(res, "rss.jupyter"))
 	p("")
 
 	p("#### A warm local cell that displays a 100 KB PNG, beside a trivial one (interleaved, one kernel)")

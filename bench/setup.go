@@ -148,6 +148,11 @@ func (e *setupEnv) setup(ctx context.Context, t *tb, cfg config, log io.Writer) 
 		e.subjects = append(e.subjects, e.jupyter)
 	}
 	e.subjects = append(e.subjects, bashFloor{})
+	floor, err := startPyloop(t, cfg.Python)
+	if err != nil {
+		return err
+	}
+	e.subjects = append(e.subjects, floor)
 
 	if !cfg.SkipSSH {
 		if err := e.setupSSH(ctx, t, log); err != nil {
