@@ -17,18 +17,19 @@ import (
 // engineFlags are the flags every mode that runs an engine shares: where
 // kernels run, their limits, the config and state, host tools and ssh.
 type engineFlags struct {
-	backends    []string
-	maxKernels  int
-	idleExit    time.Duration
-	cellTimeout time.Duration
-	trace       string
-	config      string
-	stateDir    string
-	keep        bool
-	adopt       bool
-	noConfine   bool
-	limits      engine.KernelLimits
-	ssh         backends.Options // --ssh-config, --identity, --known-hosts, --accept-new-host-key
+	backends     []string
+	maxKernels   int
+	idleExit     time.Duration
+	cellTimeout  time.Duration
+	trace        string
+	config       string
+	stateDir     string
+	keep         bool
+	adopt        bool
+	noConfine    bool
+	limits       engine.KernelLimits
+	spareKernels int
+	ssh          backends.Options // --ssh-config, --identity, --known-hosts, --accept-new-host-key
 	// Host tools.
 	workspace       string
 	maxToolCalls    int
@@ -96,6 +97,17 @@ func (f *engineFlags) register(fs *flagSet) {
 	fs.Func("kernel-cpu-time", "limit the CPU time of each kernel (its runner and what it starts) to this `DURATION`, "+
 		"at least 1s (kernel_cpu_time in the config); past it the kernel is killed by SIGXCPU and says so",
 		durationAtLeast(&f.limits.CPUTime, time.Second, "--kernel-cpu-time 10m"))
+	fs.Func("spare-kernels", "keep `N` runners started and idle on each backend, not yet anyone's kernel, so that a new "+
+		"kernel (one without tools) starts at once (spare_kernels in the config; default 1 on the local backend, 0 on "+
+		"the others; spares count toward --max-kernels and go first when it is reached)",
+		func(s string) error {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 || n > 64 {
+				return errors.New("it must be a whole number from 0 to 64, e.g. --spare-kernels 1 (0: none)")
+			}
+			f.spareKernels = n
+			return nil
+		})
 	fs.Func("kernel-max-procs", "limit the processes of each kernel's login on its host to `N`, at least 8 "+
 		"(kernel_max_procs in the config; an rlimit, so it counts every process of that login there, and root is exempt)",
 		func(s string) error {

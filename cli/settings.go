@@ -54,6 +54,9 @@ func resolve(f *engineFlags) (*settings, error) {
 	if f.set["kernel-max-procs"] {
 		cfg.KernelMaxProcs = f.limits.MaxProcs
 	}
+	if f.set["spare-kernels"] {
+		cfg.SpareKernels, cfg.SpareKernelsSet = f.spareKernels, true
+	}
 	if f.set["max-tool-calls"] {
 		cfg.MaxToolCalls = f.maxToolCalls
 	}
@@ -251,6 +254,7 @@ func openEngine(f *engineFlags, s *settings) (eng *engine.Engine, cleanup func()
 		KeepToolOutput:  s.cfg.KeepToolOutput,
 		NoConfine:       s.cfg.NoConfine || f.noConfine,
 		KernelLimits:    engine.KernelLimits{Memory: s.cfg.KernelMemory, CPUTime: s.cfg.KernelCPUTime, MaxProcs: s.cfg.KernelMaxProcs},
+		SpareKernels:    spareKernels(s.cfg, envs),
 	})
 	if err != nil {
 		return fail(exitFail, err)
@@ -308,4 +312,21 @@ func closeEngine(eng *engine.Engine, stateDir string, keep bool) (n int, recordE
 		recordErr = engine.KeptStoreIn(stateDir).Record(eng.Kept())
 	}
 	return n, recordErr, eng.Close(ctx, keep)
+}
+
+// spareKernels is how many spare runners each backend keeps: spare_kernels
+// when given, else one on the local backend (where a start costs the most
+// of a first cell) and none on the others (a spare there holds a remote
+// process for nobody).
+func spareKernels(cfg config.Config, envs []backends.Env) map[string]int {
+	out := map[string]int{}
+	for _, env := range envs {
+		switch {
+		case cfg.SpareKernelsSet:
+			out[env.URI()] = cfg.SpareKernels
+		case env.URI() == "local":
+			out[env.URI()] = 1
+		}
+	}
+	return out
 }

@@ -85,6 +85,11 @@ type Config struct {
 	KernelMemory   int64
 	KernelCPUTime  time.Duration
 	KernelMaxProcs int
+	// SpareKernels is how many spare runners to keep ready on each
+	// backend; SpareKernelsSet says the file gave it (otherwise 1 on the
+	// local backend, 0 on the others).
+	SpareKernels    int
+	SpareKernelsSet bool
 	// Path is the file that was loaded, or "" when there was none.
 	Path string
 }
@@ -150,12 +155,13 @@ type file struct {
 	KernelMemory    any            `toml:"kernel_memory"`
 	KernelCPUTime   any            `toml:"kernel_cpu_time"`
 	KernelMaxProcs  any            `toml:"kernel_max_procs"`
+	SpareKernels    any            `toml:"spare_kernels"`
 }
 
 const knownKeys = "max_kernels, idle_exit, cell_timeout, max_tool_calls, theme, default_backend, " +
 	"workspace, approve, approval_timeout, http_allow, tool_output_max_mb, tool_output_retention, keep_tool_output, " +
 	"event_log_max_mb, event_log_retention, " +
-	"confine_kernels, kernel_memory, kernel_cpu_time, kernel_max_procs, [backends], [approvals]"
+	"confine_kernels, kernel_memory, kernel_cpu_time, kernel_max_procs, spare_kernels, [backends], [approvals]"
 
 // Load reads the config file at path over the defaults. An empty path means
 // DefaultPath, which may be missing; a path the caller named must exist.
@@ -254,6 +260,13 @@ func parse(data, path string, cfg *Config) error {
 			return fail("kernel_cpu_time", "= %s is invalid: %v; write a duration string such as kernel_cpu_time = \"10m\"", tomlValue(f.KernelCPUTime), err)
 		}
 		cfg.KernelCPUTime = d
+	}
+	if f.SpareKernels != nil {
+		n, ok := f.SpareKernels.(int64)
+		if !ok || n < 0 || n > 64 {
+			return fail("spare_kernels", "= %s is invalid: it must be a whole number from 0 to 64, e.g. spare_kernels = 1 (0: none)", tomlValue(f.SpareKernels))
+		}
+		cfg.SpareKernels, cfg.SpareKernelsSet = int(n), true
 	}
 	if f.KernelMaxProcs != nil {
 		n, ok := f.KernelMaxProcs.(int64)

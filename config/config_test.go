@@ -67,6 +67,16 @@ func TestLoadKernelLimits(t *testing.T) {
 	}
 }
 
+func TestLoadSpareKernels(t *testing.T) {
+	cfg, err := Load(writeFile(t, "spare_kernels = 0\n"))
+	if err != nil || cfg.SpareKernels != 0 || !cfg.SpareKernelsSet {
+		t.Fatalf("spare_kernels = 0: %+v %v; want it set to 0", cfg.SpareKernels, err)
+	}
+	if cfg, err = Load(writeFile(t, "max_kernels = 4\n")); err != nil || cfg.SpareKernelsSet {
+		t.Fatalf("without spare_kernels: set %v, %v; want the per-backend default", cfg.SpareKernelsSet, err)
+	}
+}
+
 func TestLoadStorageAndConfineKeys(t *testing.T) {
 	cfg, err := Load(writeFile(t, "tool_output_max_mb = 8\ntool_output_retention = \"2h\"\nkeep_tool_output = true\nconfine_kernels = false\n"+
 		"event_log_max_mb = 16\nevent_log_retention = \"720h\"\n"))
@@ -243,6 +253,8 @@ func TestLoadRejects(t *testing.T) {
 		{"kernel_memory junk", `kernel_memory = "lots"` + "\n", []string{"kernel_memory"}},
 		{"kernel_cpu_time short", `kernel_cpu_time = "10ms"` + "\n", []string{"kernel_cpu_time", "at least 1s"}},
 		{"kernel_max_procs few", "kernel_max_procs = 2\n", []string{"kernel_max_procs = 2 is invalid", ">= 8"}},
+		{"spare_kernels negative", "spare_kernels = -1\n", []string{"spare_kernels = -1 is invalid", "from 0 to 64"}},
+		{"spare_kernels text", "spare_kernels = \"one\"\n", []string{"spare_kernels = \"one\" is invalid"}},
 		{"max_kernels zero", "max_kernels = 0\n", []string{"max_kernels = 0 is invalid", ">= 1"}},
 		{"max_kernels string", `max_kernels = "4"` + "\n", []string{`max_kernels = "4" is invalid`}},
 		{"negative tool calls", "max_tool_calls = -1\n", []string{"max_tool_calls = -1 is invalid"}},

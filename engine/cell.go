@@ -165,6 +165,16 @@ func (e *Engine) outputTap(cellID string, user func(stream, text string)) func(s
 	}
 }
 
+// cellFollows files the running cell under k's id, which a spawn may have
+// changed (a spare runner, a reset), so that whoever looks at the kernel
+// sees the cell while it runs.
+func (e *Engine) cellFollows(cellID string, k *Kernel) {
+	e.mu.Lock()
+	id := k.id
+	e.mu.Unlock()
+	e.cells.moved(cellID, id)
+}
+
 // StreamDisplay is the stream of EventCellOutput that stands for a display
 // made while the cell runs: its Text is the display's Label and a newline.
 const StreamDisplay = "display"
@@ -206,12 +216,14 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 		if err := e.spawn(ctx, k); err != nil {
 			return e.failOpen(ctx, k, req, cellCall{cellID, userStream}, timeout, start, err)
 		}
+		e.cellFollows(cellID, k)
 	case req.Reset:
 		e.killOnHost(ctx, k)
 		e.emit(kernelEvent(EventReset, k, "reset requested"))
 		if err := e.spawn(ctx, k); err != nil {
 			return e.failOpen(ctx, k, req, cellCall{cellID, userStream}, timeout, start, err)
 		}
+		e.cellFollows(cellID, k)
 		kr.StateReset = true
 	default:
 		kr.Reused = true

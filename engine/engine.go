@@ -70,6 +70,11 @@ type Config struct {
 	// KeepToolOutput keeps a kernel's stored tool output after the kernel
 	// is gone; by default it goes with the kernel.
 	KeepToolOutput bool
+	// SpareKernels is how many runners to keep started and idle on each
+	// backend (by URI), not yet anyone's kernel: a new kernel without tools
+	// takes one instead of starting a runner. Spares count toward
+	// MaxKernels, go first when over it, and are killed with the engine.
+	SpareKernels map[string]int
 
 	// Tools serves kernels' tool calls; nil means no host tools (every call
 	// gets an error answer).
@@ -131,6 +136,8 @@ type Engine struct {
 	// grants are (owner, tool) pairs the operator approved "always".
 	approvals map[string]*pendingApproval
 	grants    map[string]bool
+	// spareSets are the spare runners of each backend (Config.SpareKernels).
+	spareSets map[string]*spareBackend
 
 	wg       sync.WaitGroup
 	stop     chan struct{}
@@ -175,6 +182,7 @@ func New(cfg Config) (*Engine, error) {
 		unkilled:   map[string]*pendingKill{},
 		approvals:  map[string]*pendingApproval{},
 		grants:     map[string]bool{},
+		spareSets:  map[string]*spareBackend{},
 		max:        cfg.MaxKernels,
 		idleExit:   cfg.IdleExit,
 		stop:       make(chan struct{}),
@@ -193,6 +201,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.wg.Add(1)
 	go e.sweep()
+	for _, b := range cfg.Backends {
+		e.refillSpares(b)
+	}
 	return e, nil
 }
 
@@ -203,7 +214,34 @@ func (e *Engine) Subscribe(buffer int) *Subscription {
 
 // SubscribeWith returns a subscription as o asks: with cell output, with
 // the remembered events since a time replayed first, gap-free.
-func (e *Engine) SubscribeWith(o SubscribeOptions) *Subscription { return e.bus.subscribe(o) }
+func (e *Engine) SubscribeWith(o SubscribeOptions) *Subscription {
+	s := e.bus.subscribe(o)
+	if o.Output {
+		e.watchRunning()
+	}
+	return s
+}
+
+// watchRunning asks every runner whose cell runs over its socket without
+// streaming to stream it from now on: a subscriber that takes output has
+// come, and a cell started before it came would stay silent to it.
+func (e *Engine) watchRunning() {
+	e.mu.Lock()
+	type watch struct {
+		conn *runnerConn
+		cell string
+	}
+	var ws []watch
+	for _, k := range e.kernels {
+		if k.runningCell != "" && k.conn != nil {
+			ws = append(ws, watch{k.conn, k.runningCell})
+		}
+	}
+	e.mu.Unlock()
+	for _, w := range ws {
+		w.conn.send(map[string]string{"op": "watch", "id": w.cell})
+	}
+}
 
 // Publish puts an event of the parts around the engine (the server, the
 // event log) on the engine's bus, stamped with the engine's clock. Only
@@ -285,7 +323,10 @@ func (e *Engine) SetLimits(maxKernels *int, idleExit *time.Duration) error {
 func (e *Engine) Close(ctx context.Context, keep bool) error {
 	e.mu.Lock()
 	e.closed = true
+	spares := e.dropSparesLocked(-1)
 	e.mu.Unlock()
+	// Spares are nobody's: they go even when the kernels are kept.
+	e.killAll(ctx, spares)
 	e.stopOnce.Do(func() { close(e.stop) })
 	var err error
 	if !keep {
@@ -323,6 +364,7 @@ func (e *Engine) sweep() {
 		case <-t.C:
 			e.reapIdle()
 			e.enforceCap()
+			e.refreshSpares()
 			if due := e.takeUnkilled(false); len(due) > 0 { // a retry that fails puts it back
 				e.goAsync(func(ctx context.Context) { e.killBatches(ctx, due) })
 			}
@@ -416,6 +458,10 @@ func (e *Engine) enforceCap() {
 	e.mu.Lock()
 	now := e.cfg.Now()
 	var victims []*Kernel
+	if over := len(e.kernels) + e.sparesLocked() - e.max; over > 0 {
+		// Spares go first: they hold nobody's state.
+		victims = e.dropSparesLocked(over)
+	}
 	if over := len(e.kernels) - e.max; over > 0 {
 		idle := e.lruLocked()
 		busy := e.busyNamesLocked()
@@ -504,6 +550,7 @@ type runnerRef struct {
 	dir    string
 	pid    int
 	reason string
+	spare  bool // nobody's kernel: its kill is not an event
 }
 
 func (r runnerRef) event(t EventType, detail string) Event {
@@ -573,7 +620,7 @@ func (e *Engine) killOnHost(ctx context.Context, k *Kernel) {
 // needs to know about k's runner.
 func (e *Engine) detach(k *Kernel) *pendingKill {
 	e.mu.Lock()
-	r := runnerRef{key: k.key, env: k.env, id: k.id, dir: k.dir, pid: k.pid, reason: k.goneReasonSafe()}
+	r := runnerRef{key: k.key, env: k.env, id: k.id, dir: k.dir, pid: k.pid, reason: k.goneReasonSafe(), spare: k.spare}
 	conn := k.conn
 	k.conn = nil
 	e.mu.Unlock()
@@ -653,7 +700,9 @@ func (e *Engine) killBatch(ctx context.Context, batch []*pendingKill) {
 			e.killFailed(p.runner, p.retry, err)
 			continue
 		}
-		e.emit(p.runner.event(EventKilled, fmt.Sprintf("%s (pid %d, rc %d)", p.runner.reason, p.runner.pid, res.ReturnCode)))
+		if !p.runner.spare {
+			e.emit(p.runner.event(EventKilled, fmt.Sprintf("%s (pid %d, rc %d)", p.runner.reason, p.runner.pid, res.ReturnCode)))
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine/runner"
+	"github.com/kerneldeck/kerneldeck/internal/english"
 	"github.com/kerneldeck/kerneldeck/internal/kernelauth"
 )
 
@@ -65,6 +66,8 @@ type Kernel struct {
 	// lostNote, on a kernel just created for a key whose previous kernel
 	// left the registry, says why; only the creating call reads it.
 	lostNote string
+	// spare marks the record of a spare runner being killed (spares.go).
+	spare bool
 }
 
 // killRetry paces the retries of one failed kill: each waits twice as long
@@ -300,52 +303,24 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 			}
 		}()
 	}
-	token := kernelauth.NewSecret()
+	// A spare runner, when one is ready, is this kernel at once: it was
+	// started the same way, with no tools and a secret of its own.
+	var r spawnedRunner
+	spare, fromSpare := e.takeSpare(k)
+	if fromSpare {
+		r = spare.runner
+		id = spare.id
+	} else {
+		if r, err = e.startRunner(ctx, k.env, id, k.key.ToolList(), k.transient); err != nil {
+			return err
+		}
+	}
+	pid, dir, token := r.pid, r.dir, r.token
 	e.mu.Lock()
-	idle := e.idleExit
-	e.mu.Unlock()
-	tools := toolModule(k.key.ToolList(), e.cfg.Tools)
-	if k.transient {
-		// A per-call kernel outlives a lost engine by a minute at most.
-		idle = time.Minute
+	if r.python != "" {
+		e.pythons[k.env.URI()] = r.python
 	}
-	// The runner's own stdin: its secret never touches a file, an
-	// environment or a command line.
-	lim := e.cfg.KernelLimits
-	config, _ := json.Marshal(runnerConfig{Secret: token, IdleExit: idle.Seconds(), Clip: e.cfg.ClipChars,
-		SpillMax: e.cfg.SpillMax, Confine: !e.cfg.NoConfine,
-		MemoryLimit: lim.Memory, CPULimit: int64(lim.CPUTime.Seconds()), ProcsLimit: lim.MaxProcs})
-	config = append(config, '\n')
-	stdin := make([]byte, 0, len(runner.Source)+len(tools)+len(config))
-	stdin = append(append(append(stdin, runner.Source...), tools...), config...)
-	script := spawnScript(k.env.TempDir(), id, e.python(k.env), [2]int{len(runner.Source), len(tools)}, 20, k.transient)
-	res, err := k.env.Execute(ctx, script, backends.ExecOptions{Stdin: stdin, Timeout: spawnTimeout})
-	if err != nil {
-		return &transportError{fmt.Errorf("spawn kernel %s on %s: %w", id, k.env.URI(), err)}
-	}
-	line, ok := findLine(res.Output, "KD:SPAWNED ")
-	if !ok {
-		return fmt.Errorf("spawn kernel %s on %s: %s", id, k.env.URI(), hostError(res))
-	}
-	fields := strings.Fields(line)
-	if len(fields) < 2 {
-		return fmt.Errorf("spawn kernel %s on %s: unexpected answer %q", id, k.env.URI(), line)
-	}
-	pid, err := strconv.Atoi(fields[0])
-	dir := fields[1]
-	// The dir goes into rm -rf later: accept only the shape spawnScript makes.
-	if err != nil || pid <= 0 || !validKernelDir(k.env.TempDir(), dir, id, k.transient) {
-		return fmt.Errorf("spawn kernel %s on %s: unexpected answer %q", id, k.env.URI(), line)
-	}
-	e.mu.Lock()
-	if len(fields) > 2 && strings.HasPrefix(fields[2], "/") {
-		e.pythons[k.env.URI()] = fields[2]
-	}
-	confinement := "none:unknown"
-	if len(fields) > 3 {
-		confinement = fields[3]
-	}
-	e.noteConfinementLocked(k, confinement)
+	e.noteConfinementLocked(k, r.confinement)
 	if e.byID[k.id] == k {
 		delete(e.byID, k.id)
 	}
@@ -375,11 +350,72 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 		return fmt.Errorf("spawn kernel %s on %s: %s while starting", id, k.env.URI(), k.goneReasonSafe())
 	}
 	detail := fmt.Sprintf("pid %d in %s", pid, dir)
-	if old != id {
+	switch {
+	case fromSpare:
+		detail += fmt.Sprintf(" (a spare runner, ready for %s)", english.Duration(e.cfg.Now().Sub(spare.readySince)))
+		e.refillSpares(k.env)
+	case old != id:
 		detail += " (replaces " + old + ")"
 	}
 	e.emit(kernelEvent(EventSpawned, k, detail))
 	return nil
+}
+
+// spawnedRunner is a runner started on a host, not yet anyone's kernel.
+type spawnedRunner struct {
+	pid                 int
+	dir, token          string
+	python, confinement string
+}
+
+// startRunner starts a runner on env as kernel id, with tool stubs for
+// tools, and returns it once it answered READY.
+func (e *Engine) startRunner(ctx context.Context, env backends.Env, id string, tools []string, transient bool) (spawnedRunner, error) {
+	token := kernelauth.NewSecret()
+	e.mu.Lock()
+	idle := e.idleExit
+	e.mu.Unlock()
+	stubs := toolModule(tools, e.cfg.Tools)
+	if transient {
+		// A per-call kernel outlives a lost engine by a minute at most.
+		idle = time.Minute
+	}
+	// The runner's own stdin: its secret never touches a file, an
+	// environment or a command line.
+	lim := e.cfg.KernelLimits
+	config, _ := json.Marshal(runnerConfig{Secret: token, IdleExit: idle.Seconds(), Clip: e.cfg.ClipChars,
+		SpillMax: e.cfg.SpillMax, Confine: !e.cfg.NoConfine,
+		MemoryLimit: lim.Memory, CPULimit: int64(lim.CPUTime.Seconds()), ProcsLimit: lim.MaxProcs})
+	config = append(config, '\n')
+	stdin := make([]byte, 0, len(runner.Source)+len(stubs)+len(config))
+	stdin = append(append(append(stdin, runner.Source...), stubs...), config...)
+	script := spawnScript(env.TempDir(), id, e.python(env), [2]int{len(runner.Source), len(stubs)}, 20, transient)
+	res, err := env.Execute(ctx, script, backends.ExecOptions{Stdin: stdin, Timeout: spawnTimeout})
+	if err != nil {
+		return spawnedRunner{}, &transportError{fmt.Errorf("spawn kernel %s on %s: %w", id, env.URI(), err)}
+	}
+	line, ok := findLine(res.Output, "KD:SPAWNED ")
+	if !ok {
+		return spawnedRunner{}, fmt.Errorf("spawn kernel %s on %s: %s", id, env.URI(), hostError(res))
+	}
+	fields := strings.Fields(line)
+	if len(fields) < 2 {
+		return spawnedRunner{}, fmt.Errorf("spawn kernel %s on %s: unexpected answer %q", id, env.URI(), line)
+	}
+	pid, err := strconv.Atoi(fields[0])
+	dir := fields[1]
+	// The dir goes into rm -rf later: accept only the shape spawnScript makes.
+	if err != nil || pid <= 0 || !validKernelDir(env.TempDir(), dir, id, transient) {
+		return spawnedRunner{}, fmt.Errorf("spawn kernel %s on %s: unexpected answer %q", id, env.URI(), line)
+	}
+	r := spawnedRunner{pid: pid, dir: dir, token: token, confinement: "none:unknown"}
+	if len(fields) > 2 && strings.HasPrefix(fields[2], "/") {
+		r.python = fields[2]
+	}
+	if len(fields) > 3 {
+		r.confinement = fields[3]
+	}
+	return r, nil
 }
 
 // runnerConfig is the line a runner reads on its stdin at start.

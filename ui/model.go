@@ -159,6 +159,7 @@ type Model struct {
 	showHelp   bool
 
 	maxKernels int
+	spares     int // spare runners ready, counted toward maxKernels
 	idleExit   time.Duration
 	// An edit of the limits, applied as one change after limitsPause.
 	pendingCap  *int
@@ -376,9 +377,15 @@ func (m *Model) Close() {
 	m.inbox.close()
 }
 
+// spareCounter is an engine that keeps spare runners (the embedded one).
+type spareCounter interface{ Spares() int }
+
 // refresh takes a new snapshot of the registry and the limits.
 func (m *Model) refresh() {
 	m.maxKernels, m.idleExit = m.eng.Limits()
+	if s, ok := m.eng.(spareCounter); ok {
+		m.spares = s.Spares()
+	}
 	m.kernels.setSnapshot(m.eng.Kernels(), m.idleExit, m.reasons)
 }
 
@@ -1008,6 +1015,9 @@ func (m *Model) headerView() string {
 		queued += k.Queued
 	}
 	b.WriteString("  " + capStyle.Render(capText))
+	if m.spares > 0 {
+		b.WriteString(t.Muted.Render(fmt.Sprintf(" spares %d", m.spares)))
+	}
 	if m.pendingCap != nil {
 		b.WriteString(t.Warn.Render(fmt.Sprintf(" → %d pending", *m.pendingCap)))
 	}

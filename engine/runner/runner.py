@@ -631,6 +631,11 @@ class Runner:
             self.submit(Cell(cid, code, bool(msg.get("stream")), msg.get("timeout")), conn)
         elif op == "interrupt":
             self.interrupt(msg.get("id"))
+        elif op == "watch":
+            # Stream the running cell to this socket from now on.
+            with self.lock:
+                if msg.get("id") == self.running and conn in self.waiters.get(self.running, []) and conn not in self.streamers:
+                    self.streamers.append(conn)
         elif op == "config":
             self.configure(msg.get("idle_exit"))
         elif op == "ping":

@@ -1,0 +1,160 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+)
+
+// spare is a runner started before anyone asked, not yet keyed to anyone:
+// the next new kernel on its backend takes it, binding it at that moment
+// (the secret is its own, made at its start; it never served another key).
+type spare struct {
+	id         string
+	env        backends.Env
+	runner     spawnedRunner
+	readySince time.Time
+}
+
+// spareBackend is one backend's spares and the starts under way.
+type spareBackend struct {
+	ready    []*spare
+	starting int
+}
+
+// takeSpare hands k a spare runner of its backend, when k can use one: a
+// new kernel (not a respawn, not per-call) with no tool stubs, on a backend
+// that is not provisioned per kernel. A spare older than half the idle
+// exit is not taken (its runner would soon end by itself) but killed.
+func (e *Engine) takeSpare(k *Kernel) (*spare, bool) {
+	if k.pid != 0 || k.transient || len(k.key.ToolList()) > 0 || e.cfg.SpareKernels[k.env.URI()] <= 0 {
+		return nil, false
+	}
+	if _, ok := backends.Find[backends.Provisioner](k.env); ok {
+		return nil, false
+	}
+	e.mu.Lock()
+	sb := e.spareSets[k.env.URI()]
+	var stale []*Kernel
+	var got *spare
+	for sb != nil && len(sb.ready) > 0 && got == nil {
+		s := sb.ready[0]
+		sb.ready = sb.ready[1:]
+		if e.cfg.Now().Sub(s.readySince) > e.idleExit/2 {
+			stale = append(stale, s.kernel())
+			continue
+		}
+		got = s
+	}
+	e.mu.Unlock()
+	e.killAsync(stale)
+	if got == nil {
+		e.refillSpares(k.env)
+	}
+	return got, got != nil
+}
+
+// kernel is the spare as a kernel record, for the kill path.
+func (s *spare) kernel() *Kernel {
+	return &Kernel{env: s.env, backend: s.env, id: s.id, pid: s.runner.pid, dir: s.runner.dir, token: s.runner.token, state: phaseGone, goneReason: "a spare runner no longer needed", spare: true}
+}
+
+// sparesLocked counts the spares ready and starting on every backend.
+func (e *Engine) sparesLocked() int {
+	n := 0
+	for _, sb := range e.spareSets {
+		n += len(sb.ready) + sb.starting
+	}
+	return n
+}
+
+// Spares is how many spare runners are ready, across the backends.
+func (e *Engine) Spares() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, sb := range e.spareSets {
+		n += len(sb.ready)
+	}
+	return n
+}
+
+// refillSpares starts, in the background, the spares env lacks, while the
+// kernels and spares together stay within max_kernels.
+func (e *Engine) refillSpares(env backends.Env) {
+	want := e.cfg.SpareKernels[env.URI()]
+	if want <= 0 {
+		return
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	sb := e.spareSets[env.URI()]
+	if sb == nil {
+		sb = &spareBackend{}
+		e.spareSets[env.URI()] = sb
+	}
+	n := min(want-len(sb.ready)-sb.starting, e.max-len(e.kernels)-e.sparesLocked())
+	sb.starting += max(0, n)
+	e.mu.Unlock()
+	for range n {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			id := newKernelID()
+			ctx, cancel := context.WithTimeout(context.Background(), spawnTimeout+10*time.Second)
+			r, err := e.startRunner(ctx, env, id, nil, false)
+			cancel()
+			e.mu.Lock()
+			sb.starting--
+			s := &spare{id: id, env: env, runner: r, readySince: e.cfg.Now()}
+			keep := err == nil && !e.closed && len(e.kernels)+e.sparesLocked() < e.max
+			if keep {
+				sb.ready = append(sb.ready, s)
+			}
+			e.mu.Unlock()
+			if err == nil && !keep {
+				e.killAsync([]*Kernel{s.kernel()})
+			}
+		}()
+	}
+}
+
+// dropSparesLocked takes up to n spares out (all with n < 0), for the
+// caller to kill: the cap needs room, or the engine closes.
+func (e *Engine) dropSparesLocked(n int) []*Kernel {
+	var out []*Kernel
+	for _, sb := range e.spareSets {
+		for len(sb.ready) > 0 && (n < 0 || len(out) < n) {
+			out = append(out, sb.ready[0].kernel())
+			sb.ready = sb.ready[1:]
+		}
+	}
+	return out
+}
+
+// refreshSpares replaces the spares older than half the idle exit (their
+// runners would end by themselves) and starts the ones missing.
+func (e *Engine) refreshSpares() {
+	e.mu.Lock()
+	var stale []*Kernel
+	for _, sb := range e.spareSets {
+		kept := sb.ready[:0]
+		for _, s := range sb.ready {
+			if e.cfg.Now().Sub(s.readySince) > e.idleExit/2 {
+				stale = append(stale, s.kernel())
+			} else {
+				kept = append(kept, s)
+			}
+		}
+		sb.ready = kept
+	}
+	e.mu.Unlock()
+	e.killAsync(stale)
+	for _, b := range e.cfg.Backends {
+		e.refillSpares(b)
+	}
+}

@@ -1,0 +1,202 @@
+package engine_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/backendtest"
+	"github.com/kerneldeck/kerneldeck/internal/enginetest"
+	"github.com/kerneldeck/kerneldeck/internal/proctest"
+)
+
+// spareEngine is an engine on a counted local backend that keeps n spare
+// runners.
+func spareEngine(t *testing.T, n, maxKernels int) (*engine.Engine, backendtest.Counting, *engine.Subscription) {
+	t.Helper()
+	env := backendtest.NewCounting(backends.NewLocal(enginetest.ShortTempDir(t)))
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{env}, StateDir: t.TempDir(), MaxKernels: maxKernels,
+		SpareKernels: map[string]int{env.URI(): n}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := eng.Subscribe(1 << 12)
+	t.Cleanup(func() { rtClose(t, eng) })
+	return eng, env, sub
+}
+
+func waitSpares(t *testing.T, eng *engine.Engine, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); eng.Spares() != n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("spares %d, want %d", eng.Spares(), n)
+		}
+	}
+}
+
+// A new kernel takes the ready spare (no spawn command on the cell's
+// path), is nobody else's, and a replacement is started for the next one.
+func TestSpareKernelIsTakenAndReplaced(t *testing.T) {
+	eng, env, sub := spareEngine(t, 1, 8)
+	waitSpares(t, eng, 1)
+	if ks := eng.Kernels(); len(ks) != 0 {
+		t.Fatalf("a spare is listed as a kernel: %+v", ks)
+	}
+	spares := runnerPIDs(env.TempDir())
+	if len(spares) != 1 {
+		t.Fatalf("runner processes of one spare: %v", spares)
+	}
+	env.Reset()
+	a := rtExec(t, eng, engine.Request{Owner: "a", Code: "x = 1; print(x)"})
+	if a.Kernel.PID != spares[0] || a.Kernel.Reused || a.Stdout != "1\n" {
+		t.Fatalf("first cell: kernel %+v stdout %q; want it run by the spare, pid %d", a.Kernel, a.Stdout, spares[0])
+	}
+	// The one spawn is the replacement, in the background.
+	if n := env.ByMarker("kerneldeck:spawn"); n > 1 {
+		t.Fatalf("the first cell with a spare ready: %d spawn commands, want at most the replacement's", n)
+	}
+	waitSpares(t, eng, 1) // replaced in the background
+	b := rtExec(t, eng, engine.Request{Owner: "b", Code: "print(globals().get('x', 'fresh'))"})
+	if b.Stdout != "fresh\n" || b.Kernel.PID == a.Kernel.PID || b.Kernel.Dir == a.Kernel.Dir {
+		t.Fatalf("a second owner's kernel: %+v %q; want its own runner", b.Kernel, b.Stdout)
+	}
+	spawned := 0
+	for done := false; !done; {
+		select {
+		case ev := <-sub.C:
+			if ev.Type == engine.EventSpawned {
+				spawned++
+				if !strings.Contains(ev.Detail, "a spare runner, ready for") || ev.Owner == "" {
+					t.Errorf("spawned event %+v, want it to name the spare and its owner", ev)
+				}
+			}
+			if ev.Type == engine.EventKilled {
+				t.Errorf("a kill event for a spare or a kernel: %+v", ev)
+			}
+		default:
+			done = true
+		}
+	}
+	if spawned != 2 {
+		t.Errorf("%d spawned events, want 2 (one per owner, none for the spares)", spawned)
+	}
+	// Tools need their stubs at start: such a kernel is started as before.
+	env.Reset()
+	rtExec(t, eng, engine.Request{Owner: "c", Tools: []string{"read_file"}, Code: "1"})
+	if n := env.ByMarker("kerneldeck:spawn"); n != 1 || eng.Spares() != 1 {
+		t.Errorf("a kernel with tools: %d spawn commands, %d spares; want 1 and the spare kept", n, eng.Spares())
+	}
+}
+
+// Spares count toward max_kernels and never push a kernel out.
+func TestSparesYieldToTheCap(t *testing.T) {
+	eng, _, sub := spareEngine(t, 1, 2)
+	waitSpares(t, eng, 1)
+	rtExec(t, eng, engine.Request{Owner: "a", Code: "1"})
+	waitSpares(t, eng, 1) // a + the spare = the cap
+	rtExec(t, eng, engine.Request{Owner: "b", Code: "1"})
+	time.Sleep(300 * time.Millisecond) // no refill may come: two kernels fill the cap
+	if n, ks := eng.Spares(), eng.Kernels(); n != 0 || len(ks) != 2 {
+		t.Fatalf("at the cap: %d spares, kernels %+v; want 0 spares and both kernels", n, ks)
+	}
+	for done := false; !done; {
+		select {
+		case ev := <-sub.C:
+			if ev.Type == engine.EventEvictedCap {
+				t.Errorf("a kernel was evicted for a spare: %+v", ev)
+			}
+		default:
+			done = true
+		}
+	}
+}
+
+// Closing the engine kills its spares, even when it keeps its kernels.
+func TestSparesDieWithTheEngine(t *testing.T) {
+	tmp := enginetest.ShortTempDir(t)
+	env := backends.NewLocal(tmp)
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{env}, StateDir: t.TempDir(), SpareKernels: map[string]int{env.URI(): 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitSpares(t, eng, 2)
+	pids := runnerPIDs(tmp)
+	if len(pids) == 0 {
+		t.Fatal("no runner process of the spares found")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := eng.Close(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		if proctest.Alive(pid) {
+			t.Errorf("spare runner pid %d outlived the engine (closed keeping kernels)", pid)
+		}
+	}
+}
+
+// runnerPIDs are the python processes running a runner.py under dir.
+func runnerPIDs(dir string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		argv := strings.Split(string(cmd), "\x00")
+		if len(argv) > 1 && strings.HasPrefix(argv[1], dir+"/") && strings.HasSuffix(argv[1], "/runner.py") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// A subscriber that takes output and comes while a cell runs gets that
+// cell's output from then on (the engine asks the runner to stream it).
+func TestOutputSubscriberJoinsARunningCell(t *testing.T) {
+	tmp := enginetest.ShortTempDir(t)
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{backends.NewLocal(tmp)}, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rtClose(t, eng) })
+	first := rtExec(t, eng, engine.Request{Owner: "a", Code: "import os, time"})
+	mark := first.Kernel.Dir + "/go"
+	done := make(chan *engine.Result, 1)
+	go func() {
+		r, _ := eng.Execute(context.Background(), engine.Request{Owner: "a", Code: "i = 0\nwhile not os.path.exists(" + strconv.Quote(mark) +
+			"):\n    i += 1\n    print('tick', i, flush=True)\n    time.sleep(0.05)"})
+		done <- r
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ks := eng.Kernels(); len(ks) == 1 && ks[0].State == engine.StateRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cell did not start")
+		}
+	}
+	sub := eng.SubscribeWith(engine.SubscribeOptions{Buffer: 1 << 10, Output: true})
+	defer sub.Close()
+	timeout := time.After(10 * time.Second)
+	for got := false; !got; {
+		select {
+		case ev := <-sub.C:
+			got = ev.Type == engine.EventCellOutput && strings.HasPrefix(ev.Text, "tick")
+		case <-timeout:
+			t.Fatal("no output of the running cell reached a subscriber that came while it ran")
+		}
+	}
+	os.WriteFile(mark, nil, 0o600)
+	if r := <-done; r == nil || r.Status != engine.StatusSuccess {
+		t.Fatalf("the cell: %+v", r)
+	}
+}
