@@ -91,6 +91,7 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 	heavy := fmt.Sprintf("%v", heavySleep)
 	rows := []struct{ key, label, skip string }{
 		{"local", "kerneldeck, local backend", ""},
+		{"local.spare", "kerneldeck, local backend, a spare runner ready (`--spare-kernels 1`)", ""},
 		{"jupyter", "Jupyter kernel (jupyter_client + ipykernel), local", "jupyter"},
 		{"floor.bash", "floor: one `bash -c true`", ""},
 		{"floor.pyloop", "floor: a Python loop reading a JSON line from a Unix socket, running it with stdout captured, writing a JSON line (the limit of this design)", ""},
@@ -128,6 +129,7 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 		{"ratio.local_jupyter.warm", "kerneldeck local warm p50 ÷ Jupyter warm p50"},
 		{"ratio.local_jupyter.cold", "kerneldeck local cold start ÷ Jupyter cold start"},
 		{"ratio.local_bash.warm", "kerneldeck local warm p50 ÷ `bash -c true`"},
+		{"ratio.localspare_jupyter.cold", "kerneldeck local cold start with a spare runner ready ÷ Jupyter cold start (issue 18: at most 0.01)"},
 		{"ratio.local_pyloop.warm", "kerneldeck local warm p50 ÷ the Python exec loop on a Unix socket (issue 18: at most 4)"},
 		{"ratio.sshlight_jupyter.warm", "kerneldeck ssh (light) warm p50 ÷ Jupyter (local) warm p50"},
 		{"ratio.sshlight_floor.warm", "kerneldeck ssh warm p50 ÷ raw ssh exec, light shell"},

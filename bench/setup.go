@@ -138,6 +138,14 @@ func (e *setupEnv) setup(ctx context.Context, t *tb, cfg config, log io.Writer) 
 		return err
 	}
 	e.subjects = append(e.subjects, e.local)
+	spareCfg := kdConfig()
+	spareCfg.SpareKernels = map[string]int{"local": 1}
+	localSpare, err := newKD(ctx, t, "local.spare", backends.NewLocal(shortTempDir(t)), e.dir, spareCfg, nil)
+	if err != nil {
+		return err
+	}
+	localSpare.spare = true
+	e.subjects = append(e.subjects, localSpare)
 
 	if !cfg.SkipJupyter {
 		fmt.Fprintf(log, "bench: starting an ipykernel through jupyter_client\n")

@@ -63,6 +63,7 @@ type kdSubject struct {
 	owner   string
 	runner  int // pid of the warm kernel's runner
 	coldSeq int
+	spare   bool // its cold start waits for a spare runner
 }
 
 // newKD starts an engine on env with a trace file in dir, and spawns the
@@ -154,6 +155,11 @@ func (s *kdSubject) warm(ctx context.Context, n int) ([]time.Duration, error) {
 func (s *kdSubject) cold(ctx context.Context) (time.Duration, tripCount, error) {
 	s.coldSeq++
 	owner := fmt.Sprintf("cold-%d", s.coldSeq)
+	for deadline := time.Now().Add(10 * time.Second); s.spare && s.eng.Spares() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return 0, tripCount{}, fmt.Errorf("%s: no spare runner ready within 10s", s.name)
+		}
+	}
 	before, _ := s.trips()
 	start := time.Now()
 	res, err := kdRun(ctx, s.eng, engine.Request{Owner: owner, Code: "1"}, "1\n")
