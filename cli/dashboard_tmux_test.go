@@ -5,8 +5,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"image"
-	"image/color"
-	"image/png"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,8 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/mattn/go-sixel"
-
+	"github.com/kerneldeck/kerneldeck/internal/imagetest"
 	"github.com/kerneldeck/kerneldeck/internal/tmuxtest"
 )
 
@@ -174,7 +171,7 @@ func TestDashboardTmux(t *testing.T) {
 	// terminal (recorded through tmux, which itself drops kitty graphics)
 	// holds the image, and o hands a private copy to the system's viewer.
 	t.Run("InlineImages", func(t *testing.T) {
-		picture := halvesPNG(t, 64, 32)
+		picture := imagetest.Halves(t, 64, 32)
 		for _, mode := range []string{"kitty", "sixel"} {
 			t.Run(mode, func(t *testing.T) {
 				dirs := newDashboardDirs(t)
@@ -192,13 +189,18 @@ func TestDashboardTmux(t *testing.T) {
 				s.WaitScreen("the image's label", tmuxWait, func(screen string) bool { return strings.Contains(screen, "[image/png 64×32, ") })
 				var drawn image.Image
 				waitUntil(t, "the image drawn", func() bool {
-					drawn = drawnImage(recorded(), mode)
-					return drawn != nil
+					var ok bool
+					if mode == "kitty" {
+						_, drawn, ok = imagetest.Kitty(recorded())
+					} else {
+						drawn, ok = imagetest.Sixel(recorded())
+					}
+					return ok
 				})
 				if b := drawn.Bounds(); b.Dx() != 64 || b.Dy() != 32 {
 					t.Fatalf("drew a %v image, want the cell's 64×32", b)
 				}
-				if r, _, bl, _ := drawn.At(5, 5).RGBA(); r < 0xc000 || bl > 0x4000 {
+				if !imagetest.IsRed(drawn.At(5, 5)) {
 					t.Errorf("the drawn image's left half is %v, want red", drawn.At(5, 5))
 				}
 				if mode == "kitty" && !strings.Contains(recorded(), "\U0010EEEE") {
@@ -578,59 +580,3 @@ func cutColumns(line string, starts []int) map[string]string {
 
 // onePixelPNG is a 1×1 PNG, base64.
 const onePixelPNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
-
-// halvesPNG is a w×h PNG, red on the left half and blue on the right.
-func halvesPNG(t *testing.T, w, h int) []byte {
-	t.Helper()
-	img := image.NewNRGBA(image.Rect(0, 0, w, h))
-	for y := range h {
-		for x := range w {
-			c := color.NRGBA{R: 255, A: 255}
-			if x >= w/2 {
-				c = color.NRGBA{B: 255, A: 255}
-			}
-			img.Set(x, y, c)
-		}
-	}
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, img); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-var (
-	kittyTransmission = regexp.MustCompile("\x1b_G([^;\x1b]*);([A-Za-z0-9+/=]*)\x1b\\\\")
-	sixelDrawing      = regexp.MustCompile("\x1bP[0-9;]*q[^\x1b]*\x1b\\\\")
-)
-
-// drawnImage is the first whole image the terminal output holds, in the
-// kitty graphics protocol or sixel; nil when none is there yet.
-func drawnImage(out, mode string) image.Image {
-	switch mode {
-	case "kitty":
-		var data string
-		for _, m := range kittyTransmission.FindAllStringSubmatch(out, -1) {
-			data += m[2]
-			if strings.Contains(","+m[1]+",", ",m=0,") {
-				raw, err := base64.StdEncoding.DecodeString(data)
-				if err != nil {
-					return nil
-				}
-				img, err := png.Decode(bytes.NewReader(raw))
-				if err != nil {
-					return nil
-				}
-				return img
-			}
-		}
-	case "sixel":
-		if m := sixelDrawing.FindString(out); m != "" {
-			var img image.Image
-			if sixel.NewDecoder(strings.NewReader(m)).Decode(&img) == nil {
-				return img
-			}
-		}
-	}
-	return nil
-}

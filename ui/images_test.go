@@ -2,18 +2,16 @@ package ui
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/binary"
 	"hash/crc32"
 	"image"
-	"image/color"
 	"image/png"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/charmbracelet/x/ansi"
-	"github.com/mattn/go-sixel"
+
+	"github.com/kerneldeck/kerneldeck/internal/imagetest"
 )
 
 func TestImageModeFromEnvironment(t *testing.T) {
@@ -44,52 +42,8 @@ func TestImageModeFromEnvironment(t *testing.T) {
 	}
 }
 
-// halvesPNG is a w×h PNG, red on the left half and blue on the right.
-func halvesPNG(t *testing.T, w, h int) []byte {
-	t.Helper()
-	img := image.NewNRGBA(image.Rect(0, 0, w, h))
-	for y := range h {
-		for x := range w {
-			c := color.NRGBA{R: 255, A: 255}
-			if x >= w/2 {
-				c = color.NRGBA{B: 255, A: 255}
-			}
-			img.Set(x, y, c)
-		}
-	}
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, img); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-var kittyAPC = regexp.MustCompile("\x1b_G([^;]*);([A-Za-z0-9+/=]*)\x1b\\\\")
-
-// kittyImage reassembles what the kitty escapes in s transmit: the first
-// chunk's keys and the whole PNG, decoded.
-func kittyImage(t *testing.T, s string) (string, image.Image) {
-	t.Helper()
-	var keys, data string
-	for i, m := range kittyAPC.FindAllStringSubmatch(s, -1) {
-		if i == 0 {
-			keys = m[1]
-		}
-		data += m[2]
-	}
-	raw, err := base64.StdEncoding.DecodeString(data)
-	if err != nil {
-		t.Fatalf("the kitty transmission is not base64: %v", err)
-	}
-	img, err := png.Decode(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatalf("the kitty transmission is not a PNG: %v", err)
-	}
-	return keys, img
-}
-
 func TestKittyImageLines(t *testing.T) {
-	raw := halvesPNG(t, 320, 160)
+	raw := imagetest.Halves(t, 320, 160)
 	im, err := newInlineImage(ImagesKitty, imageID(3, 1), raw, 60)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +52,10 @@ func TestKittyImageLines(t *testing.T) {
 	if cols != 40 || rows != 10 || len(im.lines) != rows {
 		t.Fatalf("box %d×%d, %d lines; want 40×10 (320×160 px in 8×16 cells)", cols, rows, len(im.lines))
 	}
-	keys, img := kittyImage(t, im.lines[0])
+	keys, img, ok := imagetest.Kitty(im.lines[0])
+	if !ok {
+		t.Fatal("the first line transmits no whole PNG")
+	}
 	for _, k := range []string{"a=T", "U=1", "f=100", "q=2", "c=40", "r=10", "i=8388993"} {
 		if !strings.Contains(","+keys+",", ","+k+",") {
 			t.Errorf("transmission keys %q lack %s", keys, k)
@@ -123,7 +80,7 @@ func TestKittyImageLines(t *testing.T) {
 }
 
 func TestSixelImageLines(t *testing.T) {
-	raw := halvesPNG(t, 640, 320)
+	raw := imagetest.Halves(t, 640, 320)
 	im, err := newInlineImage(ImagesSixel, 1, raw, 60)
 	if err != nil {
 		t.Fatal(err)
@@ -137,15 +94,15 @@ func TestSixelImageLines(t *testing.T) {
 	if !strings.HasPrefix(last, "\x1b7\x1b[14A") || start < 0 || !strings.Contains(last, "\x1b8") {
 		t.Fatalf("the last line does not draw the image from 14 lines up: %q", last[:min(len(last), 30)])
 	}
-	var img image.Image
-	if err := sixel.NewDecoder(strings.NewReader(last[start:])).Decode(&img); err != nil {
-		t.Fatalf("decode the sixel: %v", err)
+	img, ok := imagetest.Sixel(last[start:])
+	if !ok {
+		t.Fatal("the last line's sixel does not decode")
 	}
 	// Scaled to 480 px wide (60 cells of 8), its left half red.
 	if b := img.Bounds(); b.Dx() != 480 || b.Dy() != 240 {
 		t.Errorf("sixel image %v, want 480×240", b)
 	}
-	if r, _, bl, _ := img.At(10, 10).RGBA(); r < 0xc000 || bl > 0x4000 {
+	if !imagetest.IsRed(img.At(10, 10)) {
 		t.Errorf("pixel (10,10) is %v, want red", img.At(10, 10))
 	}
 	for i, l := range im.lines {
