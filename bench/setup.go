@@ -211,6 +211,15 @@ func (e *setupEnv) setupSSH(ctx context.Context, t *tb, log io.Writer) error {
 	e.subjects = append(e.subjects,
 		e.sshLight, &sshFloor{name: "floor.ssh.light", client: e.srv.Dial(t, e.light), roots: listener},
 		e.sshHeavy, &sshFloor{name: "floor.ssh.heavy", client: e.srv.Dial(t, e.heavy), roots: listener})
+	echoDir := shortTempDir(t)
+	if err := os.Chown(echoDir, e.light.UID, e.light.GID); err != nil {
+		return err
+	}
+	floor, err := startStreamlocal(t, e.srv.Dial(t, e.light), echoDir, listener)
+	if err != nil {
+		return err
+	}
+	e.subjects = append(e.subjects, floor)
 	return nil
 }
 
