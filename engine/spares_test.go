@@ -93,13 +93,14 @@ func TestSpareKernelIsTakenAndReplaced(t *testing.T) {
 	}
 }
 
-// Spares count toward max_kernels and never push a kernel out.
+// Spares count toward max_kernels and never push a kernel out: a kernel
+// that does not take the spare (it asks for tools) makes the spare go.
 func TestSparesYieldToTheCap(t *testing.T) {
 	eng, _, sub := spareEngine(t, 1, 2)
 	waitSpares(t, eng, 1)
 	rtExec(t, eng, engine.Request{Owner: "a", Code: "1"})
 	waitSpares(t, eng, 1) // a + the spare = the cap
-	rtExec(t, eng, engine.Request{Owner: "b", Code: "1"})
+	rtExec(t, eng, engine.Request{Owner: "b", Tools: []string{"read_file"}, Code: "1"})
 	time.Sleep(300 * time.Millisecond) // no refill may come: two kernels fill the cap
 	if n, ks := eng.Spares(), eng.Kernels(); n != 0 || len(ks) != 2 {
 		t.Fatalf("at the cap: %d spares, kernels %+v; want 0 spares and both kernels", n, ks)
