@@ -165,16 +165,6 @@ func (e *Engine) outputTap(cellID string, user func(stream, text string)) func(s
 	}
 }
 
-// cellFollows files the running cell under k's id, which a spawn may have
-// changed (a spare runner, a reset), so that whoever looks at the kernel
-// sees the cell while it runs.
-func (e *Engine) cellFollows(cellID string, k *Kernel) {
-	e.mu.Lock()
-	id := k.id
-	e.mu.Unlock()
-	e.cells.moved(cellID, id)
-}
-
 // StreamDisplay is the stream of EventCellOutput that stands for a display
 // made while the cell runs: its Text is the display's Label and a newline.
 const StreamDisplay = "display"
@@ -216,14 +206,12 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 		if err := e.spawn(ctx, k); err != nil {
 			return e.failOpen(ctx, k, req, cellCall{cellID, userStream}, timeout, start, err)
 		}
-		e.cellFollows(cellID, k)
 	case req.Reset:
 		e.killOnHost(ctx, k)
 		e.emit(kernelEvent(EventReset, k, "reset requested"))
 		if err := e.spawn(ctx, k); err != nil {
 			return e.failOpen(ctx, k, req, cellCall{cellID, userStream}, timeout, start, err)
 		}
-		e.cellFollows(cellID, k)
 		kr.StateReset = true
 	default:
 		kr.Reused = true
@@ -237,7 +225,12 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 	for attempt := 0; ; attempt++ {
 		e.mu.Lock()
 		k.runningCell, k.runningSince = c.id, e.cfg.Now()
+		id := k.id
 		e.mu.Unlock()
+		// A spawn gives the kernel a new id (a spare runner, a reset, a
+		// respawn): the cell is filed under the id it runs in, so whoever
+		// looks at the kernel sees it while it runs.
+		e.cells.moved(cellID, id)
 		e.emit(cellEvent(EventCellStarted, k, c.id, "cell "+c.id))
 		out = e.runCell(ctx, k, c)
 		if out.kind != outDead {

@@ -201,3 +201,32 @@ func TestOutputSubscriberJoinsARunningCell(t *testing.T) {
 		t.Fatalf("the cell: %+v", r)
 	}
 }
+
+// A cell that runs on a spare is filed under the spare's id, which is the
+// kernel's: whoever lists the kernel's cells sees it while it runs.
+func TestCellOnASpareIsTheKernels(t *testing.T) {
+	eng, env, _ := spareEngine(t, 1, 8)
+	waitSpares(t, eng, 1)
+	mark := env.TempDir() + "/go"
+	done := make(chan *engine.Result, 1)
+	go func() {
+		r, _ := eng.Execute(context.Background(), engine.Request{Owner: "a", Code: "import os, time\nwhile not os.path.exists(" +
+			strconv.Quote(mark) + "):\n    time.sleep(0.02)"})
+		done <- r
+	}()
+	defer func() { os.WriteFile(mark, nil, 0o600); <-done }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ks := eng.Kernels(); len(ks) == 1 && ks[0].State == engine.StateRunning {
+			cells := eng.Cells(ks[0].ID)
+			if len(cells) == 1 && cells[0].Running && cells[0].Kernel == ks[0].ID {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("kernel %s runs a cell; its cells: %+v", ks[0].ID, cells)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cell did not start")
+		}
+	}
+}
