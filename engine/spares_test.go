@@ -86,6 +86,7 @@ func TestSpareKernelIsTakenAndReplaced(t *testing.T) {
 		t.Errorf("%d spawned events, want 2 (one per owner, none for the spares)", spawned)
 	}
 	// Tools need their stubs at start: such a kernel is started as before.
+	waitSpares(t, eng, 1) // b's replacement
 	env.Reset()
 	rtExec(t, eng, engine.Request{Owner: "c", Tools: []string{"read_file"}, Code: "1"})
 	if n := env.ByMarker("kerneldeck:spawn"); n != 1 || eng.Spares() != 1 {
