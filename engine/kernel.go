@@ -353,7 +353,6 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 	switch {
 	case fromSpare:
 		detail += fmt.Sprintf(" (a spare runner, ready for %s)", english.Duration(e.cfg.Now().Sub(spare.readySince)))
-		e.refillSpares(k.env)
 	case old != id:
 		detail += " (replaces " + old + ")"
 	}

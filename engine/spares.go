@@ -25,8 +25,8 @@ type spareBackend struct {
 
 // takeSpare hands k a spare runner of its backend, when k can use one: a
 // new kernel (not a respawn, not per-call) with no tool stubs, on a backend
-// that is not provisioned per kernel. A spare older than half the idle
-// exit is not taken (its runner would soon end by itself) but killed.
+// that is not provisioned per kernel. Taken or not, the backend's spares
+// are then made up again in the background.
 func (e *Engine) takeSpare(k *Kernel) (*spare, bool) {
 	if k.pid != 0 || k.transient || len(k.key.ToolList()) > 0 || e.cfg.SpareKernels[k.env.URI()] <= 0 {
 		return nil, false
@@ -34,25 +34,35 @@ func (e *Engine) takeSpare(k *Kernel) (*spare, bool) {
 	if _, ok := backends.Find[backends.Provisioner](k.env); ok {
 		return nil, false
 	}
+	defer e.refillSpares(k.env)
 	e.mu.Lock()
-	sb := e.spareSets[k.env.URI()]
-	var stale []*Kernel
+	stale := e.dropStaleSparesLocked()
 	var got *spare
-	for sb != nil && len(sb.ready) > 0 && got == nil {
-		s := sb.ready[0]
-		sb.ready = sb.ready[1:]
-		if e.cfg.Now().Sub(s.readySince) > e.idleExit/2 {
-			stale = append(stale, s.kernel())
-			continue
-		}
-		got = s
+	if sb := e.spareSets[k.env.URI()]; sb != nil && len(sb.ready) > 0 {
+		got, sb.ready = sb.ready[0], sb.ready[1:]
 	}
 	e.mu.Unlock()
 	e.killAsync(stale)
-	if got == nil {
-		e.refillSpares(k.env)
-	}
 	return got, got != nil
+}
+
+// dropStaleSparesLocked takes out, for the caller to kill, the spares
+// older than half the idle exit: their runners would soon end by
+// themselves.
+func (e *Engine) dropStaleSparesLocked() []*Kernel {
+	var stale []*Kernel
+	for _, sb := range e.spareSets {
+		kept := sb.ready[:0]
+		for _, s := range sb.ready {
+			if e.cfg.Now().Sub(s.readySince) > e.idleExit/2 {
+				stale = append(stale, s.kernel())
+			} else {
+				kept = append(kept, s)
+			}
+		}
+		sb.ready = kept
+	}
+	return stale
 }
 
 // kernel is the spare as a kernel record, for the kill path.
@@ -140,18 +150,7 @@ func (e *Engine) dropSparesLocked(n int) []*Kernel {
 // runners would end by themselves) and starts the ones missing.
 func (e *Engine) refreshSpares() {
 	e.mu.Lock()
-	var stale []*Kernel
-	for _, sb := range e.spareSets {
-		kept := sb.ready[:0]
-		for _, s := range sb.ready {
-			if e.cfg.Now().Sub(s.readySince) > e.idleExit/2 {
-				stale = append(stale, s.kernel())
-			} else {
-				kept = append(kept, s)
-			}
-		}
-		sb.ready = kept
-	}
+	stale := e.dropStaleSparesLocked()
 	e.mu.Unlock()
 	e.killAsync(stale)
 	for _, b := range e.cfg.Backends {
