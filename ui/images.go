@@ -78,13 +78,6 @@ var kittyRowMarks = []rune{0x0305, 0x030D, 0x030E, 0x0310, 0x0312, 0x033D, 0x033
 // kittyPlaceholder is the character kitty draws a placed image's cell in.
 const kittyPlaceholder = '\U0010EEEE'
 
-// inlineImage is an image drawn in the output pane: rows lines of at most
-// cols cells each. For sixel, the image is drawn by the last line, going up
-// (drawn first, it would be painted over by the blank lines after it).
-type inlineImage struct {
-	lines []string
-}
-
 var errImageTooLarge = errors.New("too large to draw")
 
 // imageID names display i of cell run seq to the terminal: non-zero, and
@@ -125,9 +118,11 @@ func clipSixels(lines []string) []string {
 	return out
 }
 
-// newInlineImage decodes raw (a PNG, JPEG or GIF) and makes its lines in at
-// most w cells for mode, as image id (kitty names the image by it).
-func newInlineImage(mode ImageMode, id uint32, raw []byte, w int) (*inlineImage, error) {
+// imageLines decodes raw (a PNG, JPEG or GIF) and draws it for mode in
+// rows lines of at most w cells, as image id (kitty names the image by it).
+// For sixel the last line draws the image, going up: drawn by the first, it
+// would be painted over by the blank lines after it.
+func imageLines(mode ImageMode, id uint32, raw []byte, w int) ([]string, error) {
 	cfg, _, err := image.DecodeConfig(bytes.NewReader(raw))
 	if err != nil {
 		return nil, err
@@ -148,7 +143,7 @@ func newInlineImage(mode ImageMode, id uint32, raw []byte, w int) (*inlineImage,
 		if err := png.Encode(&buf, scaled); err != nil {
 			return nil, err
 		}
-		im := &inlineImage{}
+		var lines []string
 		// The image id is the placeholders' foreground colour.
 		colour := fmt.Sprintf("\x1b[38;2;%d;%d;%dm", id>>16&0xff, id>>8&0xff, id&0xff)
 		for r := range rows {
@@ -157,9 +152,9 @@ func newInlineImage(mode ImageMode, id uint32, raw []byte, w int) (*inlineImage,
 			if r == 0 {
 				line = kittyTransmit(id, cols, rows, buf.Bytes()) + line
 			}
-			im.lines = append(im.lines, line)
+			lines = append(lines, line)
 		}
-		return im, nil
+		return lines, nil
 	case ImagesSixel:
 		var buf bytes.Buffer
 		enc := sixel.NewEncoder(&buf)
@@ -167,17 +162,16 @@ func newInlineImage(mode ImageMode, id uint32, raw []byte, w int) (*inlineImage,
 			return nil, err
 		}
 		six := strings.NewReplacer("\n", "", "\r", "").Replace(buf.String())
-		im := &inlineImage{}
+		var lines []string
 		for range rows - 1 {
-			im.lines = append(im.lines, blank)
+			lines = append(lines, blank)
 		}
 		up := ""
 		if rows > 1 {
 			up = fmt.Sprintf("\x1b[%dA", rows-1)
 		}
 		// Save the cursor, go up to the image's top, draw, come back.
-		im.lines = append(im.lines, sixelStart+up+six+sixelEnd+blank)
-		return im, nil
+		return append(lines, sixelStart+up+six+sixelEnd+blank), nil
 	}
 	return nil, fmt.Errorf("image mode %q draws nothing", mode)
 }

@@ -44,15 +44,15 @@ func TestImageModeFromEnvironment(t *testing.T) {
 
 func TestKittyImageLines(t *testing.T) {
 	raw := imagetest.Halves(t, 320, 160)
-	im, err := newInlineImage(ImagesKitty, imageID(3, 1), raw, 60)
+	lines, err := imageLines(ImagesKitty, imageID(3, 1), raw, 60)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cols, rows := imageBox(320, 160, 60)
-	if cols != 40 || rows != 10 || len(im.lines) != rows {
-		t.Fatalf("box %d×%d, %d lines; want 40×10 (320×160 px in 8×16 cells)", cols, rows, len(im.lines))
+	if cols != 40 || rows != 10 || len(lines) != rows {
+		t.Fatalf("box %d×%d, %d lines; want 40×10 (320×160 px in 8×16 cells)", cols, rows, len(lines))
 	}
-	keys, img, ok := imagetest.Kitty(im.lines[0])
+	keys, img, ok := imagetest.Kitty(lines[0])
 	if !ok {
 		t.Fatal("the first line transmits no whole PNG")
 	}
@@ -66,7 +66,7 @@ func TestKittyImageLines(t *testing.T) {
 	}
 	// id 8388993 = 0x800181 (1<<23 | cell run 3<<7 | display 1): the
 	// placeholders' colour.
-	for r, l := range im.lines {
+	for r, l := range lines {
 		if w := ansi.StringWidth(l); w != 40 {
 			t.Errorf("line %d is %d cells wide, want 40", r, w)
 		}
@@ -81,15 +81,15 @@ func TestKittyImageLines(t *testing.T) {
 
 func TestSixelImageLines(t *testing.T) {
 	raw := imagetest.Halves(t, 640, 320)
-	im, err := newInlineImage(ImagesSixel, 1, raw, 60)
+	lines, err := imageLines(ImagesSixel, 1, raw, 60)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cols, rows := imageBox(640, 320, 60)
-	if cols != 60 || rows != 15 || len(im.lines) != rows {
-		t.Fatalf("box %d×%d, %d lines; want 60×15", cols, rows, len(im.lines))
+	if cols != 60 || rows != 15 || len(lines) != rows {
+		t.Fatalf("box %d×%d, %d lines; want 60×15", cols, rows, len(lines))
 	}
-	last := im.lines[rows-1]
+	last := lines[rows-1]
 	start := strings.Index(last, "\x1bP")
 	if !strings.HasPrefix(last, "\x1b7\x1b[14A") || start < 0 || !strings.Contains(last, "\x1b8") {
 		t.Fatalf("the last line does not draw the image from 14 lines up: %q", last[:min(len(last), 30)])
@@ -105,17 +105,17 @@ func TestSixelImageLines(t *testing.T) {
 	if !imagetest.IsRed(img.At(10, 10)) {
 		t.Errorf("pixel (10,10) is %v, want red", img.At(10, 10))
 	}
-	for i, l := range im.lines {
+	for i, l := range lines {
 		if w := ansi.StringWidth(l); w != 60 || strings.ContainsAny(l, "\n\r") {
 			t.Errorf("line %d: %d cells, newline %v", i, w, strings.ContainsAny(l, "\n\r"))
 		}
 	}
 	// Scrolled so that its top is gone, the drawing is dropped (it would
 	// go over the border); fully visible, it stays.
-	if got := clipSixels(im.lines); got[rows-1] != last {
+	if got := clipSixels(lines); got[rows-1] != last {
 		t.Error("a fully visible image lost its drawing")
 	}
-	if got := clipSixels(im.lines[2:]); strings.Contains(got[rows-3], "\x1bP") || ansi.StringWidth(got[rows-3]) != 60 {
+	if got := clipSixels(lines[2:]); strings.Contains(got[rows-3], "\x1bP") || ansi.StringWidth(got[rows-3]) != 60 {
 		t.Errorf("an image scrolled up by two kept its drawing: %q", got[rows-3][:min(30, len(got[rows-3]))])
 	}
 }
@@ -127,10 +127,10 @@ func TestInlineImageRefusesBombs(t *testing.T) {
 	claim := buf.Bytes()
 	copy(claim[16:24], []byte{0, 0, 0x75, 0x30, 0, 0, 0x75, 0x30})
 	binary.BigEndian.PutUint32(claim[29:33], crc32.ChecksumIEEE(claim[12:29]))
-	if _, err := newInlineImage(ImagesKitty, 1, claim, 80); err != errImageTooLarge {
+	if _, err := imageLines(ImagesKitty, 1, claim, 80); err != errImageTooLarge {
 		t.Errorf("a 30000×30000 claim: %v, want %v", err, errImageTooLarge)
 	}
-	if _, err := newInlineImage(ImagesSixel, 1, []byte("not an image"), 80); err == nil {
+	if _, err := imageLines(ImagesSixel, 1, []byte("not an image"), 80); err == nil {
 		t.Error("garbage was drawn")
 	}
 }

@@ -388,11 +388,11 @@ func displayLines(d engine.Display, seq, i, w int, ctx *Context) []string {
 				return label
 			}
 			raw, _ := base64.StdEncoding.DecodeString(v)
-			im, err := newInlineImage(ctx.images, imageID(seq, i), raw, w)
+			drawn, err := imageLines(ctx.images, imageID(seq, i), raw, w)
 			if err != nil {
 				return append(label, t.Warn.Render(fit("not drawn: "+err.Error(), w)))
 			}
-			return append(label, im.lines...)
+			return append(label, drawn...)
 		}
 		if path, ok := d.Spill[m]; ok {
 			return []string{t.Muted.Render(fit(fmt.Sprintf("[%s, too large to keep: %s]", m, plain(path)), w))}
@@ -445,7 +445,7 @@ func (p *OutputPane) openImages() tea.Cmd {
 	}
 	displays, seq := r.res.Displays, r.seq
 	return func() tea.Msg {
-		if err := privateDir(dir); err != nil {
+		if err := engine.EnsurePrivateDir(dir); err != nil {
 			return actionDoneMsg{what: "open images", err: err}
 		}
 		saved, err := saveImagesTo(dir, displays, seq)
@@ -462,22 +462,6 @@ func (p *OutputPane) openImages() tea.Cmd {
 		}
 		return actionDoneMsg{what: "opened " + strings.Join(saved[:min(len(saved), maxOpened)], ", ")}
 	}
-}
-
-// privateDir makes dir owner-only (0700) or checks that it is: a viewer's
-// files must not be readable by others.
-func privateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return err
-	}
-	if !fi.IsDir() || fi.Mode().Perm() != 0o700 {
-		return fmt.Errorf("%s is not an owner-only directory (mode %v, want drwx------): fix or remove it", dir, fi.Mode())
-	}
-	return nil
 }
 
 // saveImagesTo writes each display's first image type to a new 0600 file
