@@ -68,8 +68,8 @@ mkfifo "$kd/wake" "$kd/done" "$kd/ready" || { rm -rf -- "$kd"; fail "cannot crea
 exec 5<>"$kd/ready"
 # The runner reads the config line (its secret) from what is left of stdin.
 # Its parent, a watcher holding no output channel, keeps its exit status in
-# $kd/exit, so that its death can be told apart (an exit code, a signal).
-# It goes beside the kernel dir, in the owner-only root: the runner's dir
+# <root>/.exit-<id>, so that its death can be told apart (an exit code, a
+# signal). It goes beside the kernel dir, in the owner-only root: the runner's dir
 # watcher removes the dir itself when the runner ends. A per-call kernel's
 # dir sits in the shared temp dir, so its status is not kept.
 exitf="${kd%%/*}/.exit-${kd##*/}"; [ "$root" = "$kd" ] && exitf=

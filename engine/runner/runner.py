@@ -431,7 +431,7 @@ class Runner:
         # cellScript rings "cell ID" again, which files it), or the socket the
         # result went to closes before the next cell acknowledges it.
         self.unfiled = None  # (cell id, frame) sent over a socket, not filed
-        self.file_wanted = set()  # ids whose result must be filed when done
+        self.file_wanted = None  # the id whose result must be filed however it is sent
         self.waiters = {}  # cell id -> [Conn]
         self.streamers = []  # Conns that asked for output of the running cell
         # Where streaming stopped in each output file; the io thread streams
@@ -778,7 +778,7 @@ class Runner:
                 # Exactly once: a repeated id never runs again.
                 if conn is None:
                     # The Execute door wants the cell: its result as a file.
-                    self.file_wanted.add(cell.id)
+                    self.file_wanted = cell.id
                     self.cell_files.append(os.path.join(self.cells, cell.id + ".req"))
                     self.file_unfiled_locked(cell.id)
                     return
@@ -795,13 +795,11 @@ class Runner:
             self.seen.add(cell.id)
             self.pending.add(cell.id)
             self.touch()
-            if conn is None:
-                self.file_wanted.add(cell.id)
             # Publishing a new cell acknowledges the earlier ones: the engine
             # runs one cell at a time per kernel, so their results are
             # collected (an unfiled one never needs its file now).
             self.unfiled = None
-            self.file_wanted.intersection_update((cell.id,))
+            self.file_wanted = cell.id if conn is None else None
             for path in self.cell_files:
                 try:
                     os.unlink(path)
@@ -1087,7 +1085,7 @@ class Runner:
             self.streamers = []
             waiters = [c for c in self.waiters.pop(cid, []) if c.alive]
             self.touch()
-            if waiters and cid not in self.file_wanted:
+            if waiters and cid != self.file_wanted:
                 self.unfiled = (cid, frame)
             else:
                 self.file_result_locked(cid, frame)
