@@ -55,28 +55,21 @@ func (e *setupEnv) setupDocker(ctx context.Context, t *tb, log io.Writer) error 
 // attach, read to the end, inspect): the least a cell costs in a container
 // when every cell is a command.
 type dockerFloor struct {
+	floor
 	cli       *client.Client
 	container string
 }
 
-func (f *dockerFloor) key() string              { return "floor.docker" }
-func (f *dockerFloor) cpuRoots() []int          { return nil }
-func (f *dockerFloor) trips() (tripCount, bool) { return tripCount{}, false }
-func (f *dockerFloor) cold(context.Context) (time.Duration, tripCount, error) {
-	return 0, tripCount{}, errNoCold
-}
+func (f *dockerFloor) key() string     { return "floor.docker" }
+func (f *dockerFloor) cpuRoots() []int { return nil }
 
 func (f *dockerFloor) warm(ctx context.Context, n int) ([]time.Duration, error) {
-	lat := make([]time.Duration, 0, n)
-	for range n {
-		start := time.Now()
-		err := f.once(ctx)
-		lat = append(lat, time.Since(start))
-		if err != nil {
-			return lat, fmt.Errorf("docker exec true: %w", err)
+	return timeEach(n, func() error {
+		if err := f.once(ctx); err != nil {
+			return fmt.Errorf("docker exec true: %w", err)
 		}
-	}
-	return lat, nil
+		return nil
+	})
 }
 
 func (f *dockerFloor) once(ctx context.Context) error {

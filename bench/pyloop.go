@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,9 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
+	"github.com/kerneldeck/kerneldeck/backends"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -41,9 +42,30 @@ for line in c.makefile("rb"):
 
 // pyloopFloor is that loop, driven from Go: the floor of a warm cell.
 type pyloopFloor struct {
-	cmd  *exec.Cmd
+	floor
+	cmd *exec.Cmd
+	lines
+}
+
+// lines is a connection that answers a line with a line.
+type lines struct {
 	conn net.Conn
 	r    *bufio.Reader
+}
+
+// roundTrips writes req n times, each time reading the answer line and
+// checking it with ok, and returns each round trip's latency.
+func (l lines) roundTrips(n int, req []byte, what string, ok func(answer []byte) bool) ([]time.Duration, error) {
+	return timeEach(n, func() error {
+		if _, err := l.conn.Write(req); err != nil {
+			return err
+		}
+		line, err := l.r.ReadBytes('\n')
+		if err != nil || !ok(line) {
+			return fmt.Errorf("%s answered %q (%v)", what, line, err)
+		}
+		return nil
+	})
 }
 
 func startPyloop(t *tb, python string) (*pyloopFloor, error) {
@@ -70,32 +92,17 @@ func startPyloop(t *tb, python string) (*pyloopFloor, error) {
 		return nil, err
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &pyloopFloor{cmd: cmd, conn: conn, r: bufio.NewReader(conn)}, nil
+	return &pyloopFloor{cmd: cmd, lines: lines{conn, bufio.NewReader(conn)}}, nil
 }
 
-func (f *pyloopFloor) key() string              { return "floor.pyloop" }
-func (f *pyloopFloor) cpuRoots() []int          { return []int{f.cmd.Process.Pid} }
-func (f *pyloopFloor) trips() (tripCount, bool) { return tripCount{}, false }
-func (f *pyloopFloor) cold(context.Context) (time.Duration, tripCount, error) {
-	return 0, tripCount{}, errNoCold
-}
+func (f *pyloopFloor) key() string     { return "floor.pyloop" }
+func (f *pyloopFloor) cpuRoots() []int { return []int{f.cmd.Process.Pid} }
 
 func (f *pyloopFloor) warm(_ context.Context, n int) ([]time.Duration, error) {
-	lat := make([]time.Duration, 0, n)
-	req := []byte(`{"code": "1"}` + "\n")
-	for range n {
-		start := time.Now()
-		if _, err := f.conn.Write(req); err != nil {
-			return lat, err
-		}
-		line, err := f.r.ReadBytes('\n')
-		lat = append(lat, time.Since(start))
+	return f.roundTrips(n, []byte(`{"code": "1"}`+"\n"), "the Python exec loop", func(line []byte) bool {
 		var ans struct{ Status, Stdout string }
-		if err != nil || json.Unmarshal(line, &ans) != nil || ans.Stdout != "1\n" {
-			return lat, fmt.Errorf("the Python exec loop answered %q (%v)", line, err)
-		}
-	}
-	return lat, nil
+		return json.Unmarshal(line, &ans) == nil && ans.Stdout == "1\n"
+	})
 }
 
 // echoScript answers every line it reads on a Unix socket with the same
@@ -114,8 +121,8 @@ for line in c.makefile("rb"):
 // channel of an open x/crypto/ssh connection: the least a warm cell costs
 // over ssh in this design (kerneldeck's ssh fast path is such a channel).
 type streamlocalFloor struct {
-	conn  net.Conn
-	r     *bufio.Reader
+	floor
+	lines
 	roots func() []int
 }
 
@@ -129,7 +136,7 @@ func startStreamlocal(t *tb, client *ssh.Client, dir string, roots func() []int)
 	if err != nil {
 		return nil, err
 	}
-	if err := sess.Start("exec python3 -c " + shellQuote(echoScript) + " " + shellQuote(sock)); err != nil {
+	if err := sess.Start("exec python3 -c " + backends.ShellQuote(echoScript) + " " + backends.ShellQuote(sock)); err != nil {
 		return nil, fmt.Errorf("start the echo socket: %w", err)
 	}
 	t.Cleanup(func() { sess.Close() })
@@ -141,31 +148,13 @@ func startStreamlocal(t *tb, client *ssh.Client, dir string, roots func() []int)
 		return nil, fmt.Errorf("direct-streamlocal to %s: %w", sock, err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &streamlocalFloor{conn: conn, r: bufio.NewReader(conn), roots: roots}, nil
+	return &streamlocalFloor{lines: lines{conn, bufio.NewReader(conn)}, roots: roots}, nil
 }
 
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-func (f *streamlocalFloor) key() string              { return "floor.ssh.streamlocal" }
-func (f *streamlocalFloor) cpuRoots() []int          { return f.roots() }
-func (f *streamlocalFloor) trips() (tripCount, bool) { return tripCount{}, false }
-func (f *streamlocalFloor) cold(context.Context) (time.Duration, tripCount, error) {
-	return 0, tripCount{}, errNoCold
-}
+func (f *streamlocalFloor) key() string     { return "floor.ssh.streamlocal" }
+func (f *streamlocalFloor) cpuRoots() []int { return f.roots() }
 
 func (f *streamlocalFloor) warm(_ context.Context, n int) ([]time.Duration, error) {
-	lat := make([]time.Duration, 0, n)
 	req := []byte(`{"op": "cell", "code": "1"}` + "\n")
-	for range n {
-		start := time.Now()
-		if _, err := f.conn.Write(req); err != nil {
-			return lat, err
-		}
-		line, err := f.r.ReadBytes('\n')
-		lat = append(lat, time.Since(start))
-		if err != nil || string(line) != string(req) {
-			return lat, fmt.Errorf("the echo over streamlocal answered %q (%v)", line, err)
-		}
-	}
-	return lat, nil
+	return f.roundTrips(n, req, "the echo over streamlocal", func(line []byte) bool { return bytes.Equal(line, req) })
 }

@@ -213,60 +213,69 @@ func (c *traceCounter) count() (cmds, streamed int) {
 	return c.cmds, c.streamed
 }
 
-// bashFloor is one `bash -c true` on this machine: the least a cell can
-// cost when every cell is a new process.
-type bashFloor struct{}
+// floor is what every floor subject shares: it counts no round trips and
+// has no cold start.
+type floor struct{}
 
-func (bashFloor) key() string              { return "floor.bash" }
-func (bashFloor) cpuRoots() []int          { return nil }
-func (bashFloor) trips() (tripCount, bool) { return tripCount{}, false }
-func (bashFloor) cold(context.Context) (time.Duration, tripCount, error) {
+func (floor) trips() (tripCount, bool) { return tripCount{}, false }
+func (floor) cold(context.Context) (time.Duration, tripCount, error) {
 	return 0, tripCount{}, errNoCold
 }
 
-func (bashFloor) warm(ctx context.Context, n int) ([]time.Duration, error) {
+// timeEach runs once n times and returns each run's latency, stopping at
+// the first error.
+func timeEach(n int, once func() error) ([]time.Duration, error) {
 	lat := make([]time.Duration, 0, n)
 	for range n {
 		start := time.Now()
-		err := exec.CommandContext(ctx, "bash", "-c", "true").Run()
+		err := once()
 		lat = append(lat, time.Since(start))
 		if err != nil {
-			return lat, fmt.Errorf("bash -c true: %w", err)
+			return lat, err
 		}
 	}
 	return lat, nil
+}
+
+// bashFloor is one `bash -c true` on this machine: the least a cell can
+// cost when every cell is a new process.
+type bashFloor struct{ floor }
+
+func (bashFloor) key() string     { return "floor.bash" }
+func (bashFloor) cpuRoots() []int { return nil }
+
+func (bashFloor) warm(ctx context.Context, n int) ([]time.Duration, error) {
+	return timeEach(n, func() error {
+		if err := exec.CommandContext(ctx, "bash", "-c", "true").Run(); err != nil {
+			return fmt.Errorf("bash -c true: %w", err)
+		}
+		return nil
+	})
 }
 
 // sshFloor is one x/crypto/ssh session exec of `true` on an open
 // connection: the least a cell costs over ssh when every cell is a command.
 // sshd starts the user's login shell, and so reads its rc file, each time.
 type sshFloor struct {
+	floor
 	name   string
 	client *ssh.Client
 	roots  func() []int
 }
 
-func (f *sshFloor) key() string              { return f.name }
-func (f *sshFloor) cpuRoots() []int          { return f.roots() }
-func (f *sshFloor) trips() (tripCount, bool) { return tripCount{}, false }
-func (f *sshFloor) cold(context.Context) (time.Duration, tripCount, error) {
-	return 0, tripCount{}, errNoCold
-}
+func (f *sshFloor) key() string     { return f.name }
+func (f *sshFloor) cpuRoots() []int { return f.roots() }
 
 func (f *sshFloor) warm(ctx context.Context, n int) ([]time.Duration, error) {
-	lat := make([]time.Duration, 0, n)
-	for range n {
-		start := time.Now()
+	return timeEach(n, func() error {
 		sess, err := f.client.NewSession()
 		if err != nil {
-			return lat, fmt.Errorf("%s: new session: %w", f.name, err)
+			return fmt.Errorf("%s: new session: %w", f.name, err)
 		}
-		err = sess.Run("true")
-		sess.Close()
-		lat = append(lat, time.Since(start))
-		if err != nil {
-			return lat, fmt.Errorf("%s: exec true: %w", f.name, err)
+		defer sess.Close()
+		if err := sess.Run("true"); err != nil {
+			return fmt.Errorf("%s: exec true: %w", f.name, err)
 		}
-	}
-	return lat, nil
+		return nil
+	})
 }
