@@ -47,7 +47,7 @@ func TestSpareKernelIsTakenAndReplaced(t *testing.T) {
 	if ks := eng.Kernels(); len(ks) != 0 {
 		t.Fatalf("a spare is listed as a kernel: %+v", ks)
 	}
-	spares := runnerPIDs(env.TempDir())
+	spares := proctest.Runners(env.TempDir())
 	if len(spares) != 1 {
 		t.Fatalf("runner processes of one spare: %v", spares)
 	}
@@ -127,7 +127,7 @@ func TestSparesDieWithTheEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSpares(t, eng, 2)
-	pids := runnerPIDs(tmp)
+	pids := proctest.Runners(tmp)
 	if len(pids) == 0 {
 		t.Fatal("no runner process of the spares found")
 	}
@@ -141,24 +141,6 @@ func TestSparesDieWithTheEngine(t *testing.T) {
 			t.Errorf("spare runner pid %d outlived the engine (closed keeping kernels)", pid)
 		}
 	}
-}
-
-// runnerPIDs are the python processes running a runner.py under dir.
-func runnerPIDs(dir string) []int {
-	var pids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		argv := strings.Split(string(cmd), "\x00")
-		if len(argv) > 1 && strings.HasPrefix(argv[1], dir+"/") && strings.HasSuffix(argv[1], "/runner.py") {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 // A subscriber that takes output and comes while a cell runs gets that

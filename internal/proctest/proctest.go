@@ -67,3 +67,23 @@ func Using(dir string) []string {
 	}
 	return out
 }
+
+// Runners lists the live (not zombie) processes running a kerneldeck
+// runner, <dir>/…/runner.py, under dir.
+func Runners(dir string) []int {
+	dir = strings.TrimSuffix(dir, "/")
+	procs, _ := os.ReadDir("/proc")
+	var out []int
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + p.Name() + "/cmdline")
+		argv := strings.Split(string(cmd), "\x00")
+		if len(argv) > 1 && strings.HasPrefix(argv[1], dir+"/") && strings.HasSuffix(argv[1], "/runner.py") && Alive(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
