@@ -164,15 +164,22 @@ func (d Display) Label() string {
 	return first
 }
 
-// ImageLabel is "[image/png 640×480, 23 KB]" for a base64 image.
+// ImageLabel is "[image/png 640×480, 23 KB]" for a base64 image. It
+// decodes only the start, where the image's size is (a JPEG's may follow
+// tens of KB of metadata): a label is made for every display that streams
+// or is shown, and an image may be 5 MB.
 func ImageLabel(mime, b64 string) string {
-	raw, err := base64.StdEncoding.DecodeString(b64)
+	if len(b64)%4 != 0 {
+		return fmt.Sprintf("[%s, not valid base64]", mime)
+	}
+	raw, err := base64.StdEncoding.DecodeString(b64[:min(len(b64), labelHead)])
 	if err != nil {
 		return fmt.Sprintf("[%s, not valid base64]", mime)
 	}
-	size := fmt.Sprintf("%d B", len(raw))
-	if len(raw) >= 1024 {
-		size = fmt.Sprintf("%d KB", (len(raw)+512)/1024)
+	n := base64.StdEncoding.DecodedLen(len(b64)) - strings.Count(b64[max(0, len(b64)-2):], "=")
+	size := fmt.Sprintf("%d B", n)
+	if n >= 1024 {
+		size = fmt.Sprintf("%d KB", (n+512)/1024)
 	}
 	cfg, _, err := image.DecodeConfig(bytes.NewReader(raw))
 	if err != nil {
@@ -180,6 +187,10 @@ func ImageLabel(mime, b64 string) string {
 	}
 	return fmt.Sprintf("[%s %d×%d, %s]", mime, cfg.Width, cfg.Height, size)
 }
+
+// labelHead is how much of an image's base64 ImageLabel decodes (a
+// multiple of 4).
+const labelHead = 64 << 10
 
 var unsafeExt = regexp.MustCompile(`[^a-z0-9]`)
 
