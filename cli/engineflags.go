@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -56,14 +57,7 @@ func (f *engineFlags) register(fs *flagSet) {
 			return nil
 		})
 	fs.Func("max-kernels", "at most `N` kernels at once; beyond that the least recently used idle kernel is killed (default 4)",
-		func(s string) error {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 1 {
-				return errors.New("it must be a whole number >= 1, e.g. --max-kernels 4")
-			}
-			f.maxKernels = n
-			return nil
-		})
+		wholeNumber(&f.maxKernels, 1, math.MaxInt, "it must be a whole number >= 1, e.g. --max-kernels 4"))
 	fs.Func("idle-exit", "kill kernels idle for longer than this, as a Go `DURATION` such as 30m or 1h; at least 1s (default 30m)",
 		durationAtLeast(&f.idleExit, time.Second, "--idle-exit 30m"))
 	fs.Func("cell-timeout", "timeout of a cell whose request gives none, as a Go `DURATION` such as 300s or 5m; the cell is "+
@@ -100,24 +94,10 @@ func (f *engineFlags) register(fs *flagSet) {
 	fs.Func("spare-kernels", "keep `N` runners started and idle on each backend, not yet anyone's kernel, so that a new "+
 		"kernel (one without tools) starts at once (spare_kernels in the config; default 1 on the local backend, 0 on "+
 		"the others; spares count toward --max-kernels and go first when it is reached)",
-		func(s string) error {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 0 || n > 64 {
-				return errors.New("it must be a whole number from 0 to 64, e.g. --spare-kernels 1 (0: none)")
-			}
-			f.spareKernels = n
-			return nil
-		})
+		wholeNumber(&f.spareKernels, 0, 64, "it must be a whole number from 0 to 64, e.g. --spare-kernels 1 (0: none)"))
 	fs.Func("kernel-max-procs", "limit the processes of each kernel's login on its host to `N`, at least 8 "+
 		"(kernel_max_procs in the config; an rlimit, so it counts every process of that login there, and root is exempt)",
-		func(s string) error {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 8 {
-				return errors.New("it must be a whole number of at least 8, e.g. --kernel-max-procs 64")
-			}
-			f.limits.MaxProcs = n
-			return nil
-		})
+		wholeNumber(&f.limits.MaxProcs, 8, math.MaxInt, "it must be a whole number of at least 8, e.g. --kernel-max-procs 64"))
 	fs.Path(&f.config, "config", "TOML config `FILE` (default $XDG_CONFIG_HOME/kerneldeck/config.toml, or "+
 		"~/.config/kerneldeck/config.toml); it must exist when given here")
 	fs.Path(&f.stateDir, "state-dir", "where the full output of clipped cells (spill/), large tool results "+
@@ -132,14 +112,7 @@ func (f *engineFlags) register(fs *flagSet) {
 		"must exist (default: workspace from the config, else the current directory)")
 	fs.Func("max-tool-calls", "at most `N` tool calls per cell; later calls in the cell get a \"limit reached\" answer. "+
 		"0 allows none (default 50)",
-		func(s string) error {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 0 || n > 1<<20 {
-				return errors.New("it must be a whole number >= 0 (0 allows no tool calls), e.g. --max-tool-calls 50")
-			}
-			f.maxToolCalls = n
-			return nil
-		})
+		wholeNumber(&f.maxToolCalls, 0, 1<<20, "it must be a whole number >= 0 (0 allows no tool calls), e.g. --max-tool-calls 50"))
 	fs.Func("http-allow", "where http_get may connect: a `HOST` name, an IP address or a CIDR prefix such as "+
 		"10.0.0.0/8. Repeat it for several; the list replaces http_allow from the config and the default, loopback "+
 		"only (localhost, 127.0.0.0/8, ::1). A host name is allowed only when every address it resolves to is allowed "+
@@ -178,6 +151,19 @@ func (f *engineFlags) register(fs *flagSet) {
 	fs.section("Docker backends (docker://CONTAINER, docker-image://IMAGE) reach the Docker Engine API as the docker " +
 		"CLI does: DOCKER_HOST (default the local socket), with TLS from DOCKER_CERT_PATH when DOCKER_TLS_VERIFY is set; " +
 		"no docker command is needed on the PATH.")
+}
+
+// wholeNumber reads a flag's whole number from lo to hi into dst; msg says
+// what to write instead.
+func wholeNumber(dst *int, lo, hi int, msg string) func(string) error {
+	return func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < lo || n > hi {
+			return errors.New(msg)
+		}
+		*dst = n
+		return nil
+	}
 }
 
 func durationAtLeast(dst *time.Duration, least time.Duration, example string) func(string) error {
