@@ -1,10 +1,12 @@
 package engine_test
 
 import (
+	"context"
 	"fmt"
 	"path"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
@@ -48,6 +50,22 @@ func TestCauseOfDeath(t *testing.T) {
 				t.Fatalf("after kill -9: kernel %+v", res.Kernel)
 			}
 			noExitFiles(t, h, res.Kernel.Dir)
+		})
+		// Dead while idle and never asked again: the engine's own kill, at
+		// its close, finds the dir gone and still removes the status.
+		t.Run("dead-then-closed", func(t *testing.T) {
+			h := enginetest.New(t, newEnv(t), nil)
+			first := h.Run("d", "x = 1", 0)
+			h.Host(fmt.Sprintf("kill -KILL %d", first.Kernel.PID))
+			h.WaitFor("the runner's dir gone", 10e9, func() bool {
+				return strings.TrimSpace(h.Host("ls -d "+first.Kernel.Dir+" 2>/dev/null; true")) == ""
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := h.Eng.Close(ctx, false); err != nil {
+				t.Fatal(err)
+			}
+			noExitFiles(t, h, first.Kernel.Dir)
 		})
 	}
 	t.Run("local", func(t *testing.T) {
