@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
@@ -260,10 +261,20 @@ func TestRoundTripsPerToolCall(t *testing.T) {
 			req := engine.Request{Owner: "a", Tools: []string{"noop"}, Code: "1"}
 			rtExec(t, eng, req)
 			counting.Reset()
-			req.Code = "import kerneldeck_tools as kt\nprint(sum(kt.noop() == 'ok' for _ in range(" + strconv.Itoa(calls) + ")))"
+			// The cell also counts the request files its calls write (the
+			// runner's write_private): one each over plain Execute, none over
+			// the runner's socket.
+			req.Code = "import sys, kerneldeck_tools as kt\nM = sys.modules['__main__']\nfiles, orig = [], M.write_private\n" +
+				"M.write_private = lambda p, d: (files.append(p), orig(p, d))[1]\n" +
+				"try:\n    n = sum(kt.noop() == 'ok' for _ in range(" + strconv.Itoa(calls) + "))\nfinally:\n    M.write_private = orig\n" +
+				"print(n, sum('/rpc/' in p for p in files))"
 			res := rtExec(t, eng, req)
-			if res.Stdout != strconv.Itoa(calls)+"\n" || res.ToolCallsMade != calls {
-				t.Fatalf("stdout %q, tool_calls_made %d", res.Stdout, res.ToolCallsMade)
+			wantFiles := 0
+			if door.executeOnly {
+				wantFiles = calls
+			}
+			if res.Stdout != fmt.Sprintf("%d %d\n", calls, wantFiles) || res.ToolCallsMade != calls {
+				t.Fatalf("stdout %q (calls answered, request files written), tool_calls_made %d; want %d %d", res.Stdout, res.ToolCallsMade, calls, wantFiles)
 			}
 			got := rtSnapshot(counting)
 			want := rtCounts{Executes: 1 + calls, Cells: 1 + calls}
