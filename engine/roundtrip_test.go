@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -173,6 +174,17 @@ func TestRoundTripStream(t *testing.T) {
 		t.Errorf("%d dials for one kernel, want 1 (the stream is kept)", c.Dials())
 	}
 	rtRequireOnly(t, c, "spawn")
+	// Nor any file of a cell: a cell over the socket has no request record,
+	// and its result is filed only when a door needs it.
+	ents, err := os.ReadDir(first.Kernel.Dir + "/cells")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if n := e.Name(); n != "_stdout" && n != "_stderr" {
+			t.Errorf("cells dir after %d warm cells over the socket holds %s, want only the output files", rtWarmCells, n)
+		}
+	}
 
 	before := rtSnapshot(c)
 	rtExec(t, eng, engine.Request{Owner: "rt", Code: "import time\ntime.sleep(1.3)"})
