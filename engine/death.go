@@ -21,7 +21,7 @@ func exitCause(output, marker string) string {
 		return ""
 	}
 	if st == 128+int(syscall.SIGKILL) {
-		if oom, ok := oomCauses[oomCause(why)]; ok {
+		if oom := oomCause(why).note(); oom != "" {
 			return ": " + oom
 		}
 	}
@@ -38,10 +38,17 @@ const (
 	oomCounter oomCause = "oom-counter" // its memory cgroup's oom_kill counter rose
 )
 
-var oomCauses = map[oomCause]string{
-	oomCgroup:  "out of memory: the OOM killer of its memory cgroup killed it (SIGKILL) at the cgroup's memory limit",
-	oomHost:    "out of memory: the kernel's OOM killer killed it (SIGKILL) when the host ran out of memory",
-	oomCounter: "out of memory: killed by SIGKILL as its memory cgroup's OOM killer fired (the cgroup's oom_kill count rose)",
+// note says what c means for the kernel; "" for no known cause.
+func (c oomCause) note() string {
+	switch c {
+	case oomCgroup:
+		return "out of memory: the OOM killer of its memory cgroup killed it (SIGKILL) at the cgroup's memory limit"
+	case oomHost:
+		return "out of memory: the kernel's OOM killer killed it (SIGKILL) when the host ran out of memory"
+	case oomCounter:
+		return "out of memory: killed by SIGKILL as its memory cgroup's OOM killer fired (the cgroup's oom_kill count rose)"
+	}
+	return ""
 }
 
 // describeExit says what a shell's exit status of the runner means: an
