@@ -624,8 +624,8 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 			}
 			return outcome{kind: outDead, detail: exitCause(res.Output, "KD:DEAD")}
 		case hasLine(res.Output, "KD:GONE"):
-			// The runner's dir watcher removes the dir when the runner ends:
-			// with its exit status known, say that instead.
+			// The runner's watcher removes the dir when the runner ends,
+			// after keeping its exit status: with it known, say that instead.
 			cause := exitCause(res.Output, "KD:GONE")
 			if c.maybePublished || !publish {
 				if cause != "" {

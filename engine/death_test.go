@@ -3,7 +3,11 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"path"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,10 +56,14 @@ func TestCauseOfDeath(t *testing.T) {
 			noExitFiles(t, h, res.Kernel.Dir)
 		})
 		// Dead while idle and never asked again: the engine's own kill, at
-		// its close, finds the dir gone and still removes the status.
+		// its close, finds the dir gone and still removes the status, even
+		// when the runner's watcher was slow to keep it (a slow dmesg, on
+		// the local backend, where the test sets PATH). It looks once the
+		// watcher is gone, so a status written late is seen.
 		t.Run("dead-then-closed", func(t *testing.T) {
 			h := enginetest.New(t, newEnv(t), nil)
 			first := h.Run("d", "x = 1", 0)
+			watcher := strings.TrimSpace(h.Host(fmt.Sprintf("ps -o ppid= -p %d", first.Kernel.PID)))
 			h.Host(fmt.Sprintf("kill -KILL %d", first.Kernel.PID))
 			h.WaitFor("the runner's dir gone", 10e9, func() bool {
 				return strings.TrimSpace(h.Host("ls -d "+first.Kernel.Dir+" 2>/dev/null; true")) == ""
@@ -65,10 +73,26 @@ func TestCauseOfDeath(t *testing.T) {
 			if err := h.Eng.Close(ctx, false); err != nil {
 				t.Fatal(err)
 			}
+			h.WaitFor("the runner's watcher gone", 10e9, func() bool { n, _ := strconv.Atoi(watcher); return !h.Alive(n) })
+			noExitFiles(t, h, first.Kernel.Dir)
+		})
+		// Alive at the close: the engine's kill waits for the watcher to
+		// keep the status (however slow) and then removes it.
+		t.Run("closed-alive", func(t *testing.T) {
+			h := enginetest.New(t, newEnv(t), nil)
+			first := h.Run("d", "x = 1", 0)
+			watcher := strings.TrimSpace(h.Host(fmt.Sprintf("ps -o ppid= -p %d", first.Kernel.PID)))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := h.Eng.Close(ctx, false); err != nil {
+				t.Fatal(err)
+			}
+			h.WaitFor("the runner's watcher gone", 10e9, func() bool { n, _ := strconv.Atoi(watcher); return !h.Alive(n) })
 			noExitFiles(t, h, first.Kernel.Dir)
 		})
 	}
 	t.Run("local", func(t *testing.T) {
+		slowDmesg(t)
 		check(t, func(t *testing.T) backends.Env { return backends.NewLocal(enginetest.ShortTempDir(t)) })
 	})
 	t.Run("ssh", func(t *testing.T) {
@@ -76,6 +100,22 @@ func TestCauseOfDeath(t *testing.T) {
 		u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
 		check(t, func(t *testing.T) backends.Env { return sshEnv(t, srv, u, nil) })
 	})
+}
+
+// slowDmesg puts first on PATH a dmesg that takes half a second before
+// printing the real one's output, as on a loaded host: a runner's watcher
+// then keeps its exit status well after the runner is gone.
+func slowDmesg(t *testing.T) {
+	real, err := exec.LookPath("dmesg")
+	if err != nil {
+		t.Skipf("no dmesg: %v", err)
+	}
+	dir := t.TempDir()
+	script := "#!/bin/sh\nsleep 0.5\nexec " + real + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "dmesg"), []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 }
 
 // noExitFiles fails the test when a dead kernel's exit status is still

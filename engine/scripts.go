@@ -69,9 +69,10 @@ exec 5<>"$kd/ready"
 # The runner reads the config line (its secret) from what is left of stdin.
 # Its parent, a watcher holding no output channel, keeps its exit status in
 # <root>/.exit-<id>, so that its death can be told apart (an exit code, a
-# signal). It goes beside the kernel dir, in the owner-only root: the runner's dir
-# watcher removes the dir itself when the runner ends. A per-call kernel's
-# dir sits in the shared temp dir, so its status is not kept.
+# signal). It goes beside the kernel dir, in the owner-only root, and the
+# watcher removes the dir after it (a confined runner cannot remove its own
+# dir): a dir gone means its status is kept or was already read. A per-call
+# kernel's dir sits in the shared temp dir, so its status is not kept.
 exitf="${kd%%/*}/.exit-${kd##*/}"; [ "$root" = "$kd" ] && exitf=
 # A SIGKILL is told apart from the OOM killer by the kernel log (a line
 # naming the runner's pid, later than its start) or, where that is not
@@ -90,7 +91,8 @@ exitf="${kd%%/*}/.exit-${kd##*/}"; [ "$root" = "$kd" ] && exitf=
     if [[ $t =~ ^[0-9]+$ && $up =~ ^[0-9]+$ ]] && [ "$t" -ge "$up" ]; then case $l in *"emory cgroup"*) why=oom-cgroup;; *) why=oom-host;; esac
     else n=$(oomn); [[ $n =~ ^[0-9]+$ && $oom0 =~ ^[0-9]+$ ]] && [ "$n" -gt "$oom0" ] && why=oom-counter; fi
   fi
-  [ -n "$exitf" ] && { { printf '%%s\n' "$st${why:+ $why}" >"$exitf.tmp" && mv -f -- "$exitf.tmp" "$exitf"; } 2>/dev/null || rm -f -- "$exitf.tmp"; } ) <&0 &
+  [ -n "$exitf" ] && { { printf '%%s\n' "$st${why:+ $why}" >"$exitf.tmp" && mv -f -- "$exitf.tmp" "$exitf"; } 2>/dev/null || rm -f -- "$exitf.tmp"; }
+  rm -rf -- "$kd" ) <&0 &
 watcher=$!
 ppid_of() { local s; read -r s <"/proc/$1/stat" 2>/dev/null || return 1; s=${s##*) }; set -- $s; printf '%%s' "$2"; }
 if read -r -t %[5]d -u 5 word rpid exe conf && [ "$word" = READY ] && [[ $rpid =~ ^[0-9]+$ ]] &&
@@ -210,17 +212,12 @@ type killTarget struct {
 func killScript(targets []killTarget) string {
 	var b strings.Builder
 	b.WriteString("# kerneldeck:kill\n")
-	b.WriteString(aliveFn)
-	b.WriteString(`
-k() { [ -d "$1" ] && kill -KILL -- "-$2" "$2" 2>/dev/null; return 0; }
+	b.WriteString(`k() { [ -d "$1" ] && kill -KILL -- "-$2" "$2" 2>/dev/null; return 0; }
 w() {
-  # A runner that ended by itself took its dir along: its exit status,
-  # kept beside it, goes now.
-  [ -d "$1" ] || { rm -f -- "${1%/*}/.exit-${1##*/}" "${1%/*}/.exit-${1##*/}.tmp"; return 0; }
-  if [ -p "$1/done" ] && exec 9<>"$1/done"; then
-    while alive "$2" && [ $i -lt 200 ]; do read -t 0.01 -u 9 _; i=$((i + 1)); done
-    # Its watcher writes the exit status just after: let it, then remove it.
-    j=0; while [ ! -e "${1%/*}/.exit-${1##*/}" ] && [ $j -lt 20 ]; do read -t 0.01 -u 9 _; j=$((j + 1)); done
+  # The runner's watcher keeps its exit status beside the dir and then
+  # removes the dir: once the dir is gone, the status can go too.
+  if [ -d "$1" ] && [ -p "$1/done" ] && exec 9<>"$1/done"; then
+    while [ -d "$1" ] && [ $i -lt 200 ]; do read -t 0.01 -u 9 _; i=$((i + 1)); done
     exec 9<&-
   fi
   rm -f -- "${1%/*}/.exit-${1##*/}" "${1%/*}/.exit-${1##*/}.tmp"

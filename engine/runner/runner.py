@@ -518,10 +518,8 @@ class Runner:
             os.close(fd)
 
     def exit_idle(self):
+        # The spawn's watcher removes the dir once it has kept the exit status.
         self.log("idle for %ds, exiting" % self.idle_exit)
-        import shutil
-
-        shutil.rmtree(self.kdir, ignore_errors=True)
         os._exit(0)
 
     # ---- I/O thread ------------------------------------------------------
@@ -1263,26 +1261,6 @@ def confine(kdir):
     return "landlock:%d" % abi
 
 
-def start_dir_watcher(kdir):
-    """A small unconfined shell that removes the kernel dir once this runner
-    is gone, however it ends: confined, the runner cannot remove its own dir
-    (that is a change to the kernel root, which is out of its reach). It
-    blocks on a pipe only this process holds open; nothing polls."""
-    r, w = os.pipe()  # both ends close on exec: no cell's child holds w
-    null = os.open(os.devnull, os.O_RDWR)
-    try:
-        os.posix_spawn("/bin/sh", ["sh", "-c", 'read -r _; rm -rf -- "$1"', "kerneldeck-dir-watch", kdir],
-                       os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, r, 0), (os.POSIX_SPAWN_DUP2, null, 1),
-                                                 (os.POSIX_SPAWN_DUP2, null, 2)])
-    except (OSError, AttributeError):
-        os.close(w)
-        w = -1
-    finally:
-        os.close(r)
-        os.close(null)
-    return w
-
-
 def set_limits(cfg, runner):
     """The kernel's resource limits, soft and hard alike, so that kernel code
     (unless root) cannot lift them: address space (a cell allocating past it
@@ -1340,7 +1318,6 @@ def main():
         runner.auth = Auth(bytes.fromhex(secret) if isinstance(secret, str) else b"")
     except ValueError:
         runner.auth = Auth(b"")
-    runner.dir_watch = start_dir_watcher(kdir)
     if cfg.get("confine", True) is False:
         runner.confinement = _unconfined("turned off by the engine")
     else:
