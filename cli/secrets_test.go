@@ -321,8 +321,8 @@ func keptSecrets(t *testing.T, state string, ids []string, pids []int) []string 
 		t.Fatal(err)
 	}
 	for _, pid := range pids {
-		syscall.Kill(-pid, syscall.SIGKILL)
-		syscall.Kill(pid, syscall.SIGKILL)
+		killKeptKernel(t, pid)              // it and its watcher gone, done with the dirs
+		syscall.Kill(-pid, syscall.SIGKILL) // and what is left of its group
 	}
 	var tokens []string
 	for _, id := range ids {
