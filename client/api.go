@@ -19,6 +19,18 @@ func (c *Client) Kernels() []engine.KernelInfo {
 	return slices.Clone(c.kernels)
 }
 
+// KernelsSince is Kernels for a caller that holds the listing of generation
+// gen: while the engine says nothing changed it returns false and no copy;
+// otherwise the listing and its generation.
+func (c *Client) KernelsSince(gen uint64) ([]engine.KernelInfo, uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen == c.gen && gen != 0 {
+		return nil, gen, false
+	}
+	return slices.Clone(c.kernels), c.gen, true
+}
+
 // Limits returns the cap and idle_exit as last seen.
 func (c *Client) Limits() (int, time.Duration) {
 	c.mu.Lock()
@@ -320,6 +332,7 @@ func (c *Client) fetchKernels(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	c.kernels, c.max, c.idle, c.version = ks, l.Cap, seconds(l.IdleExit), l.Version
+	c.gen++
 	c.mu.Unlock()
 	return nil
 }

@@ -72,6 +72,7 @@ type Client struct {
 	pending map[string]*call
 	kernels []engine.KernelInfo
 	version string // of the engine's last listing
+	gen     uint64 // counts the listings that changed, for KernelsSince
 	max     int
 	idle    time.Duration
 	err     error // why the connection ended

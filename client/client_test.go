@@ -228,3 +228,36 @@ func TestRemotePathScript(t *testing.T) {
 		t.Fatalf("a runtime dir with a socket: %q", got)
 	}
 }
+
+// KernelsSince gives the listing only when it changed: refreshes of an
+// engine where nothing happens leave the generation as it was (the engine
+// answered "unchanged"), and a cell, which moves last_used, is a new one.
+func TestKernelsSince(t *testing.T) {
+	eng, s := served(t)
+	if _, err := eng.Execute(context.Background(), engine.Request{Owner: "agent", Code: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	c := attach(t, s.Path(), client.DialOptions{}, client.Options{RefreshEvery: 20 * time.Millisecond})
+	ks, gen, changed := c.KernelsSince(0)
+	if !changed || gen == 0 || len(ks) != 1 || ks[0].Owner != "agent" {
+		t.Fatalf("first KernelsSince(0) = %d kernels, gen %d, changed %v", len(ks), gen, changed)
+	}
+	for range 10 {
+		if err := c.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again, g, changed := c.KernelsSince(gen); changed || again != nil || g != gen {
+		t.Fatalf("after refreshes with nothing changed: %d kernels, gen %d (was %d), changed %v", len(again), g, gen, changed)
+	}
+	if _, err := eng.Execute(context.Background(), engine.Request{Owner: "agent", Code: "2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	now, g, changed := c.KernelsSince(gen)
+	if !changed || g == gen || len(now) != 1 || now[0].ExecutionCount != ks[0].ExecutionCount+1 {
+		t.Fatalf("after a cell: %+v, gen %d (was %d), changed %v", now, g, gen, changed)
+	}
+}
