@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/charmbracelet/bubbles/cursor"
 	"github.com/charmbracelet/bubbles/key"
 	"github.com/charmbracelet/bubbles/textarea"
 	"github.com/charmbracelet/bubbles/textinput"
@@ -47,6 +48,9 @@ func newEditorPane(ctx *Context, target Target) *EditorPane {
 	ta.BlurredStyle.Prompt = ctx.Theme.Faint
 	ta.FocusedStyle.Placeholder = ctx.Theme.Faint
 	ta.BlurredStyle.Placeholder = ctx.Theme.Faint
+	// A steady cursor: a blinking one redraws the dashboard twice a second
+	// while nothing changes (the focused box already shows where keys go).
+	ta.Cursor.SetMode(cursor.CursorStatic)
 	p := &EditorPane{pane: pane{ctx: ctx}, area: ta, target: target}
 	k := ctx.Keys
 	p.keys = actions{

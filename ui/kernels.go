@@ -436,18 +436,37 @@ func (p *KernelsPane) setSnapshot(ks []engine.KernelInfo, idleExit time.Duration
 			p.gone[old.ID] = &goneKernel{info: old, reason: reason, at: now}
 		}
 	}
+	p.ageGone(now, reasons)
+	p.kernels, p.idleExit = ks, idleExit
+	p.lruPos = lruOrder(ks)
+	p.rebuild()
+}
+
+// keepSnapshot is setSnapshot with the listing unchanged: only the gone
+// kernels age (and learn their reasons); the rows are rebuilt only when
+// one of them goes or idle_exit changed.
+func (p *KernelsPane) keepSnapshot(idleExit time.Duration, reasons map[string]string) {
+	if p.ageGone(p.ctx.Now(), reasons) || idleExit != p.idleExit {
+		p.idleExit = idleExit
+		p.rebuild()
+	}
+}
+
+// ageGone forgets the gone kernels shown long enough and gives the others
+// their reasons; it reports whether any went.
+func (p *KernelsPane) ageGone(now time.Time, reasons map[string]string) bool {
+	went := false
 	for id, g := range p.gone {
 		if now.Sub(g.at) > showGoneFor {
 			delete(p.gone, id)
+			went = true
 		} else if r := reasons[id]; r != "" {
 			// The event with the reason may come after the snapshot that
 			// first missed the kernel.
 			g.reason = r
 		}
 	}
-	p.kernels, p.idleExit = ks, idleExit
-	p.lruPos = lruOrder(ks)
-	p.rebuild()
+	return went
 }
 
 // lruOrder numbers the idle kernels least recently used first, the order

@@ -159,7 +159,8 @@ type Model struct {
 	showHelp   bool
 
 	maxKernels int
-	spares     int // spare runners ready, counted toward maxKernels
+	spares     int    // spare runners ready, counted toward maxKernels
+	kernelsGen uint64 // generation of the listing the kernels pane holds (kernelsVersioner)
 	idleExit   time.Duration
 	// An edit of the limits, applied as one change after limitsPause.
 	pendingCap  *int
@@ -380,11 +381,28 @@ func (m *Model) Close() {
 // spareCounter is an engine that keeps spare runners (the embedded one).
 type spareCounter interface{ Spares() int }
 
+// kernelsVersioner is an engine that says when its listing is the one the
+// dashboard already holds (an attached engine answers "unchanged"): the 1 s
+// refresh of an idle fleet then copies and regroups nothing.
+type kernelsVersioner interface {
+	KernelsSince(gen uint64) ([]engine.KernelInfo, uint64, bool)
+}
+
 // refresh takes a new snapshot of the registry and the limits.
 func (m *Model) refresh() {
 	m.maxKernels, m.idleExit = m.eng.Limits()
 	if s, ok := m.eng.(spareCounter); ok {
 		m.spares = s.Spares()
+	}
+	if v, ok := m.eng.(kernelsVersioner); ok {
+		ks, gen, changed := v.KernelsSince(m.kernelsGen)
+		if !changed {
+			m.kernels.keepSnapshot(m.idleExit, m.reasons)
+			return
+		}
+		m.kernelsGen = gen
+		m.kernels.setSnapshot(ks, m.idleExit, m.reasons)
+		return
 	}
 	m.kernels.setSnapshot(m.eng.Kernels(), m.idleExit, m.reasons)
 }

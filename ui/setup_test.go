@@ -15,6 +15,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 	"github.com/muesli/termenv"
 
+	"github.com/kerneldeck/kerneldeck/client"
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/uitest"
 	"github.com/kerneldeck/kerneldeck/themes"
@@ -31,10 +32,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// Both the real engine and the fake have what the dashboard needs.
+// Both the real engine and the fake have what the dashboard needs; an
+// attached engine also says when its listing is unchanged.
 var (
-	_ Engine = Embedded{}
-	_ Engine = (*uitest.Engine)(nil)
+	_ Engine           = Embedded{}
+	_ Engine           = (*uitest.Engine)(nil)
+	_ Engine           = (*client.Client)(nil)
+	_ kernelsVersioner = (*client.Client)(nil)
 )
 
 // t0 is the fake clock's "now" in every test.
