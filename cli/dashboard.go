@@ -71,10 +71,16 @@ type dashboardCmd struct {
 
 func newDashboardCmd() *dashboardCmd { return &dashboardCmd{} }
 
+// dashboardFPS is how often the renderer looks for a new frame. Bubble
+// Tea's 60 wakes an idle dashboard 60 times a second; at 10 it stays under
+// half a percent of a core (go run ./bench -phases dashboard), and a key
+// shows within 100 ms.
+const dashboardFPS = 10
+
 // programOptions are the Bubble Tea options: the alternate screen, the
-// terminal, and the mouse only when asked for.
+// terminal, the frame rate, and the mouse only when asked for.
 func (c *dashboardCmd) programOptions(in io.Reader, out io.Writer) []tea.ProgramOption {
-	opts := []tea.ProgramOption{tea.WithAltScreen(), tea.WithInput(in), tea.WithOutput(out)}
+	opts := []tea.ProgramOption{tea.WithAltScreen(), tea.WithInput(in), tea.WithOutput(out), tea.WithFPS(dashboardFPS)}
 	if c.mouse {
 		opts = append(opts, tea.WithMouseCellMotion())
 	}
