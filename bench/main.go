@@ -54,7 +54,7 @@ type config struct {
 }
 
 // phaseNames are the phases, in run order.
-var phaseNames = []string{"latency", "tools", "displays", "rss", "owners", "scale", "serve"}
+var phaseNames = []string{"latency", "tools", "displays", "rss", "owners", "scale", "serve", "dashboard"}
 
 func fullConfig() config {
 	return config{Rounds: 7, Warmup: 20, Warm: 200, Blocks: 8, Cold: 3, HeavyFloor: 16, ToolCells: 3, Owners: 50, OwnerCells: 10,
@@ -185,6 +185,7 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		{"owners", ownersPhase},
 		{"scale", scalePhase},
 		{"serve", servePhase},
+		{"dashboard", dashboardPhase},
 	}
 	for _, p := range phases {
 		if ctx.Err() != nil {

@@ -216,7 +216,15 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 	p("| warm local cell with ten attached (p50, ms) | %s |", fig(res, "serve.cell.ten"))
 	p("")
 
-	p("#### Targets (issues 6, 13, 14 and 16)")
+	p("#### The dashboard's own CPU: the real binary attached in tmux (160×50) to an engine holding 1,000 kernels")
+	p("")
+	p("| figure | value |")
+	p("| --- | --- |")
+	p("| nothing changes, the editor focused (%% of a core) | %s |", fig(res, "dashboard.cpu.idle"))
+	p("| one cell streaming a line every 20 ms, its kernel selected (%% of a core) | %s |", fig(res, "dashboard.cpu.stream"))
+	p("")
+
+	p("#### Targets (issues 6, 13, 14, 16 and 18)")
 	p("")
 	p("| target | measured | |")
 	p("| --- | --- | --- |")
@@ -298,7 +306,11 @@ func targets(cfg config, env *setupEnv, res *results) []target {
 		target{"one attached dashboard on an engine holding 1,000 kernels costs it under 1% of a core",
 			fig(res, "serve.cpu.one"), verdict(res, "serve.cpu.one", 1)},
 		target{"a warm python_exec over MCP stdio costs at most 0.3 ms more at p50 than the same cell over headless",
-			fig(res, "serve.mcp.extra"), verdict(res, "serve.mcp.extra", 0.3)})
+			fig(res, "serve.mcp.extra"), verdict(res, "serve.mcp.extra", 0.3)},
+		target{"an idle dashboard showing 1,000 kernels uses under 0.5% of a core",
+			fig(res, "dashboard.cpu.idle"), verdict(res, "dashboard.cpu.idle", 0.5)},
+		target{"a dashboard showing 1,000 kernels with one cell streaming uses under 5% of a core",
+			fig(res, "dashboard.cpu.stream"), verdict(res, "dashboard.cpu.stream", 5)})
 	if _, ok := res.get("owners.cold.fail"); ok {
 		fails := sum(res, "owners.cold.fail") + sum(res, "owners.warm.fail")
 		v := "met"
