@@ -397,9 +397,14 @@ func TestSSHConfigFile(t *testing.T) {
 		t.Log("no OpenSSH client: checked the file's content only")
 		return
 	}
-	out, err := exec.Command(sshBin, "-F", path, "-o", "BatchMode=yes", "kdbox", "id -un").CombinedOutput()
+	// Stdout only: the login's shell rc may say things on stderr (pyenv's
+	// rehash, racing another shell's, did once under load).
+	cmd := exec.Command(sshBin, "-F", path, "-o", "BatchMode=yes", "kdbox", "id -un")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil || strings.TrimSpace(string(out)) != u.Name {
-		t.Fatalf("ssh -F %s kdbox id -un: %v: %s", path, err, out)
+		t.Fatalf("ssh -F %s kdbox id -un: %v: %s (stderr: %s)", path, err, out, stderr.String())
 	}
 }
 
