@@ -31,24 +31,23 @@ done FIFO so that a shell waiting on the host wakes up. Waiting for work
 blocks in select(); nothing polls while the kernel is idle.
 """
 
-import ast
-import base64
+import _ast  # the C module: what compile() builds, without ast.py's helpers
 import builtins
 import codecs
 import io
 import json
 import linecache
 import os
-import queue
+from _queue import Empty as QueueEmpty
+from _queue import SimpleQueue
 import re
-import selectors
+import select
 import signal
-import socket
+import _socket  # the C module: socket.py (enums and all) weighs 600 KB in every kernel
 import struct
 import sys
 import threading
 import time
-import traceback
 import types
 from stat import S_ISDIR as stat_is_dir
 from stat import S_ISLNK as stat_is_link
@@ -151,8 +150,13 @@ def _is_pil(obj):
     return type(obj).__module__.startswith("PIL.") and hasattr(obj, "save") and hasattr(obj, "size")
 
 
+# The values a cell's last expression is most often: none has a rich repr,
+# and looking up nine methods on each costs more than the rest of the cell.
+PLAIN_TYPES = frozenset((int, float, complex, bool, str, bytes, list, tuple, dict, set, frozenset, range))
+
+
 def has_rich_repr(obj):
-    if isinstance(obj, type):
+    if type(obj) in PLAIN_TYPES or isinstance(obj, type):
         return False
     if _is_figure(obj) or _is_pil(obj):
         return True
@@ -164,6 +168,8 @@ def _as_value(mime, value):
     if value is None:
         return None
     if mime in BINARY_MIMES:
+        import base64  # only displays need it: an idle kernel does without
+
         if isinstance(value, str):
             try:
                 base64.b64decode(value, validate=True)
@@ -226,6 +232,8 @@ def mime_bundle(obj):
             elif v is not None:
                 data[mime] = v
         if "image/png" not in data and (_is_figure(obj) or _is_pil(obj)):
+            import base64
+
             buf = io.BytesIO()
             try:
                 if _is_figure(obj):
@@ -309,6 +317,38 @@ def write_private(path, data):
         except OSError:
             pass
         raise
+
+
+class Poller:
+    """What the io thread needs of selectors' EpollSelector: file descriptors
+    waited on for reading, each with its data (selectors and what it
+    imports weigh 250 KB in every kernel)."""
+
+    def __init__(self):
+        # epoll (close-on-exec) where there is one; poll on the BSDs.
+        self.epoll = hasattr(select, "epoll")
+        self.ep = select.epoll() if self.epoll else select.poll()
+        self.data = {}
+
+    def register(self, fd, data):
+        self.ep.register(fd, select.EPOLLIN if self.epoll else select.POLLIN)
+        self.data[fd] = data
+
+    def unregister(self, fd):
+        self.data.pop(fd, None)
+        try:
+            self.ep.unregister(fd)
+        except (OSError, ValueError):
+            pass
+
+    def select(self, timeout):
+        """The data of the descriptors ready to read (or closed), waiting at
+        most timeout seconds (None: for ever)."""
+        if timeout is None:
+            events = self.ep.poll(-1 if self.epoll else None)
+        else:
+            events = self.ep.poll(timeout if self.epoll else timeout * 1000)
+        return [self.data[fd] for fd, _ in events if fd in self.data]
 
 
 class Conn:
@@ -439,7 +479,7 @@ class Runner:
         self.stream_lock = threading.Lock()
         self.stream_offsets = {}
         self.last = None  # (cell id, result frame) of the latest finished cell
-        self.work = queue.Queue()
+        self.work = SimpleQueue()
         self.running = None
         self.pending_interrupt = None
         self.in_user_code = False
@@ -478,7 +518,7 @@ class Runner:
         self.listener = None
         sock_path = os.path.join(self.kdir, "sock")
         if len(sock_path.encode()) <= SOCK_PATH_MAX:
-            self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
             self.listener.bind(sock_path)
             os.chmod(sock_path, 0o600)
             self.listener.listen(16)
@@ -496,7 +536,7 @@ class Runner:
                     return
                 try:
                     cell = self.work.get(timeout=max(wait, 0.01))
-                except queue.Empty:
+                except QueueEmpty:
                     continue
                 if cell is not None:
                     self.run_cell(cell)
@@ -525,18 +565,17 @@ class Runner:
     # ---- I/O thread ------------------------------------------------------
 
     def io_loop(self):
-        sel = selectors.DefaultSelector()
+        sel = Poller()
         if self.listener is not None:
-            sel.register(self.listener, selectors.EVENT_READ, "listen")
-        sel.register(self.wake_fd, selectors.EVENT_READ, "wake")
+            sel.register(self.listener.fileno(), "listen")
+        sel.register(self.wake_fd, "wake")
         wake_buf = b""
         while True:
             # Tick only while someone waits for a cell's output; idle, we block.
-            events = sel.select(STREAM_EVERY if self.streamers else None)
-            for key, _ in events:
-                if key.data == "listen":
+            for data in sel.select(STREAM_EVERY if self.streamers else None):
+                if data == "listen":
                     self.accept(sel)
-                elif key.data == "wake":
+                elif data == "wake":
                     try:
                         chunk = os.read(self.wake_fd, 65536)
                     except BlockingIOError:
@@ -546,7 +585,7 @@ class Runner:
                         line, wake_buf = wake_buf.split(b"\n", 1)
                         self.on_wake(line.decode("utf-8", "replace").strip())
                 else:
-                    self.on_conn(sel, key.data)
+                    self.on_conn(sel, data)
             with self.stream_lock:
                 if self.running is not None and self.streamers:
                     self.stream_output(self.running)
@@ -555,13 +594,14 @@ class Runner:
 
     def accept(self, sel):
         try:
-            sock, _ = self.listener.accept()
+            fd, _ = self.listener._accept()  # close-on-exec, as socket.accept's
         except OSError:
             return
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
         # Only our own user may drive this kernel, even though the 0700
         # directory already keeps co-tenants away from the socket.
         try:
-            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
             _, uid, _ = struct.unpack("3i", creds)
             if uid != os.getuid():
                 sock.close()
@@ -570,7 +610,7 @@ class Runner:
             pass
         sock.settimeout(30)
         conn = Conn(sock)
-        sel.register(sock, selectors.EVENT_READ, conn)
+        sel.register(sock.fileno(), conn)
         conn.send({"op": "hello", "nonce": conn.nonce})
 
     def on_conn(self, sel, conn):
@@ -579,7 +619,7 @@ class Runner:
         except OSError:
             data = b""
         if not data:
-            sel.unregister(conn.sock)
+            sel.unregister(conn.sock.fileno())
             conn.alive = False
             conn.sock.close()
             # A result sent over a socket that broke may not have arrived:
@@ -600,7 +640,7 @@ class Runner:
             if not conn.authed:
                 if not self.authenticate(msg, conn):
                     self.log("refused a connection that did not answer the challenge")
-                    sel.unregister(conn.sock)
+                    sel.unregister(conn.sock.fileno())
                     conn.alive = False
                     conn.sock.close()
                     return
@@ -879,6 +919,8 @@ class Runner:
                 ext = mime.split("/")[-1].split("+")[0]
                 path = os.path.join(self.cells, "%s.d%d.%s" % (self.display_cell, n, re.sub(r"[^a-z0-9]", "", ext) or "bin"))
                 try:
+                    import base64
+
                     raw = base64.b64decode(value) if mime in BINARY_MIMES else value.encode("utf-8", "replace")
                     write_private(path, raw)
                     spill[mime] = path
@@ -1018,7 +1060,8 @@ class Runner:
             if fd is None:
                 flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
                 fd = self.out_fds[i] = os.open(os.path.join(self.cells, OUTPUT_FILES[i]), flags, 0o600)
-            os.ftruncate(fd, 0)
+            if os.lseek(fd, 0, os.SEEK_END):  # its size: 0.4 us, an ftruncate 6
+                os.ftruncate(fd, 0)
             os.dup2(fd, 1 + i)
 
     def restore(self):
@@ -1040,11 +1083,12 @@ class Runner:
                     self.pending_interrupt = None
                     raise KeyboardInterrupt
                 self.in_user_code = True
-            tree = compile(cell.code, filename, "exec", ast.PyCF_ONLY_AST)
+            tree = compile(cell.code, filename, "exec", _ast.PyCF_ONLY_AST)
             last = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = ast.Interactive(body=[tree.body.pop()])
-            exec(compile(tree, filename, "exec"), self.ns)
+            if tree.body and isinstance(tree.body[-1], _ast.Expr):
+                last = _ast.Interactive(body=[tree.body.pop()])
+            if tree.body or last is None:
+                exec(compile(tree, filename, "exec"), self.ns)
             if last is not None:
                 # Like the interactive interpreter: show the last expression's value.
                 hook = sys.displayhook
@@ -1067,6 +1111,8 @@ class Runner:
 
     @staticmethod
     def format_exc():
+        import traceback  # only a cell that fails needs it
+
         etype, value, tb = sys.exc_info()
         # Drop the runner's own frames: the user sees only their cell.
         frames = [f for f in traceback.extract_tb(tb) if f.filename != __file__]
