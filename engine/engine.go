@@ -120,6 +120,7 @@ type Engine struct {
 	// idle_exit: a release only moves lastUsed later. Zero forces a scan.
 	idleSince time.Time
 	pythons   map[string]string // backend URI -> interpreter path its runners reported
+	roots     map[string]string // backend URI -> the kernel root its runners were spawned in
 	// unconfined holds, per backend URI, why its runners are not confined
 	// ("" once one was), so the event is said once per host.
 	unconfined map[string]string
@@ -177,6 +178,7 @@ func New(cfg Config) (*Engine, error) {
 		kernels:    map[Key]*Kernel{},
 		byID:       map[string]*Kernel{},
 		pythons:    map[string]string{},
+		roots:      map[string]string{},
 		unconfined: map[string]string{},
 		lost:       map[Key]string{},
 		unkilled:   map[string]*pendingKill{},

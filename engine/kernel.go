@@ -388,7 +388,7 @@ func (e *Engine) startRunner(ctx context.Context, env backends.Env, id string, t
 	config = append(config, '\n')
 	stdin := make([]byte, 0, len(runner.Source)+len(stubs)+len(config))
 	stdin = append(append(append(stdin, runner.Source...), stubs...), config...)
-	script := spawnScript(env.TempDir(), id, e.python(env), [2]int{len(runner.Source), len(stubs)}, 20, transient)
+	script := spawnScript(env.TempDir(), id, e.python(env), e.kernelRoot(env), [2]int{len(runner.Source), len(stubs)}, 20, transient)
 	res, err := env.Execute(ctx, script, backends.ExecOptions{Stdin: stdin, Timeout: spawnTimeout})
 	if err != nil {
 		return spawnedRunner{}, &transportError{fmt.Errorf("spawn kernel %s on %s: %w", id, env.URI(), err)}
@@ -406,6 +406,11 @@ func (e *Engine) startRunner(ctx context.Context, env backends.Env, id string, t
 	// The dir goes into rm -rf later: accept only the shape spawnScript makes.
 	if err != nil || pid <= 0 || !validKernelDir(env.TempDir(), dir, id, transient) {
 		return spawnedRunner{}, fmt.Errorf("spawn kernel %s on %s: unexpected answer %q", id, env.URI(), line)
+	}
+	if !transient {
+		e.mu.Lock()
+		e.roots[env.URI()] = path.Dir(dir)
+		e.mu.Unlock()
 	}
 	r := spawnedRunner{pid: pid, dir: dir, token: token, confinement: "none:unknown"}
 	if len(fields) > 2 && strings.HasPrefix(fields[2], "/") {
@@ -455,6 +460,13 @@ type transportError struct{ err error }
 
 func (t *transportError) Error() string { return t.err.Error() }
 func (t *transportError) Unwrap() error { return t.err }
+
+// kernelRoot returns the kernel root learnt on env's host, or "".
+func (e *Engine) kernelRoot(env backends.Env) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.roots[env.URI()]
+}
 
 // python returns the interpreter path learnt on env's host, or "".
 func (e *Engine) python(env backends.Env) string {

@@ -27,20 +27,27 @@ var shq = backends.ShellQuote
 // kernel's secret, is the runner's own stdin and never touches a file. It
 // prints "KD:SPAWNED <pid> <dir> <python> <confinement>" or "KD:ERR
 // <reason>". python, learnt from an earlier spawn, skips PATH wrappers such
-// as pyenv shims, which cost more than the spawn. A transient kernel gets an
+// as pyenv shims, which cost more than the spawn; root, learnt too, skips
+// asking for the login. A transient kernel gets an
 // unpredictable dir of its own outside the root (the fallback when the root
 // is unusable): mkdir fails on anything planted.
-func spawnScript(tempDir, id, python string, sizes [2]int, readyTimeoutSec int, transient bool) string {
-	rootSetup := `login=$(id -un 2>/dev/null) || login="uid$EUID"
-root="$t/kerneldeck-$login"
+func spawnScript(tempDir, id, python, root string, sizes [2]int, readyTimeoutSec int, transient bool) string {
+	// root, learnt from an earlier spawn on this host, saves asking id(1)
+	// for the login (a fork and an exec); it is only a shortcut to the same
+	// path, checked below like a new one.
+	rootSetup := `root=` + shq(root) + `
+case $root in "$t"/kerneldeck-*) case ${root#"$t"/kerneldeck-} in ''|*/*) root=;; esac;; *) root=;; esac
+if [ -z "$root" ] || [ ! -d "$root" ]; then
+  login=$(id -un 2>/dev/null) || login="uid$EUID"
+  root="$t/kerneldeck-$login"
+fi
 kd="$root/"` + shq(id) + `
 [ -d "$t" ] || fail "temp dir $t does not exist on this host"
 [ -L "$root" ] && fail "kernel root $root is a symbolic link; remove it"
 [ -e "$root" ] || mkdir "$root" 2>/dev/null
 [ -L "$root" ] && fail "kernel root $root is a symbolic link; remove it"
 [ -d "$root" ] || fail "kernel root $root is not a directory and could not be created"
-[ -O "$root" ] || fail "kernel root $root is owned by another user; remove it or use another temp dir"
-chmod 700 "$root" 2>/dev/null || fail "cannot chmod 700 $root"`
+[ -O "$root" ] || fail "kernel root $root is owned by another user; remove it or use another temp dir"`
 	if transient {
 		rootSetup = `kd="$t/kerneldeck-once-"` + shq(id) + `
 root="$kd"
@@ -56,12 +63,21 @@ py=%[6]s
 command -v "$py" >/dev/null 2>&1 || fail "python3 was not found on PATH on this host; install Python 3.8 or newer"
 t=%[1]s
 %[2]s
+# Every external command is a fork and an exec, a millisecond or more each
+# on a small host: the dirs are 0700 by the umask, and a chmod runs only
+# when the check finds a mode that is not 700 (a root made by hand, a
+# default ACL). $kd first, alone: a planted $kd (a symlink) fails it before
+# anything is made through it.
 mkdir "$kd" 2>/dev/null || fail "cannot create kernel dir $kd (it may already exist)"
-mkdir "$kd/cells" "$kd/rpc" && chmod 700 "$kd" "$kd/cells" "$kd/rpc" || fail "cannot create private dirs under $kd"
-modes=$(stat -c '%%a %%u %%F:%%n' -- "$root" "$kd" "$kd/cells" "$kd/rpc" 2>&1) || fail "cannot check modes under $root: $modes"
-while IFS= read -r line; do
-  case "$line" in "700 $EUID directory:"*) ;; *) rm -rf -- "$kd"; fail "not owner-only (want 700 $EUID directory): $line";; esac
-done <<<"$modes"
+mkdir "$kd/cells" "$kd/rpc" || { rm -rf -- "$kd"; fail "cannot create private dirs under $kd"; }
+owner_only() {
+  modes=$(stat -c '%%a %%u %%F:%%n' -- "$root" "$kd" "$kd/cells" "$kd/rpc" 2>&1) || { rm -rf -- "$kd"; fail "cannot check modes under $root: $modes"; }
+  while IFS= read -r bad; do case "$bad" in "700 $EUID directory:"*) ;; *) return 1;; esac; done <<<"$modes"
+}
+if ! owner_only; then
+  chmod 700 -- "$root" "$kd" "$kd/cells" "$kd/rpc" 2>/dev/null
+  owner_only || { rm -rf -- "$kd"; fail "not owner-only (want 700 $EUID directory): $bad"; }
+fi
 # head's own message names the cause (e.g. "No space left on device").
 werr=$( { head -c %[3]d >"$kd/runner.py" && head -c %[4]d >"$kd/kerneldeck_tools.py"; } 2>&1 ) || { rm -rf -- "$kd"; fail "cannot write the runner files into $kd: ${werr//$'\n'/; }"; }
 mkfifo "$kd/wake" "$kd/done" "$kd/ready" || { rm -rf -- "$kd"; fail "cannot create FIFOs in $kd"; }
