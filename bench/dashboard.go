@@ -12,7 +12,6 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/tmuxtest"
-	"github.com/kerneldeck/kerneldeck/server"
 )
 
 // The dashboard's own CPU (issue 18): the real binary, attached in a tmux
@@ -32,30 +31,18 @@ for i in range(3000):
 func dashboardPhase(ctx context.Context, cfg config, env *setupEnv, res *results, log io.Writer) {
 	t := newTB("dashboard", log)
 	defer t.close()
-	const kernels = 1000
-	eng, err := scaleEngine(ctx, t, kernels)
+	eng, sock, err := servedFleet(ctx, t, 1000)
 	if err != nil {
 		res.fail("dashboard: %v", err)
 		return
 	}
-	if err := register(ctx, eng, kernels); err != nil {
-		res.fail("dashboard: %v", err)
-		return
-	}
-	// Owner "a-stream" sorts first: the dashboard selects it on its own.
+	// Owner "a-stream" sorts first: its kernel is the row under the first
+	// group.
 	first, err := kdRun(ctx, eng, engine.Request{Owner: "a-stream", Code: "1"}, "1\n")
 	if err != nil {
 		res.fail("dashboard: %v", err)
 		return
 	}
-	sock := filepath.Join(shortTempDir(t), "engine.sock")
-	srv, err := server.Listen(eng, server.Options{Path: sock})
-	if err != nil {
-		res.fail("dashboard: %v", err)
-		return
-	}
-	go srv.Serve()
-	t.Cleanup(func() { srv.Shutdown(context.Background(), "bench over") })
 	bin, err := buildKerneldeck(t)
 	if err != nil {
 		res.fail("dashboard: %v", err)

@@ -239,28 +239,35 @@ func cpuSeconds() float64 {
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
-// dashboardCost: an engine in this process holding 1,000 kernels, served on
-// a socket; its CPU over a window with no dashboard, one and ten attached
-// (each a process of its own); and a warm cell with none and with ten.
-func dashboardCost(ctx context.Context, t *tb, cfg config, res *results, log io.Writer) {
-	const kernels = 1000
-	eng, err := scaleEngine(ctx, t, kernels)
+// servedFleet is an engine in this process holding n registered kernels
+// (fake host) besides its local backend, served on a socket (its path).
+func servedFleet(ctx context.Context, t *tb, n int) (*engine.Engine, string, error) {
+	eng, err := scaleEngine(ctx, t, n)
 	if err != nil {
-		res.fail("serve: %v", err)
-		return
+		return nil, "", err
 	}
-	if err := register(ctx, eng, kernels); err != nil {
-		res.fail("serve: %v", err)
-		return
+	if err := register(ctx, eng, n); err != nil {
+		return nil, "", err
 	}
 	sock := filepath.Join(shortTempDir(t), "engine.sock")
 	srv, err := server.Listen(eng, server.Options{Path: sock})
 	if err != nil {
-		res.fail("serve: %v", err)
-		return
+		return nil, "", err
 	}
 	go srv.Serve()
 	t.Cleanup(func() { srv.Shutdown(context.Background(), "bench over") })
+	return eng, sock, nil
+}
+
+// dashboardCost: an engine in this process holding 1,000 kernels, served on
+// a socket; its CPU over a window with no dashboard, one and ten attached
+// (each a process of its own); and a warm cell with none and with ten.
+func dashboardCost(ctx context.Context, t *tb, cfg config, res *results, log io.Writer) {
+	eng, sock, err := servedFleet(ctx, t, 1000)
+	if err != nil {
+		res.fail("serve: %v", err)
+		return
+	}
 	self, err := os.Executable()
 	if err != nil {
 		res.fail("serve: %v", err)
