@@ -31,6 +31,14 @@ func (c *Client) KernelsSince(gen uint64) ([]engine.KernelInfo, uint64, bool) {
 	return slices.Clone(c.kernels), c.gen, true
 }
 
+// Spares returns the engine's spare runners as last listed (they count
+// toward the cap; the dashboard's header says "spares N").
+func (c *Client) Spares() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.spares
+}
+
 // Limits returns the cap and idle_exit as last seen.
 func (c *Client) Limits() (int, time.Duration) {
 	c.mu.Lock()
@@ -302,6 +310,7 @@ func (c *Client) fetchKernels(ctx context.Context) error {
 		Now       time.Time `json:"now"`
 		Version   string    `json:"version"`
 		Unchanged bool      `json:"unchanged"`
+		Spares    int       `json:"spares"`
 		Kernels   []struct {
 			engine.KernelInfo
 			RunningSince *time.Time `json:"running_since"`
@@ -331,7 +340,7 @@ func (c *Client) fetchKernels(ctx context.Context) error {
 		}
 	}
 	c.mu.Lock()
-	c.kernels, c.max, c.idle, c.version = ks, l.Cap, seconds(l.IdleExit), l.Version
+	c.kernels, c.max, c.idle, c.version, c.spares = ks, l.Cap, seconds(l.IdleExit), l.Version, l.Spares
 	c.gen++
 	c.mu.Unlock()
 	return nil

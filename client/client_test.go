@@ -261,3 +261,36 @@ func TestKernelsSince(t *testing.T) {
 		t.Fatalf("after a cell: %+v, gen %d (was %d), changed %v", now, g, gen, changed)
 	}
 }
+
+// The listing carries the engine's spare runners, which count toward the
+// cap: an attached dashboard's header says "spares N" as an embedded
+// one's does.
+func TestClientSpares(t *testing.T) {
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{backends.NewLocal(t.TempDir())}, StateDir: t.TempDir(),
+		SpareKernels: map[string]int{"local": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.Listen(eng, server.Options{Path: filepath.Join(t.TempDir(), "run", server.SocketName), Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s.Shutdown(ctx, "test over")
+		eng.Close(ctx, false)
+	})
+	waitFor(t, "the engine's spare", func() bool { return eng.Spares() == 1 })
+	c := attach(t, s.Path(), client.DialOptions{}, client.Options{RefreshEvery: 20 * time.Millisecond})
+	waitFor(t, "the spare in the listing", func() bool { return c.Spares() == 1 })
+	if ks := c.Kernels(); len(ks) != 0 {
+		t.Fatalf("a spare is listed as a kernel: %+v", ks)
+	}
+	// A kernel takes the spare; the engine starts another.
+	if _, err := eng.Execute(context.Background(), engine.Request{Owner: "a", Code: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "one kernel and a spare again", func() bool { return len(c.Kernels()) == 1 && c.Spares() == eng.Spares() })
+}

@@ -203,6 +203,9 @@ type kernelsLine struct {
 	// costs it almost nothing.
 	Version   string `json:"version"`
 	Unchanged bool   `json:"unchanged,omitempty"`
+	// Spares counts the runners started and idle, keyed to no one yet,
+	// which count toward the cap (protocol 2; a dashboard's "spares N").
+	Spares int `json:"spares"`
 }
 
 type kernelInfo struct {
@@ -233,8 +236,9 @@ func (s *server) kernels(r *request) {
 	if s.peer.restricted() {
 		infos = slices.DeleteFunc(infos, func(k engine.KernelInfo) bool { return k.Owner != s.peer.Owner })
 	}
+	spares := s.eng.Spares()
 	line := kernelsLine{ID: r.id, Op: "kernels", Cap: maxKernels, IdleExit: idleExit.Seconds(), Now: time.Now(),
-		Version: listingVersion(maxKernels, idleExit, infos)}
+		Version: listingVersion(maxKernels, idleExit, spares, infos), Spares: spares}
 	if r.version != "" && r.version == line.Version {
 		line.Unchanged, line.Count, line.Kernels = true, len(infos), []kernelInfo{}
 		s.w.write(line)
@@ -337,13 +341,14 @@ func (s *server) cells(r *request) {
 }
 
 // listingVersion hashes what a kernels listing says, but the idle times.
-func listingVersion(maxKernels int, idleExit time.Duration, infos []engine.KernelInfo) string {
+func listingVersion(maxKernels int, idleExit time.Duration, spares int, infos []engine.KernelInfo) string {
 	h := fnv.New64a()
 	var b []byte
 	field := func(s string) { b = append(append(b, s...), 0) }
 	num := func(n int64) { b = strconv.AppendInt(b, n, 10); b = append(b, 0) }
 	num(int64(maxKernels))
 	num(int64(idleExit))
+	num(int64(spares))
 	for _, k := range infos {
 		b = b[:0]
 		for _, s := range []string{k.ID, k.Owner, k.Task, k.Backend, k.Child, k.Dir, string(k.State), k.RunningCell, k.Confinement} {

@@ -320,8 +320,8 @@ func TestKernelsListing(t *testing.T) {
 	a := h.call(execReq("a", "pass", "owner", "alice", "task", "t1", "tools", []string{"b_tool", "a_tool", "a_tool"}))
 	b := h.call(execReq("b", "pass", "owner", "bob", "child", "c1"))
 	l := h.call(line{"id": "k1", "op": "kernels"})
-	wantKeys(t, "kernels response", l, "id", "op", "count", "cap", "idle_exit", "kernels", "now", "version")
-	if l["op"] != "kernels" || l["count"] != 2.0 || l["cap"] != 3.0 || l["idle_exit"] != 90.0 {
+	wantKeys(t, "kernels response", l, "id", "op", "count", "cap", "idle_exit", "kernels", "now", "version", "spares")
+	if l["op"] != "kernels" || l["count"] != 2.0 || l["cap"] != 3.0 || l["idle_exit"] != 90.0 || l["spares"] != 0.0 {
 		t.Errorf("kernels header: %v", l)
 	}
 	ks, _ := l["kernels"].([]any)

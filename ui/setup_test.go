@@ -39,6 +39,7 @@ var (
 	_ Engine           = (*uitest.Engine)(nil)
 	_ Engine           = (*client.Client)(nil)
 	_ kernelsVersioner = (*client.Client)(nil)
+	_ spareCounter     = (*client.Client)(nil)
 )
 
 // t0 is the fake clock's "now" in every test.
