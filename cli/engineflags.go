@@ -92,7 +92,7 @@ func (f *engineFlags) register(fs *flagSet) {
 		"at least 1s (kernel_cpu_time in the config); past it the kernel is killed by SIGXCPU and says so",
 		durationAtLeast(&f.limits.CPUTime, time.Second, "--kernel-cpu-time 10m"))
 	fs.Func("spare-kernels", "keep `N` runners started and idle on each backend, not yet anyone's kernel, so that a new "+
-		"kernel (one without tools) starts at once (spare_kernels in the config; default 1 on the local backend, 0 on "+
+		"kernel starts at once (spare_kernels in the config; default 1 on the local backend, 0 on "+
 		"the others; spares count toward --max-kernels and go first when it is reached)",
 		wholeNumber(&f.spareKernels, 0, 64, "it must be a whole number from 0 to 64, e.g. --spare-kernels 1 (0: none)"))
 	fs.Func("kernel-max-procs", "limit the processes of each kernel's login on its host to `N`, at least 8 "+

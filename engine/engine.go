@@ -71,8 +71,9 @@ type Config struct {
 	// is gone; by default it goes with the kernel.
 	KeepToolOutput bool
 	// SpareKernels is how many runners to keep started and idle on each
-	// backend (by URI), not yet anyone's kernel: a new kernel without tools
-	// takes one instead of starting a runner. Spares count toward
+	// backend (by URI), not yet anyone's kernel: a new kernel takes one
+	// instead of starting a runner (one with tools writes its stubs into
+	// it first). Spares count toward
 	// MaxKernels, go first when over it, and are killed with the engine.
 	SpareKernels map[string]int
 

@@ -304,9 +304,16 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 		}()
 	}
 	// A spare runner, when one is ready, is this kernel at once: it was
-	// started the same way, with no tools and a secret of its own.
+	// started the same way, with a secret of its own and no tools; a kernel
+	// with tools gives it their stubs first (one command, no spawn).
 	var r spawnedRunner
 	spare, fromSpare := e.takeSpare(k)
+	if tools := k.key.ToolList(); fromSpare && len(tools) > 0 {
+		if serr := e.installStubs(ctx, k.env, spare.runner.dir, toolModule(tools, e.cfg.Tools)); serr != nil {
+			e.killAsync([]*Kernel{spare.kernel()})
+			fromSpare = false
+		}
+	}
 	if fromSpare {
 		r = spare.runner
 		id = spare.id
@@ -365,6 +372,18 @@ type spawnedRunner struct {
 	pid                 int
 	dir, token          string
 	python, confinement string
+}
+
+// installStubs writes a spare runner's tool stubs, before its first cell.
+func (e *Engine) installStubs(ctx context.Context, env backends.Env, dir string, stubs []byte) error {
+	res, err := env.Execute(ctx, stubsScript(dir), backends.ExecOptions{Stdin: stubs, Timeout: spawnTimeout})
+	if err != nil {
+		return fmt.Errorf("tool stubs for the spare runner in %s on %s: %w", dir, env.URI(), err)
+	}
+	if !hasLine(res.Output, "KD:OK") {
+		return fmt.Errorf("tool stubs for the spare runner in %s on %s: %s", dir, env.URI(), hostError(res))
+	}
+	return nil
 }
 
 // startRunner starts a runner on env as kernel id, with tool stubs for

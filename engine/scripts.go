@@ -213,6 +213,22 @@ echo KD:OK
 `, shq(dir), answerLoop)
 }
 
+// stubsScript gives a spare runner in dir the tool stubs on stdin
+// (kerneldeck_tools.py, 0600), when a kernel with tools takes it, and only
+// in a kernel dir that is still there and not a link. No cell has run in a
+// spare, so nothing reads or has imported the stubs it had; a write that
+// fails is KD:GONE, and the engine kills the spare. It prints KD:OK or
+// KD:GONE.
+func stubsScript(dir string) string {
+	return fmt.Sprintf(`# kerneldeck:stubs
+export LC_ALL=C
+umask 077
+kd=%s
+[ -d "$kd" ] && [ ! -L "$kd" ] && [ ! -L "$kd/kerneldeck_tools.py" ] || { echo KD:GONE; exit 0; }
+cat >"$kd/kerneldeck_tools.py" 2>/dev/null && echo KD:OK || echo KD:GONE
+`, shq(dir))
+}
+
 // killTarget is one runner a kill script kills.
 type killTarget struct {
 	dir string

@@ -24,11 +24,11 @@ type spareBackend struct {
 }
 
 // takeSpare hands k a spare runner of its backend, when k can use one: a
-// new kernel (not a respawn, not per-call) with no tool stubs, on a backend
-// that is not provisioned per kernel. Taken or not, the backend's spares
-// are then made up again in the background.
+// new kernel (not a respawn, not per-call) on a backend that is not
+// provisioned per kernel. Taken or not, the backend's spares are then made
+// up again in the background.
 func (e *Engine) takeSpare(k *Kernel) (*spare, bool) {
-	if k.pid != 0 || k.transient || len(k.key.ToolList()) > 0 || e.cfg.SpareKernels[k.env.URI()] <= 0 {
+	if k.pid != 0 || k.transient || e.cfg.SpareKernels[k.env.URI()] <= 0 {
 		return nil, false
 	}
 	if _, ok := backends.Find[backends.Provisioner](k.env); ok {

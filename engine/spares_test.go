@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,15 +13,16 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/backendtest"
 	"github.com/kerneldeck/kerneldeck/internal/enginetest"
+	"github.com/kerneldeck/kerneldeck/internal/fakeenv"
 	"github.com/kerneldeck/kerneldeck/internal/proctest"
 )
 
 // spareEngine is an engine on a counted local backend that keeps n spare
-// runners.
-func spareEngine(t *testing.T, n, maxKernels int) (*engine.Engine, backendtest.Counting, *engine.Subscription) {
+// runners, and on the other backends given, which keep none.
+func spareEngine(t *testing.T, n, maxKernels int, others ...backends.Env) (*engine.Engine, backendtest.Counting, *engine.Subscription) {
 	t.Helper()
 	env := backendtest.NewCounting(backends.NewLocal(enginetest.ShortTempDir(t)))
-	eng, err := engine.New(engine.Config{Backends: []backends.Env{env}, StateDir: t.TempDir(), MaxKernels: maxKernels,
+	eng, err := engine.New(engine.Config{Backends: append([]backends.Env{env}, others...), StateDir: t.TempDir(), MaxKernels: maxKernels,
 		SpareKernels: map[string]int{env.URI(): n}})
 	if err != nil {
 		t.Fatal(err)
@@ -85,23 +87,29 @@ func TestSpareKernelIsTakenAndReplaced(t *testing.T) {
 	if spawned != 2 {
 		t.Errorf("%d spawned events, want 2 (one per owner, none for the spares)", spawned)
 	}
-	// Tools need their stubs at start: such a kernel is started as before.
+	// A kernel with tools takes the spare too, writing its stubs first: one
+	// command, no spawn on its path.
 	waitSpares(t, eng, 1) // b's replacement
+	spares = proctest.Runners(env.TempDir())
 	env.Reset()
-	rtExec(t, eng, engine.Request{Owner: "c", Tools: []string{"read_file"}, Code: "1"})
-	if n := env.ByMarker("kerneldeck:spawn"); n != 1 || eng.Spares() != 1 {
-		t.Errorf("a kernel with tools: %d spawn commands, %d spares; want 1 and the spare kept", n, eng.Spares())
+	c := rtExec(t, eng, engine.Request{Owner: "c", Tools: []string{"read_file"}, Code: "import kerneldeck_tools as kt\nprint(kt.TOOLS, callable(kt.read_file))"})
+	if c.Stdout != "('read_file',) True\n" || !slices.Contains(spares, c.Kernel.PID) {
+		t.Fatalf("a kernel with tools: stdout %q, kernel %+v; want its stubs, in one of the spares %v", c.Stdout, c.Kernel, spares)
+	}
+	if n, s := env.ByMarker("kerneldeck:spawn"), env.ByMarker("kerneldeck:stubs"); n > 1 || s != 1 {
+		t.Errorf("a kernel with tools taking a spare: %d spawn commands (want at most the replacement's), %d stubs commands (want 1)", n, s)
 	}
 }
 
 // Spares count toward max_kernels and never push a kernel out: a kernel
-// that does not take the spare (it asks for tools) makes the spare go.
+// that does not take the spare (on another backend, which keeps none)
+// makes the spare go.
 func TestSparesYieldToTheCap(t *testing.T) {
-	eng, _, sub := spareEngine(t, 1, 2)
+	eng, _, sub := spareEngine(t, 1, 2, fakeenv.NewQuiet(fakeenv.NewHost(), "fake", "/nonexistent/kdtest-fake"))
 	waitSpares(t, eng, 1)
 	rtExec(t, eng, engine.Request{Owner: "a", Code: "1"})
 	waitSpares(t, eng, 1) // a + the spare = the cap
-	rtExec(t, eng, engine.Request{Owner: "b", Tools: []string{"read_file"}, Code: "1"})
+	rtExec(t, eng, engine.Request{Owner: "b", Backend: "fake", Code: "1"})
 	time.Sleep(300 * time.Millisecond) // no refill may come: two kernels fill the cap
 	if n, ks := eng.Spares(), eng.Kernels(); n != 0 || len(ks) != 2 {
 		t.Fatalf("at the cap: %d spares, kernels %+v; want 0 spares and both kernels", n, ks)
