@@ -36,6 +36,8 @@ type Context struct {
 	saveDir string
 	// images is how the output pane draws images; "" is ImagesOff.
 	images ImageMode
+	// drawer draws them, in commands.
+	drawer *imageDrawer
 	// open shows a saved image with the system's viewer; nil: o is off.
 	open    func(path string) error
 	openDir string

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/binary"
 	"hash/crc32"
 	"image"
@@ -9,8 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/ansi"
 
+	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/imagetest"
 )
 
@@ -132,5 +135,42 @@ func TestInlineImageRefusesBombs(t *testing.T) {
 	}
 	if _, err := imageLines(ImagesSixel, 1, []byte("not an image"), 80); err == nil {
 		t.Error("garbage was drawn")
+	}
+}
+
+// TestImagesDrawnOffTheLoop: with an image mode on, the output pane never
+// decodes an image in Update. It shows a placeholder and returns a command
+// that draws it; the drawing comes back as a message and replaces the
+// placeholder. A new width is a new drawing.
+func TestImagesDrawnOffTheLoop(t *testing.T) {
+	f := newFixture(t, fixtureOpts{})
+	f.m.ctx.images, f.m.ctx.drawer = ImagesKitty, newImageDrawer(ImagesKitty)
+	f.update(tea.WindowSizeMsg{Width: 100, Height: 40})
+	png := base64.StdEncoding.EncodeToString(imagetest.Halves(t, 320, 160))
+	f.eng.SetExecResult(&engine.Result{Status: engine.StatusSuccess, Displays: []engine.Display{
+		{Data: map[string]string{"image/png": png, "text/plain": "img"}},
+	}, Kernel: &engine.KernelResult{ID: "k-me", ExecutionCount: 1}}, nil, "")
+	f.m.editor.area.SetValue("show()")
+	f.run(t, f.update(keyCtrlR))
+	for len(f.m.output.shown) < 1 || f.m.output.shown[0].res == nil {
+		f.drainInbox(t)
+	}
+	for _, width := range []int{120, 90} {
+		_, cmd := f.m.Update(tea.WindowSizeMsg{Width: width, Height: 40})
+		if view := f.m.View(); !strings.Contains(view, "drawing…") || strings.Contains(view, "\x1b_G") {
+			t.Fatalf("at %d columns before the drawing came: want the placeholder and no image:\n%s", width, view)
+		}
+		if cmd == nil {
+			t.Fatalf("at %d columns: no command to draw the image", width)
+		}
+		msg, ok := cmd().(imageDrawnMsg)
+		if !ok || msg.err != nil {
+			t.Fatalf("at %d columns: the command gave %#v", width, msg)
+		}
+		f.update(msg)
+		view := f.m.View()
+		if strings.Contains(view, "drawing…") || !strings.Contains(view, "\x1b_G") || !strings.Contains(view, string(kittyPlaceholder)) {
+			t.Fatalf("at %d columns after the drawing came: want the image in place of the placeholder:\n%q", width, view)
+		}
 	}
 }

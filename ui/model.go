@@ -209,7 +209,7 @@ func New(opts Options) *Model {
 		user = "me"
 	}
 	ctx := &Context{Theme: theme, Keys: DefaultKeyMap(), Now: now, User: user, borders: newBoxStyle(theme), clipboard: opts.Clipboard, saveDir: opts.SaveDir,
-		images: opts.Images, open: opts.Open, openDir: opts.OpenDir}
+		images: opts.Images, drawer: newImageDrawer(opts.Images), open: opts.Open, openDir: opts.OpenDir}
 	backendsList := opts.Engine.Backends()
 	first := ""
 	if len(backendsList) > 0 {
@@ -410,6 +410,10 @@ func (m *Model) refresh() {
 // Update routes a message.
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	model, cmd := m.update(msg)
+	if draw := m.ctx.drawer.start(); draw != nil {
+		// Rendering asked for images: drawn off the loop.
+		cmd = tea.Batch(cmd, draw)
+	}
 	if m.fetchWant && !m.quitting {
 		// The target changed (or its kernel may have appeared): show the
 		// cells others ran in it.
@@ -448,6 +452,10 @@ func (m *Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, tea.Batch(cmd, waitEvents(m.events))
 	case cellsMsg:
 		return m, m.onCells(msg)
+	case imageDrawnMsg:
+		m.ctx.drawer.store(msg)
+		m.output.redraw()
+		return m, nil
 	case eventsDoneMsg:
 		if m.lost != nil {
 			if err := m.lost(); err != nil {

@@ -232,6 +232,16 @@ func (p *OutputPane) add(r *cellRun) {
 	p.render()
 }
 
+// redraw renders every run again: an image it shows was drawn.
+func (p *OutputPane) redraw() {
+	for _, r := range p.runs {
+		if r.res != nil && len(r.res.Displays) > 0 {
+			r.width = 0
+		}
+	}
+	p.render()
+}
+
 // changed re-renders after a run of the current target got output or ended.
 func (p *OutputPane) changed(r *cellRun) {
 	if r.target.String() == p.target.String() {
@@ -387,12 +397,14 @@ func displayLines(d engine.Display, seq, i, w int, ctx *Context) []string {
 			if ctx.images == ImagesOff || ctx.images == "" {
 				return label
 			}
-			raw, _ := base64.StdEncoding.DecodeString(v)
-			drawn, err := imageLines(ctx.images, imageID(seq, i), raw, w)
-			if err != nil {
-				return append(label, t.Warn.Render(fit("not drawn: "+err.Error(), w)))
+			drawn, ok := ctx.drawer.get(imageID(seq, i), v, w)
+			switch {
+			case !ok:
+				return append(label, t.Muted.Render(fit("drawing…", w)))
+			case drawn.err != nil:
+				return append(label, t.Warn.Render(fit("not drawn: "+drawn.err.Error(), w)))
 			}
-			return append(label, drawn...)
+			return append(label, drawn.lines...)
 		}
 		if path, ok := d.Spill[m]; ok {
 			return []string{t.Muted.Render(fit(fmt.Sprintf("[%s, too large to keep: %s]", m, plain(path)), w))}
