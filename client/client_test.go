@@ -17,10 +17,15 @@ import (
 	"github.com/kerneldeck/kerneldeck/server"
 )
 
-// served is an engine on a socket, as kerneldeck serve runs it.
-func served(t *testing.T) (*engine.Engine, *server.Server) {
+// served is an engine on a socket, as kerneldeck serve runs it; mutate,
+// when given, changes its config first.
+func served(t *testing.T, mutate ...func(*engine.Config)) (*engine.Engine, *server.Server) {
 	t.Helper()
-	eng, err := engine.New(engine.Config{Backends: []backends.Env{backends.NewLocal(t.TempDir())}, StateDir: t.TempDir()})
+	cfg := engine.Config{Backends: []backends.Env{backends.NewLocal(t.TempDir())}, StateDir: t.TempDir()}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	eng, err := engine.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,22 +271,7 @@ func TestKernelsSince(t *testing.T) {
 // cap: an attached dashboard's header says "spares N" as an embedded
 // one's does.
 func TestClientSpares(t *testing.T) {
-	eng, err := engine.New(engine.Config{Backends: []backends.Env{backends.NewLocal(t.TempDir())}, StateDir: t.TempDir(),
-		SpareKernels: map[string]int{"local": 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := server.Listen(eng, server.Options{Path: filepath.Join(t.TempDir(), "run", server.SocketName), Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		s.Shutdown(ctx, "test over")
-		eng.Close(ctx, false)
-	})
+	eng, s := served(t, func(c *engine.Config) { c.SpareKernels = map[string]int{"local": 1} })
 	waitFor(t, "the engine's spare", func() bool { return eng.Spares() == 1 })
 	c := attach(t, s.Path(), client.DialOptions{}, client.Options{RefreshEvery: 20 * time.Millisecond})
 	waitFor(t, "the spare in the listing", func() bool { return c.Spares() == 1 })

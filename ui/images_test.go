@@ -147,14 +147,7 @@ func TestImagesDrawnOffTheLoop(t *testing.T) {
 	f.m.ctx.images, f.m.ctx.drawer = ImagesKitty, newImageDrawer(ImagesKitty)
 	f.update(tea.WindowSizeMsg{Width: 100, Height: 40})
 	png := base64.StdEncoding.EncodeToString(imagetest.Halves(t, 320, 160))
-	f.eng.SetExecResult(&engine.Result{Status: engine.StatusSuccess, Displays: []engine.Display{
-		{Data: map[string]string{"image/png": png, "text/plain": "img"}},
-	}, Kernel: &engine.KernelResult{ID: "k-me", ExecutionCount: 1}}, nil, "")
-	f.m.editor.area.SetValue("show()")
-	f.run(t, f.update(keyCtrlR))
-	for len(f.m.output.shown) < 1 || f.m.output.shown[0].res == nil {
-		f.drainInbox(t)
-	}
+	f.showDisplays(t, engine.Display{Data: map[string]string{"image/png": png, "text/plain": "img"}})
 	for _, width := range []int{120, 90} {
 		_, cmd := f.m.Update(tea.WindowSizeMsg{Width: width, Height: 40})
 		if view := f.m.View(); !strings.Contains(view, "drawing…") || strings.Contains(view, "\x1b_G") {

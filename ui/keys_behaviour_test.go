@@ -1122,15 +1122,8 @@ func TestSaveImages(t *testing.T) {
 	f.m.ctx.saveDir = dir
 	f.update(tea.WindowSizeMsg{Width: 100, Height: 30})
 	png := testPNG(t, 8, 4)
-	f.eng.SetExecResult(&engine.Result{Status: engine.StatusSuccess, Displays: []engine.Display{
-		{Data: map[string]string{"text/plain": "x"}},
-		{Data: map[string]string{"image/png": png, "text/plain": "img"}},
-	}, Kernel: &engine.KernelResult{ID: "k-me", ExecutionCount: 1}}, nil, "")
-	f.m.editor.area.SetValue("show()")
-	f.run(t, f.update(keyCtrlR))
-	for len(f.m.output.shown) < 1 || f.m.output.shown[0].res == nil {
-		f.drainInbox(t)
-	}
+	f.showDisplays(t, engine.Display{Data: map[string]string{"text/plain": "x"}},
+		engine.Display{Data: map[string]string{"image/png": png, "text/plain": "img"}})
 	f.keys(keyTab, keyTab)
 	for _, name := range []string{"kerneldeck-cell1-2.png", "kerneldeck-cell1-2-2.png"} {
 		f.run(t, f.update(runes("s")))

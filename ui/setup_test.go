@@ -201,6 +201,19 @@ func (f *fixture) run(t testing.TB, cmd tea.Cmd) tea.Msg {
 	}
 }
 
+// showDisplays runs a cell from the editor whose result holds displays,
+// and waits until the output pane has it.
+func (f *fixture) showDisplays(t testing.TB, displays ...engine.Display) {
+	t.Helper()
+	f.eng.SetExecResult(&engine.Result{Status: engine.StatusSuccess, Displays: displays,
+		Kernel: &engine.KernelResult{ID: "k-me", ExecutionCount: 1}}, nil, "")
+	f.m.editor.area.SetValue("show()")
+	f.run(t, f.update(keyCtrlR))
+	for len(f.m.output.shown) < 1 || f.m.output.shown[0].res == nil {
+		f.drainInbox(t)
+	}
+}
+
 // drainInbox waits for the results posted by background cells and feeds
 // them to the model.
 func (f *fixture) drainInbox(t testing.TB) {
