@@ -286,11 +286,13 @@ kd=%[1]s; pid=%[2]d
 %[3]s
 gone() { echo "KD:GONE $*"; exit 0; }
 [ -d "$kd" ] && [ ! -L "$kd" ] && [ -O "$kd" ] || gone "the runner has exited: no kernel dir $kd"
+# Dead first: once the runner is gone its watcher removes the dir, and the
+# checks below would find it half removed.
+alive "$pid" || gone "runner $pid has exited"
 for d in "$kd" "$kd/cells" "$kd/rpc"; do
   [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] || gone "$d is not an owner-only dir"
   m=$(stat -c %%a -- "$d") && [ "$m" = 700 ] || gone "$d has mode $m, not 700"
 done
-alive "$pid" || gone "runner $pid has exited"
 if [ -r "/proc/$pid/cmdline" ]; then
   mapfile -d '' argv <"/proc/$pid/cmdline"
   [ "${argv[1]-}" = "$kd/runner.py" ] || gone "pid $pid is not this kernel's runner"
