@@ -55,41 +55,35 @@ func TestCauseOfDeath(t *testing.T) {
 			}
 			noExitFiles(t, h, res.Kernel.Dir)
 		})
-		// Dead while idle and never asked again: the engine's own kill, at
-		// its close, finds the dir gone and still removes the status, even
-		// when the runner's watcher was slow to keep it (a slow dmesg, on
-		// the local backend, where the test sets PATH). It looks once the
-		// watcher is gone, so a status written late is seen.
-		t.Run("dead-then-closed", func(t *testing.T) {
-			h := enginetest.New(t, newEnv(t), nil)
-			first := h.Run("d", "x = 1", 0)
-			watcher := strings.TrimSpace(h.Host(fmt.Sprintf("ps -o ppid= -p %d", first.Kernel.PID)))
-			h.Host(fmt.Sprintf("kill -KILL %d", first.Kernel.PID))
-			h.WaitFor("the runner's dir gone", 10e9, func() bool {
-				return strings.TrimSpace(h.Host("ls -d "+first.Kernel.Dir+" 2>/dev/null; true")) == ""
+		// Closed with the kernel dead while idle and never asked again, or
+		// alive: the engine's own kill finds the dir gone, or waits for the
+		// watcher to keep the status, and removes it either way, even when
+		// the watcher was slow (a slow dmesg, on the local backend, where
+		// the test sets PATH). It looks once the watcher is gone, so a
+		// status written late is seen.
+		for _, tc := range []struct {
+			name       string
+			deadBefore bool
+		}{{"dead-then-closed", true}, {"closed-alive", false}} {
+			t.Run(tc.name, func(t *testing.T) {
+				h := enginetest.New(t, newEnv(t), nil)
+				first := h.Run("d", "x = 1", 0)
+				watcher, _ := strconv.Atoi(strings.TrimSpace(h.Host(fmt.Sprintf("ps -o ppid= -p %d", first.Kernel.PID))))
+				if tc.deadBefore {
+					h.Host(fmt.Sprintf("kill -KILL %d", first.Kernel.PID))
+					h.WaitFor("the runner's dir gone", 10e9, func() bool {
+						return strings.TrimSpace(h.Host("ls -d "+first.Kernel.Dir+" 2>/dev/null; true")) == ""
+					})
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				if err := h.Eng.Close(ctx, false); err != nil {
+					t.Fatal(err)
+				}
+				h.WaitFor("the runner's watcher gone", 10e9, func() bool { return !h.Alive(watcher) })
+				noExitFiles(t, h, first.Kernel.Dir)
 			})
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if err := h.Eng.Close(ctx, false); err != nil {
-				t.Fatal(err)
-			}
-			h.WaitFor("the runner's watcher gone", 10e9, func() bool { n, _ := strconv.Atoi(watcher); return !h.Alive(n) })
-			noExitFiles(t, h, first.Kernel.Dir)
-		})
-		// Alive at the close: the engine's kill waits for the watcher to
-		// keep the status (however slow) and then removes it.
-		t.Run("closed-alive", func(t *testing.T) {
-			h := enginetest.New(t, newEnv(t), nil)
-			first := h.Run("d", "x = 1", 0)
-			watcher := strings.TrimSpace(h.Host(fmt.Sprintf("ps -o ppid= -p %d", first.Kernel.PID)))
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if err := h.Eng.Close(ctx, false); err != nil {
-				t.Fatal(err)
-			}
-			h.WaitFor("the runner's watcher gone", 10e9, func() bool { n, _ := strconv.Atoi(watcher); return !h.Alive(n) })
-			noExitFiles(t, h, first.Kernel.Dir)
-		})
+		}
 	}
 	t.Run("local", func(t *testing.T) {
 		slowDmesg(t)
