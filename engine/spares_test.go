@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -218,6 +219,34 @@ func TestCellOnASpareIsTheKernels(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the cell did not start")
+		}
+	}
+}
+
+// A spare whose stubs cannot be written (its stubs file is now a link) is
+// not used: it is killed, and the kernel with tools gets a runner of its
+// own, with its stubs.
+func TestSpareWithoutStubsIsNotUsed(t *testing.T) {
+	eng, env, _ := spareEngine(t, 1, 8)
+	waitSpares(t, eng, 1)
+	spares := proctest.Runners(env.TempDir())
+	dirs, _ := filepath.Glob(filepath.Join(env.TempDir(), "kerneldeck-*", "k*", "kerneldeck_tools.py"))
+	if len(spares) != 1 || len(dirs) != 1 {
+		t.Fatalf("one spare: runners %v, stubs files %v", spares, dirs)
+	}
+	if err := os.Remove(dirs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/null", dirs[0]); err != nil {
+		t.Fatal(err)
+	}
+	c := rtExec(t, eng, engine.Request{Owner: "c", Tools: []string{"read_file"}, Code: "import kerneldeck_tools as kt\nprint(kt.TOOLS)"})
+	if c.Stdout != "('read_file',)\n" || c.Kernel.PID == spares[0] {
+		t.Fatalf("stdout %q, kernel %+v; want its stubs in a runner other than the spare %d", c.Stdout, c.Kernel, spares[0])
+	}
+	for deadline := time.Now().Add(10 * time.Second); proctest.Alive(spares[0]); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the spare %d whose stubs failed still runs", spares[0])
 		}
 	}
 }
