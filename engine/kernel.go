@@ -324,9 +324,6 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 	}
 	pid, dir, token := r.pid, r.dir, r.token
 	e.mu.Lock()
-	if r.python != "" {
-		e.pythons[k.env.URI()] = r.python
-	}
 	e.noteConfinementLocked(k, r.confinement)
 	if e.byID[k.id] == k {
 		delete(e.byID, k.id)
@@ -369,9 +366,9 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 
 // spawnedRunner is a runner started on a host, not yet anyone's kernel.
 type spawnedRunner struct {
-	pid                 int
-	dir, token          string
-	python, confinement string
+	pid         int
+	dir, token  string
+	confinement string
 }
 
 // installStubs writes a spare runner's tool stubs, before its first cell.
@@ -426,15 +423,16 @@ func (e *Engine) startRunner(ctx context.Context, env backends.Env, id string, t
 	if err != nil || pid <= 0 || !validKernelDir(env.TempDir(), dir, id, transient) {
 		return spawnedRunner{}, fmt.Errorf("spawn kernel %s on %s: unexpected answer %q", id, env.URI(), line)
 	}
-	if !transient {
-		e.mu.Lock()
-		e.roots[env.URI()] = path.Dir(dir)
-		e.mu.Unlock()
-	}
 	r := spawnedRunner{pid: pid, dir: dir, token: token, confinement: "none:unknown"}
+	// What the host told, for its next spawns (a spare's included).
+	e.mu.Lock()
 	if len(fields) > 2 && strings.HasPrefix(fields[2], "/") {
-		r.python = fields[2]
+		e.pythons[env.URI()] = fields[2]
 	}
+	if !transient {
+		e.roots[env.URI()] = path.Dir(dir)
+	}
+	e.mu.Unlock()
 	if len(fields) > 3 {
 		r.confinement = fields[3]
 	}
