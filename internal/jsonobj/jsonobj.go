@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // Object is a decoded JSON object: each key with its raw, undecoded value.
@@ -31,7 +32,7 @@ func (e *DuplicateKeyError) Error() string { return fmt.Sprintf("key %.80q appea
 func Decode(data []byte) (Object, error) {
 	if !json.Valid(data) {
 		// Valid first, so that malformed input gets encoding/json's own
-		// error (with its offset) rather than a token reader's.
+		// error (with its offset).
 		var v any
 		err := json.Unmarshal(data, &v)
 		if err == nil {
@@ -39,42 +40,89 @@ func Decode(data []byte) (Object, error) {
 		}
 		return nil, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
+	// The input is one valid JSON value: what is left is to split the
+	// object's members, which needs no more checks than where each ends.
+	i := skipSpace(data, 0)
+	if data[i] != '{' {
 		return nil, ErrNotObject
 	}
 	obj := Object{}
-	for dec.More() {
-		tok, err := dec.Token()
+	for i = skipSpace(data, i+1); data[i] != '}'; i = skipSpace(data, i) {
+		if data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
+		end := skipString(data, i)
+		key, err := unquote(data[i:end])
 		if err != nil {
 			return nil, err
-		}
-		key, ok := tok.(string)
-		if !ok {
-			return nil, fmt.Errorf("object key %v is not a string", tok)
 		}
 		if _, dup := obj[key]; dup {
 			return nil, &DuplicateKeyError{Key: key}
 		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, err
-		}
-		obj[key] = v
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, err
-	}
-	// json.Valid accepted the whole input as one value, so only white
-	// space can follow; checked anyway, since it is the point of the package.
-	if len(bytes.TrimSpace(data[dec.InputOffset():])) > 0 {
-		return nil, errors.New("data after the JSON object")
+		i = skipSpace(data, skipSpace(data, end)+1) // past the colon
+		end = skipValue(data, i)
+		obj[key] = bytes.Clone(data[i:end])
+		i = end
 	}
 	return obj, nil
+}
+
+// unquote decodes a JSON string as encoding/json does (escapes, and
+// invalid UTF-8 replaced), without its cost when there is nothing to do.
+func unquote(q []byte) (string, error) {
+	body := q[1 : len(q)-1]
+	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+		return string(body), nil
+	}
+	var s string
+	err := json.Unmarshal(q, &s)
+	return s, err
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the end of the (valid) string starting at data[i].
+func skipString(data []byte, i int) int {
+	for i++; data[i] != '"'; i++ {
+		if data[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// skipValue returns the end of the (valid) value starting at data[i].
+func skipValue(data []byte, i int) int {
+	switch data[i] {
+	case '"':
+		return skipString(data, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch data[i] {
+			case '"':
+				i = skipString(data, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for ; i < len(data); i++ {
+		switch data[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+	}
+	return i
 }
 
 // Kind names the JSON type of a valid value: string, number, boolean,

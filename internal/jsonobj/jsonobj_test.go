@@ -95,3 +95,13 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// A tool request as a runner sends one: decoded once per tool call.
+func BenchmarkDecodeRequest(b *testing.B) {
+	data := []byte(`{"seq": 12, "tool": "read_file", "args": {"path": "/tmp/x", "max": 100}, "cell": "c3f9a1b2c4d5e6f70", "token": "e48169b4d892d4d86904aace3d582540fd193cbdd551c5ac9491a61a801ce775"}`)
+	for b.Loop() {
+		if _, err := Decode(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
