@@ -640,7 +640,7 @@ func (s *SSH) dialUnixOnce(ctx context.Context, path string) (net.Conn, error) {
 			}
 			return nil, fmt.Errorf("ssh %s: open stream to %s: %w", s.uri, path, r.err)
 		}
-		return r.c, nil
+		return withReadDeadlines(r.c), nil
 	case <-ctx.Done():
 		go func() {
 			if r := <-ch; r.c != nil {

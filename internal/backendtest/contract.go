@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -554,6 +555,12 @@ echo "listener did not start:"; cat "$d/listen.log"; exit 1`, Shq(d)), []byte(li
 		t.Fatalf("DialUnix(%s): %v", sock, err)
 	}
 	defer conn.Close()
+	// Read deadlines hold (the engine waits for a cell's frames until its
+	// timeout), and the stream works on after one passed.
+	conn.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if n, err := conn.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past a read deadline, nothing sent: %d bytes, %v; want os.ErrDeadlineExceeded", n, err)
+	}
 	conn.SetDeadline(time.Now().Add(hangGuard))
 	msg := "hello " + randomHex(4) + "\n"
 	if _, err := conn.Write([]byte(msg)); err != nil {
