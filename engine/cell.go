@@ -268,7 +268,6 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 func newCellRun(id, code string, deadline time.Time, onOutput func(stream, text string), userStream bool) *cellRun {
 	c := &cellRun{id: id, code: code, deadline: deadline, onOutput: onOutput, userStream: userStream}
 	c.timeoutSec = max(1, math.Ceil(time.Until(deadline).Seconds()))
-	c.reqJSON, _ = json.Marshal(map[string]any{"id": c.id, "code": code, "timeout": c.timeoutSec})
 	return c
 }
 
@@ -357,7 +356,6 @@ type outcome struct {
 type cellRun struct {
 	id       string
 	code     string
-	reqJSON  []byte
 	deadline time.Time
 	onOutput func(stream, text string)
 	// onDisplay gets the displays streamed while the cell runs; streamed
@@ -395,100 +393,124 @@ func (e *Engine) runCell(ctx context.Context, k *Kernel, c *cellRun) outcome {
 // runCellStream returns ok=false when the stream cannot finish the cell; the
 // Execute path then finds out what happened on the host.
 func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.StreamDialer, c *cellRun) (outcome, bool) {
+	req := cellFrame{Op: "cell", ID: c.id, Code: c.code, Stream: c.onOutput != nil && (c.userStream || e.bus.wantsOutput()), Timeout: c.timeoutSec}
+	var conn *runnerConn
+	for {
+		var fresh bool
+		conn, fresh = e.streamTo(ctx, k, d)
+		if conn == nil {
+			return outcome{}, false
+		}
+		published, sent := c.maybePublished, c.sentOverSocket
+		c.maybePublished, c.sentOverSocket = true, true
+		if conn.send(req) == nil {
+			break
+		}
+		// A write that failed left no whole line, and a runner runs only
+		// whole lines.
+		c.maybePublished, c.sentOverSocket = published, sent
+		conn.close()
+		// Nothing reads a stream between cells, so a stream that broke
+		// then is found here: it is opened again, once.
+		if fresh {
+			return outcome{}, false
+		}
+	}
+	start := time.Now()
+	until := c.deadline
+	if c.interrupted {
+		until = c.graceEnd
+	}
+	defer conn.begin(ctx, until)()
+	for {
+		f, err := conn.next(c.id)
+		switch {
+		case errors.Is(err, errReadCanceled):
+			return outcome{kind: outCanceled, detail: ctx.Err().Error()}, true
+		case errors.Is(err, os.ErrDeadlineExceeded) && c.interrupted:
+			return outcome{kind: outTimeoutKilled, interrupted: true}, true
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			c.interrupted, c.graceEnd = true, time.Now().Add(e.cfg.InterruptGrace)
+			conn.readUntil(c.graceEnd)
+			e.emit(cellEvent(EventCellTimeout, k, c.id, "cell "+c.id+": interrupting"))
+			if conn.send(map[string]string{"op": "interrupt", "id": c.id}) != nil {
+				return outcome{}, false // the Execute path rings it
+			}
+			c.interruptSent = true
+			continue
+		case err != nil:
+			return outcome{}, false
+		}
+		switch {
+		case f.Op == "result" && f.ID == c.id:
+			e.traceStream(k, "cell "+c.id, start)
+			return outcome{kind: outDone, frame: &f, interrupted: c.interrupted}, true
+		case f.Op == "output" && f.ID == c.id && c.onOutput != nil:
+			c.onOutput(f.Stream, f.Text)
+		case f.Op == "display" && f.ID == c.id && f.Display != nil && c.onDisplay != nil:
+			// Parts spilled to files come with the result (k is nil:
+			// nothing is fetched here).
+			if c.streamed.count < maxDisplays {
+				c.streamed.count++
+				if d := e.checkDisplay(ctx, nil, c.id, f.Index, *f.Display, &c.streamed.bytes); d != nil {
+					c.onDisplay(*d)
+				}
+			}
+		case f.Op == "error" && f.ID == c.id:
+			return outcome{kind: outPubFail, detail: f.Error}, true
+		case f.Op == "rpc":
+			c.rpc.serveStream(rpcItem{name: f.Name, data: []byte(f.Data), problem: f.Error}, func(a rpcAnswer) error {
+				return conn.send(map[string]any{"op": "rpc_result", "seq": a.seq, "result": a.resp})
+			})
+		}
+	}
+}
+
+// cellFrame asks a runner to run a cell.
+type cellFrame struct {
+	Op      string  `json:"op"`
+	ID      string  `json:"id"`
+	Code    string  `json:"code"`
+	Stream  bool    `json:"stream"`
+	Timeout float64 `json:"timeout"`
+}
+
+// streamTo returns k's stream, opening it when it has none or it ended
+// (fresh is then true), or nil when it cannot be opened.
+func (e *Engine) streamTo(ctx context.Context, k *Kernel, d backends.StreamDialer) (conn *runnerConn, fresh bool) {
 	e.mu.Lock()
 	conn, dir, token := k.conn, k.dir, k.token
 	e.mu.Unlock()
-	if conn == nil || conn.closed() {
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		nc, err := d.DialUnix(dctx, dir+"/sock")
-		if err != nil {
-			cancel()
-			return outcome{}, false
-		}
-		fresh, err := dialRunner(dctx, nc, token, &e.wg, func(n int64) {
-			e.emit(kernelEvent(EventRunnerFlood, k, fmt.Sprintf(
-				"the runner sent %d MB that no cell asked for (kernel code writing to the engine's stream); the stream was closed", n>>20)))
-		})
-		cancel()
-		if err != nil {
-			if errors.Is(err, errNotRunner) {
-				e.emit(kernelEvent(EventTransportError, k, "stream to "+dir+"/sock refused: "+err.Error()))
-			}
-			return outcome{}, false
-		}
-		if conn != nil {
-			e.emit(kernelEvent(EventReconnected, k, "stream to the runner re-opened"))
-		}
-		conn = fresh
-		e.mu.Lock()
-		if k.state == phaseGone {
-			e.mu.Unlock()
-			conn.close()
-			return outcome{}, false
-		}
-		k.conn = conn
-		e.mu.Unlock()
+	if conn != nil && !conn.closed() && !conn.broken() {
+		return conn, false
 	}
-	start := time.Now()
-	c.maybePublished, c.sentOverSocket = true, true
-	conn.want(c.id)
-	defer conn.unwant()
-	err := conn.send(map[string]any{"op": "cell", "id": c.id, "code": c.code, "stream": c.onOutput != nil && (c.userStream || e.bus.wantsOutput()), "timeout": c.timeoutSec})
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	nc, err := d.DialUnix(dctx, dir+"/sock")
 	if err != nil {
-		conn.close()
-		return outcome{}, false
+		return nil, false
 	}
-	deadline := time.NewTimer(time.Until(c.deadline))
-	defer deadline.Stop()
-	var grace <-chan time.Time
-	if c.interrupted {
-		grace = time.After(time.Until(c.graceEnd))
-	}
-	for {
-		select {
-		case f, ok := <-conn.frames:
-			if !ok {
-				return outcome{}, false
-			}
-			conn.consumed(f)
-			switch {
-			case f.Op == "result" && f.ID == c.id:
-				e.traceStream(k, "cell "+c.id, start)
-				return outcome{kind: outDone, frame: &f, interrupted: c.interrupted}, true
-			case f.Op == "output" && f.ID == c.id && c.onOutput != nil:
-				c.onOutput(f.Stream, f.Text)
-			case f.Op == "display" && f.ID == c.id && f.Display != nil && c.onDisplay != nil:
-				// Parts spilled to files come with the result (k is nil:
-				// nothing is fetched here).
-				if c.streamed.count < maxDisplays {
-					c.streamed.count++
-					if d := e.checkDisplay(ctx, nil, c.id, f.Index, *f.Display, &c.streamed.bytes); d != nil {
-						c.onDisplay(*d)
-					}
-				}
-			case f.Op == "error" && f.ID == c.id:
-				return outcome{kind: outPubFail, detail: f.Error}, true
-			case f.Op == "rpc":
-				c.rpc.serveStream(rpcItem{name: f.Name, data: []byte(f.Data), problem: f.Error}, func(a rpcAnswer) error {
-					return conn.send(map[string]any{"op": "rpc_result", "seq": a.seq, "result": a.resp})
-				})
-			}
-		case <-deadline.C:
-			if !c.interrupted {
-				c.interrupted, c.graceEnd = true, time.Now().Add(e.cfg.InterruptGrace)
-				grace = time.After(e.cfg.InterruptGrace)
-				e.emit(cellEvent(EventCellTimeout, k, c.id, "cell "+c.id+": interrupting"))
-				if conn.send(map[string]string{"op": "interrupt", "id": c.id}) != nil {
-					return outcome{}, false // the Execute path rings it
-				}
-				c.interruptSent = true
-			}
-		case <-grace:
-			return outcome{kind: outTimeoutKilled, interrupted: true}, true
-		case <-ctx.Done():
-			return outcome{kind: outCanceled, detail: ctx.Err().Error()}, true
+	opened, err := dialRunner(dctx, nc, token, func(n int64) {
+		e.emit(kernelEvent(EventRunnerFlood, k, fmt.Sprintf(
+			"the runner sent %d MB that no cell asked for (kernel code writing to the engine's stream); the stream was closed", n>>20)))
+	})
+	if err != nil {
+		if errors.Is(err, errNotRunner) {
+			e.emit(kernelEvent(EventTransportError, k, "stream to "+dir+"/sock refused: "+err.Error()))
 		}
+		return nil, false
 	}
+	if conn != nil {
+		e.emit(kernelEvent(EventReconnected, k, "stream to the runner re-opened"))
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if k.state == phaseGone {
+		opened.close()
+		return nil, false
+	}
+	k.conn = opened
+	return opened, true
 }
 
 func (e *Engine) traceStream(k *Kernel, what string, start time.Time) {
@@ -544,7 +566,9 @@ func (e *Engine) runCellExec(ctx context.Context, k *Kernel, c *cellRun) outcome
 		sendAnswers := !publish && len(answers) > 0
 		switch {
 		case publish:
-			opts.Stdin = signed(token, kernelauth.Request, c.reqJSON)
+			// The request file's JSON, made only for this door.
+			req, _ := json.Marshal(map[string]any{"id": c.id, "code": c.code, "timeout": c.timeoutSec})
+			opts.Stdin = signed(token, kernelauth.Request, req)
 		case sendAnswers:
 			opts.Stdin = encodeAnswers(token, answers)
 		}

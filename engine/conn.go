@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -15,16 +16,12 @@ import (
 )
 
 // What a runner, driven by untrusted kernel code, can make the engine hold:
-// one frame being read (maxFrame), the frames of the running cell not yet
-// consumed (queueBudget), nothing of a cell not running. A runner that
-// sends more than floodLimit outside its cell has its stream closed.
+// one frame being read (maxFrame), nothing of a cell not running. A runner
+// that sends more than floodLimit outside its cell has its stream closed.
 const (
 	// maxFrame bounds one line from a runner: a result carries at most the
 	// clip (50,000 characters, escaped), a forwarded tool request about 1 MB.
 	maxFrame = 8 << 20
-	// queueBudget bounds the bytes of accepted frames the engine has not
-	// consumed yet; past it the stream is read no further until it has.
-	queueBudget = 16 << 20
 	// floodLimit is how much a runner may send outside its cell before its
 	// stream is closed.
 	floodLimit = 64 << 20
@@ -71,38 +68,42 @@ type runnerFrame struct {
 	// Nonce and MAC are the handshake (ops "hello", "auth_ok").
 	Nonce string `json:"nonce"`
 	MAC   string `json:"mac"`
-
-	size int // bytes of the line, for the queue budget
 }
 
 // runnerConn is the fast path to one runner: JSON lines over a Unix socket,
-// opened only once the runner proved it holds the kernel's secret. A reader
-// goroutine turns lines into frames for the cell that runs; frames is closed
-// when the connection ends, which is how the engine notices a dead runner at
-// once.
+// opened only once the runner proved it holds the kernel's secret. The
+// goroutine that runs a cell reads that cell's frames itself, so a frame
+// costs no handoff between goroutines; between cells nothing reads, and
+// what a runner sends then waits in the socket until the next cell drops
+// it (the transport's buffer bounds it).
 type runnerConn struct {
-	c      net.Conn
-	frames chan runnerFrame
-	done   chan struct{}
-	once   sync.Once
-	wmu    sync.Mutex
+	c    net.Conn
+	br   *bufio.Reader
+	done chan struct{}
+	once sync.Once
+	wmu  sync.Mutex
 	// flooded is told once when the runner sent too much outside its cell.
 	flooded func(bytes int64)
 
-	mu      sync.Mutex
-	room    *sync.Cond // signalled when queued frames are consumed
-	cell    string     // the cell whose frames are wanted; "" for none
-	queued  int        // bytes of frames in frames
-	dropped int64      // bytes dropped since a cell last ran
+	// Only the goroutine running a cell touches these.
+	partial []byte // a line a read deadline cut short, continued by the next read
+	dropped int64  // bytes dropped since the running cell started
+
+	dmu      sync.Mutex // guards the read deadline against a cancel
+	gen      uint64     // counts cells; a cancel applies to its own cell only
+	canceled bool
 }
 
 // errNotRunner: the peer on a kernel's socket did not prove it holds the
 // kernel's secret.
 var errNotRunner = errors.New("the peer did not prove it holds the kernel's secret")
 
+// errReadCanceled: the context of the cell being read was canceled.
+var errReadCanceled = errors.New("the cell's context was canceled")
+
 // dialRunner authenticates nc both ways (each side answers the other's
-// challenge with a MAC under token) and starts reading it.
-func dialRunner(ctx context.Context, nc net.Conn, token string, wg *sync.WaitGroup, flooded func(int64)) (*runnerConn, error) {
+// challenge with a MAC under token).
+func dialRunner(ctx context.Context, nc net.Conn, token string, flooded func(int64)) (*runnerConn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(dl)
 	} else {
@@ -128,129 +129,135 @@ func dialRunner(ctx context.Context, nc net.Conn, token string, wg *sync.WaitGro
 		return fail(fmt.Errorf("runner handshake: %w", errNotRunner))
 	}
 	nc.SetDeadline(time.Time{})
-	return startConn(nc, br, wg, flooded), nil
+	return newConn(nc, br, flooded), nil
 }
 
-// startConn reads frames off an authenticated connection until it ends.
-func startConn(nc net.Conn, br *bufio.Reader, wg *sync.WaitGroup, flooded func(int64)) *runnerConn {
-	rc := &runnerConn{c: nc, frames: make(chan runnerFrame, 64), done: make(chan struct{}), flooded: flooded}
-	rc.room = sync.NewCond(&rc.mu)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		rc.read(br)
-	}()
-	return rc
+// newConn wraps an authenticated connection, read through br.
+func newConn(nc net.Conn, br *bufio.Reader, flooded func(int64)) *runnerConn {
+	return &runnerConn{c: nc, br: br, done: make(chan struct{}), flooded: flooded}
 }
 
-func (rc *runnerConn) read(br *bufio.Reader) {
-	defer close(rc.frames)
-	for {
-		line, err := readLine(br)
-		if err != nil {
-			rc.close()
-			return
+// begin starts reading for a new cell: its frames are read until deadline
+// (zero: no limit), and until ctx ends. The returned stop must be called
+// when the cell is over.
+func (rc *runnerConn) begin(ctx context.Context, deadline time.Time) (stop func()) {
+	rc.dmu.Lock()
+	rc.gen++
+	gen := rc.gen
+	rc.canceled = false
+	rc.c.SetReadDeadline(deadline)
+	rc.dmu.Unlock()
+	rc.dropped = 0
+	after := context.AfterFunc(ctx, func() {
+		rc.dmu.Lock()
+		defer rc.dmu.Unlock()
+		if rc.gen == gen {
+			rc.canceled = true
+			rc.c.SetReadDeadline(time.Unix(1, 0)) // wakes a read at once
 		}
-		var f runnerFrame
-		if json.Unmarshal(line, &f) != nil {
-			continue
-		}
-		f.size = len(line)
-		if !rc.admit(&f) {
-			if rc.closed() {
-				return
-			}
-			continue
-		}
-		select {
-		case rc.frames <- f:
-		case <-rc.done:
-			return
-		}
-	}
+	})
+	return func() { after() }
 }
 
-// admit decides whether f is queued: only frames of the running cell are,
-// within the budget (it waits for room); others are dropped and counted.
-func (rc *runnerConn) admit(f *runnerFrame) bool {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if rc.cell == "" || (f.ID != rc.cell && f.Op != "rpc") {
-		rc.dropped += int64(f.size)
-		if rc.dropped > floodLimit {
-			n := rc.dropped
-			rc.mu.Unlock()
-			if rc.flooded != nil {
-				rc.flooded(n)
-			}
-			rc.close()
-			rc.mu.Lock()
-		}
+// broken tells whether the stream ended while nobody read it (between
+// cells), and closes it then. A stream through a pipe (ssh, docker) shows
+// its end at once; a socket's shows when it is written to.
+func (rc *runnerConn) broken() bool {
+	rc.c.SetReadDeadline(time.Unix(1, 0))
+	_, err := rc.br.Peek(1)
+	if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		return false
 	}
-	for rc.queued > 0 && rc.queued+f.size > queueBudget && !rc.closed() {
-		rc.room.Wait()
-	}
-	rc.queued += f.size
+	rc.close()
 	return true
 }
 
-// want makes the frames of cell the ones queued (a cell is starting).
-func (rc *runnerConn) want(cell string) {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	rc.cell, rc.dropped = cell, 0
+// readUntil moves the running cell's read deadline (not past a cancel).
+func (rc *runnerConn) readUntil(t time.Time) {
+	rc.dmu.Lock()
+	defer rc.dmu.Unlock()
+	if !rc.canceled {
+		rc.c.SetReadDeadline(t)
+	}
 }
 
-// unwant stops queuing frames (the cell ended) and drops what is queued.
-func (rc *runnerConn) unwant() {
-	rc.mu.Lock()
-	rc.cell = ""
-	rc.mu.Unlock()
+// next returns the next frame of cell, or a forwarded tool request; it
+// drops every other line, counting it toward the flood limit. It returns
+// os.ErrDeadlineExceeded at the read deadline (the next call goes on where
+// this one stopped), errReadCanceled once the cell's context ended, and
+// any other error when the connection is over (it is then closed).
+func (rc *runnerConn) next(cell string) (runnerFrame, error) {
 	for {
-		select {
-		case f, ok := <-rc.frames:
-			if !ok {
-				return
+		line, err := rc.line()
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				rc.dmu.Lock()
+				canceled := rc.canceled
+				rc.dmu.Unlock()
+				if canceled {
+					return runnerFrame{}, errReadCanceled
+				}
+				return runnerFrame{}, err
 			}
-			rc.consumed(f)
-		default:
-			return
+			rc.close()
+			return runnerFrame{}, err
+		}
+		var f runnerFrame
+		if json.Unmarshal(line, &f) == nil && (f.ID == cell || f.Op == "rpc") {
+			return f, nil
+		}
+		rc.dropped += int64(len(line))
+		if rc.dropped > floodLimit {
+			if rc.flooded != nil {
+				rc.flooded(rc.dropped)
+			}
+			rc.close()
+			return runnerFrame{}, fmt.Errorf("runner stream flooded: %d bytes outside its cell", rc.dropped)
 		}
 	}
 }
 
-// consumed gives f's bytes back to the budget.
-func (rc *runnerConn) consumed(f runnerFrame) {
-	rc.mu.Lock()
-	rc.queued -= f.size
-	rc.mu.Unlock()
-	rc.room.Broadcast()
-}
-
-func readLine(br *bufio.Reader) ([]byte, error) {
-	var buf []byte
+// line reads one line, without copying it when it came in one piece: it is
+// valid until the next read. A line a deadline cuts short is kept, and
+// continued by the next call.
+func (rc *runnerConn) line() ([]byte, error) {
 	for {
-		chunk, err := br.ReadSlice('\n')
+		chunk, err := rc.br.ReadSlice('\n')
+		// The newline does not count toward the limit; a line cut short
+		// counts whole, or a line could end up to a read buffer over it.
+		n := len(rc.partial) + len(chunk)
 		if err == nil {
-			// The last chunk counts too (its newline does not), or a line
-			// could end up to a read buffer over the limit.
-			if len(buf)+len(chunk)-1 > maxFrame {
-				return nil, fmt.Errorf("runner frame larger than %d bytes", maxFrame)
+			n--
+		}
+		if n > maxFrame {
+			rc.partial = nil
+			return nil, fmt.Errorf("runner frame larger than %d bytes", maxFrame)
+		}
+		if err == nil {
+			if rc.partial == nil {
+				return chunk, nil
 			}
-			if buf == nil {
-				return bytes.Clone(chunk), nil
-			}
-			return append(buf, chunk...), nil
+			line := append(rc.partial, chunk...)
+			rc.partial = nil
+			return line, nil
+		}
+		if len(chunk) > 0 {
+			rc.partial = append(rc.partial, chunk...)
 		}
 		if !errors.Is(err, bufio.ErrBufferFull) {
 			return nil, err
 		}
-		if len(buf)+len(chunk) > maxFrame {
-			return nil, fmt.Errorf("runner frame larger than %d bytes", maxFrame)
-		}
-		buf = append(buf, chunk...)
 	}
+}
+
+// readLine reads one line of the handshake, as a copy.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	rc := runnerConn{br: br}
+	line, err := rc.line()
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Clone(line), nil
 }
 
 // send writes one frame; safe from several goroutines.
@@ -269,9 +276,6 @@ func (rc *runnerConn) close() {
 	rc.once.Do(func() {
 		close(rc.done)
 		rc.c.Close()
-		rc.mu.Lock()
-		rc.mu.Unlock()
-		rc.room.Broadcast()
 	})
 }
 

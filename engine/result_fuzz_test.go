@@ -28,15 +28,15 @@ import (
 // What a runner sends back (cells/<id>.res printed as "KD:RESULT <json>" by
 // the cell script, or JSON-line frames on its socket) is written by a
 // process that runs arbitrary user code: hostile input. These targets feed
-// arbitrary bytes to the engine's real paths (runnerConn.read, runCellExec,
+// arbitrary bytes to the engine's real paths (runnerConn.next, runCellExec,
 // runCellStream, finishCell, resultFromFrame) and check what the caller
 // gets.
 
 // FuzzRunnerConn writes arbitrary bytes into a runner connection while cell
-// c1 runs: the reader never panics, delivers exactly the complete lines that
+// c1 runs: the reader never panics, returns exactly the complete lines that
 // decode as frames of c1 (or tool requests), in order and intact, drops a
-// last line without its newline, and closes the frame channel and the
-// connection when the runner's side ends.
+// last line without its newline, and closes the connection when the
+// runner's side ends.
 func FuzzRunnerConn(f *testing.F) {
 	for _, s := range []string{
 		`{"op":"result","id":"c1","status":"ok","stdout":"42\n","execution_count":1}` + "\n",
@@ -52,27 +52,17 @@ func FuzzRunnerConn(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte, chunk uint16) {
 		conn := &scriptedConn{r: bytes.NewReader(data), chunk: int(chunk)%(80<<10) + 1, gate: make(chan struct{})}
-		var wg sync.WaitGroup
-		rc := startConn(conn, bufio.NewReaderSize(conn, 64<<10), &wg, nil)
-		rc.want("c1") // as the engine does before it sends a request: nothing is read yet
+		rc := newConn(conn, bufio.NewReaderSize(conn, 64<<10), nil)
+		defer rc.begin(context.Background(), time.Time{})() // as the engine does once it sent a cell
 		close(conn.gate)
 		var got []runnerFrame
-		timeout := time.After(10 * time.Second)
-	collect:
 		for {
-			select {
-			case fr, ok := <-rc.frames:
-				if !ok {
-					break collect
-				}
-				rc.consumed(fr)
-				fr.size = 0
-				got = append(got, fr)
-			case <-timeout:
-				t.Fatalf("the frame channel did not close after the runner's side ended (input %q)", data)
+			fr, err := rc.next("c1")
+			if err != nil {
+				break
 			}
+			got = append(got, fr)
 		}
-		wg.Wait()
 		if !rc.closed() || !conn.isClosed() {
 			t.Fatal("the connection was not closed at the end of the stream")
 		}
@@ -168,9 +158,8 @@ func TestRunnerConnFrameLimit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			engineSide, runnerSide := net.Pipe()
-			var wg sync.WaitGroup
-			rc := startConn(engineSide, bufio.NewReaderSize(engineSide, 64<<10), &wg, nil)
-			rc.want("c1")
+			rc := newConn(engineSide, bufio.NewReaderSize(engineSide, 64<<10), nil)
+			defer rc.begin(context.Background(), time.Time{})()
 			go func() {
 				defer runnerSide.Close()
 				runnerSide.SetWriteDeadline(time.Now().Add(time.Minute))
@@ -180,15 +169,17 @@ func TestRunnerConnFrameLimit(t *testing.T) {
 				runnerSide.Write(after)
 			}()
 			var got []runnerFrame
-			for fr := range rc.frames {
-				rc.consumed(fr)
+			for {
+				fr, err := rc.next("c1")
+				if err != nil {
+					break
+				}
 				if len(fr.Text) > maxFrame {
 					t.Errorf("delivered a frame with %d bytes of text, over maxFrame (%d)", len(fr.Text), maxFrame)
 				}
 				fr.Text = ""
 				got = append(got, fr)
 			}
-			wg.Wait()
 			switch {
 			case tc.deliver && (len(got) != 2 || got[0].Op != "output" || got[1].Stream != "after"):
 				t.Errorf("a line of %d bytes: frames %+v, want the output frame and the one after it", tc.size, got)
