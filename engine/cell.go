@@ -460,10 +460,17 @@ func (e *Engine) runCellStream(ctx context.Context, k *Kernel, d backends.Stream
 			return outcome{kind: outPubFail, detail: f.Error}, true
 		case f.Op == "rpc":
 			c.rpc.serveStream(rpcItem{name: f.Name, data: []byte(f.Data), problem: f.Error}, func(a rpcAnswer) error {
-				return conn.send(map[string]any{"op": "rpc_result", "seq": a.seq, "result": a.resp})
+				return conn.send(rpcResultFrame{Op: "rpc_result", Seq: a.seq, Result: a.resp})
 			})
 		}
 	}
+}
+
+// rpcResultFrame answers a tool call over the stream.
+type rpcResultFrame struct {
+	Op     string      `json:"op"`
+	Seq    int64       `json:"seq"`
+	Result rpcResponse `json:"result"`
 }
 
 // cellFrame asks a runner to run a cell.
