@@ -1563,9 +1563,22 @@ def main():
     runner.display_max = _num(cfg, "display_max", 5 << 20, int)
     secret = cfg.get("secret")
     try:
-        runner.auth = Auth(bytes.fromhex(secret) if isinstance(secret, str) else b"")
+        key = bytes.fromhex(secret) if isinstance(secret, str) else b""
     except ValueError:
-        runner.auth = Auth(b"")
+        key = b""
+    if not key:
+        # No config line (the engine ended in the middle of the spawn): a
+        # runner nobody can drive, which would live the default idle_exit.
+        # The spawn waits for READY; it is told instead, and ends at once.
+        try:
+            fd = os.open(os.path.join(kdir, "ready"), os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, b"NOCONFIG\n")
+            os.close(fd)
+        except OSError:
+            pass
+        sys.stderr.write("kerneldeck runner: no config line with a secret on stdin; exiting\n")
+        os._exit(2)
+    runner.auth = Auth(key)
     if cfg.get("confine", True) is False:
         runner.confinement = _unconfined("turned off by the engine")
     else:
