@@ -2,7 +2,6 @@ package engine
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -109,13 +108,13 @@ func dialRunner(ctx context.Context, nc net.Conn, token string, flooded func(int
 	} else {
 		nc.SetDeadline(time.Now().Add(10 * time.Second))
 	}
-	br := bufio.NewReaderSize(nc, 64<<10)
+	rc := newConn(nc, bufio.NewReaderSize(nc, 64<<10), flooded)
 	var hello, ok runnerFrame
 	fail := func(err error) (*runnerConn, error) {
 		nc.Close()
 		return nil, err
 	}
-	line, err := readLine(br)
+	line, err := rc.line()
 	if err != nil || json.Unmarshal(line, &hello) != nil || hello.Op != "hello" || hello.Nonce == "" || len(hello.Nonce) > 128 {
 		return fail(fmt.Errorf("runner handshake: no challenge: %w", errNotRunner))
 	}
@@ -124,12 +123,12 @@ func dialRunner(ctx context.Context, nc net.Conn, token string, flooded func(int
 	if _, err := nc.Write(append(auth, '\n')); err != nil {
 		return fail(fmt.Errorf("runner handshake: %w", err))
 	}
-	line, err = readLine(br)
+	line, err = rc.line()
 	if err != nil || json.Unmarshal(line, &ok) != nil || ok.Op != "auth_ok" || !kernelauth.Valid(token, ok.MAC, kernelauth.Runner, mine) {
 		return fail(fmt.Errorf("runner handshake: %w", errNotRunner))
 	}
 	nc.SetDeadline(time.Time{})
-	return newConn(nc, br, flooded), nil
+	return rc, nil
 }
 
 // newConn wraps an authenticated connection, read through br.
@@ -140,7 +139,7 @@ func newConn(nc net.Conn, br *bufio.Reader, flooded func(int64)) *runnerConn {
 // begin starts reading for a new cell: its frames are read until deadline
 // (zero: no limit), and until ctx ends. The returned stop must be called
 // when the cell is over.
-func (rc *runnerConn) begin(ctx context.Context, deadline time.Time) (stop func()) {
+func (rc *runnerConn) begin(ctx context.Context, deadline time.Time) (stop func() bool) {
 	rc.dmu.Lock()
 	rc.gen++
 	gen := rc.gen
@@ -148,7 +147,7 @@ func (rc *runnerConn) begin(ctx context.Context, deadline time.Time) (stop func(
 	rc.c.SetReadDeadline(deadline)
 	rc.dmu.Unlock()
 	rc.dropped = 0
-	after := context.AfterFunc(ctx, func() {
+	return context.AfterFunc(ctx, func() {
 		rc.dmu.Lock()
 		defer rc.dmu.Unlock()
 		if rc.gen == gen {
@@ -156,7 +155,6 @@ func (rc *runnerConn) begin(ctx context.Context, deadline time.Time) (stop func(
 			rc.c.SetReadDeadline(time.Unix(1, 0)) // wakes a read at once
 		}
 	})
-	return func() { after() }
 }
 
 // broken tells whether the stream ended while nobody read it (between
@@ -248,16 +246,6 @@ func (rc *runnerConn) line() ([]byte, error) {
 			return nil, err
 		}
 	}
-}
-
-// readLine reads one line of the handshake, as a copy.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	rc := runnerConn{br: br}
-	line, err := rc.line()
-	if err != nil {
-		return nil, err
-	}
-	return bytes.Clone(line), nil
 }
 
 // send writes one frame; safe from several goroutines.
