@@ -209,7 +209,10 @@ func goldenCases() []goldenCase {
 					Stdout: engine.Excerpt{Head: "read 120 rows\n", Bytes: 14}}})
 				s.tm.Send(keyTab)
 				s.tm.Type("jjjjd") // bob/default, next in line
-				s.waitOutput(t, "read 120 rows")
+				// The record's line as the detail draws it: the output pane
+				// shows the cell's output ("read 120 rows") already when the
+				// cursor passes the kernel, before the detail has its records.
+				s.waitOutput(t, "11:54:00  bob")
 			},
 			want: []string{"Kernel k-b1", "bob/default@ssh://gpu1", "LRU", "1 of 4 idle kernels", "next to be evicted", "reaped in 25m00s", "1.99s", "read 120 rows"},
 		},
