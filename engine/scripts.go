@@ -102,6 +102,10 @@ exitf="${kd%%/*}/.exit-${kd##*/}"; [ "$root" = "$kd" ] && exitf=
   oomn() { local k v; while read -r k v; do [ "$k" = oom_kill ] && { echo "$v"; return; }; done <"$oomf"; }
   oom0=$(oomn)
   wait "$rp"; st=$?; why=
+  # A runner that dies before READY (cut-off files, no config line) must not
+  # leave the spawn waiting out its timeout: tell it. Read-write, so the
+  # open never blocks and nobody reading later does no harm.
+  { exec 8<>"$kd/ready" && printf 'EXITED %%s\n' "$st" >&8; exec 8>&-; } 2>/dev/null
   if [ "$st" = 137 ]; then
     l=$(dmesg 2>/dev/null | grep -E "[Kk]illed process $rp " | tail -n 1); t=${l#*[}; t=${t%%%%]*}; t=${t// /}; t=${t%%%%.*}
     if [[ $t =~ ^[0-9]+$ && $up =~ ^[0-9]+$ ]] && [ "$t" -ge "$up" ]; then case $l in *"emory cgroup"*) why=oom-cgroup;; *) why=oom-host;; esac
