@@ -95,6 +95,7 @@ func TestDockerRoundTrips(t *testing.T) {
 	if c.Dials() != 1 {
 		t.Errorf("%d relays for one kernel, want 1", c.Dials())
 	}
+	rtRequireCompiledSpawn(t, eng, c, env.URI())
 }
 
 // dockerProcs lists the container's processes (pid and command line).

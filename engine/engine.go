@@ -120,8 +120,9 @@ type Engine struct {
 	// idle, so reapIdle need not scan the registry before idleSince +
 	// idle_exit: a release only moves lastUsed later. Zero forces a scan.
 	idleSince time.Time
-	pythons   map[string]string // backend URI -> interpreter path its runners reported
-	roots     map[string]string // backend URI -> the kernel root its runners were spawned in
+	pythons   map[string]string      // backend URI -> interpreter path its runners reported
+	roots     map[string]string      // backend URI -> the kernel root its runners were spawned in
+	codes     map[string]*runnerCode // codeKey -> the runner compiled by that interpreter
 	// unconfined holds, per backend URI, why its runners are not confined
 	// ("" once one was), so the event is said once per host.
 	unconfined map[string]string
@@ -180,6 +181,7 @@ func New(cfg Config) (*Engine, error) {
 		byID:       map[string]*Kernel{},
 		pythons:    map[string]string{},
 		roots:      map[string]string{},
+		codes:      map[string]*runnerCode{},
 		unconfined: map[string]string{},
 		lost:       map[Key]string{},
 		unkilled:   map[string]*pendingKill{},

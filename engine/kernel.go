@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"strconv"
@@ -386,6 +387,18 @@ func (e *Engine) installStubs(ctx context.Context, env backends.Env, dir string,
 // startRunner starts a runner on env as kernel id, with tool stubs for
 // tools, and returns it once it answered READY.
 func (e *Engine) startRunner(ctx context.Context, env backends.Env, id string, tools []string, transient bool) (spawnedRunner, error) {
+	r, err := e.startRunnerShipping(ctx, env, id, tools, transient, true)
+	if errors.Is(err, errNoCode) {
+		// The interpreter at that path changed since it compiled the
+		// runner: start from source (it compiles again for the next spawns).
+		return e.startRunnerShipping(ctx, env, id, tools, transient, false)
+	}
+	return r, err
+}
+
+// startRunnerShipping is startRunner, shipping the compiled runner when
+// useCode is set and the engine has it for the host's interpreter.
+func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id string, tools []string, transient, useCode bool) (spawnedRunner, error) {
 	token := kernelauth.NewSecret()
 	e.mu.Lock()
 	idle := e.idleExit
@@ -402,14 +415,23 @@ func (e *Engine) startRunner(ctx context.Context, env backends.Env, id string, t
 		SpillMax: e.cfg.SpillMax, Confine: !e.cfg.NoConfine,
 		MemoryLimit: lim.Memory, CPULimit: int64(lim.CPUTime.Seconds()), ProcsLimit: lim.MaxProcs})
 	config = append(config, '\n')
-	stdin := make([]byte, 0, len(runner.Source)+len(stubs)+len(config))
-	stdin = append(append(append(stdin, runner.Source...), stubs...), config...)
-	script := spawnScript(env.TempDir(), id, e.python(env), e.kernelRoot(env), [2]int{len(runner.Source), len(stubs)}, 20, transient)
-	res, err := env.Execute(ctx, script, backends.ExecOptions{Stdin: stdin, Timeout: spawnTimeout})
+	python := e.python(env)
+	script, code := runner.Source, []byte(nil)
+	if useCode {
+		script, code = e.shippedRunner(env, python)
+	}
+	stdin := make([]byte, 0, len(script)+len(code)+len(stubs)+len(config))
+	stdin = append(append(append(append(stdin, script...), code...), stubs...), config...)
+	cmd := spawnScript(env.TempDir(), id, python, e.kernelRoot(env), [3]int{len(script), len(code), len(stubs)}, 20, transient)
+	res, err := env.Execute(ctx, cmd, backends.ExecOptions{Stdin: stdin, Timeout: spawnTimeout})
 	if err != nil {
 		return spawnedRunner{}, &transportError{fmt.Errorf("spawn kernel %s on %s: %w", id, env.URI(), err)}
 	}
 	line, ok := findLine(res.Output, "KD:SPAWNED ")
+	if !ok && code != nil && hasLine(res.Output, "KD:NOCODE") {
+		e.forgetRunnerCode(env, python)
+		return spawnedRunner{}, fmt.Errorf("spawn kernel %s on %s: %w", id, env.URI(), errNoCode)
+	}
 	if !ok {
 		return spawnedRunner{}, fmt.Errorf("spawn kernel %s on %s: %s", id, env.URI(), hostError(res))
 	}
@@ -426,13 +448,18 @@ func (e *Engine) startRunner(ctx context.Context, env backends.Env, id string, t
 	r := spawnedRunner{pid: pid, dir: dir, token: token, confinement: "none:unknown"}
 	// What the host told, for its next spawns (a spare's included).
 	e.mu.Lock()
+	learnt := ""
 	if len(fields) > 2 && strings.HasPrefix(fields[2], "/") {
-		e.pythons[env.URI()] = fields[2]
+		learnt = fields[2]
+		e.pythons[env.URI()] = learnt
 	}
 	if !transient {
 		e.roots[env.URI()] = path.Dir(dir)
 	}
 	e.mu.Unlock()
+	if learnt != "" {
+		e.compileRunner(env, learnt)
+	}
 	if len(fields) > 3 {
 		r.confinement = fields[3]
 	}

@@ -69,23 +69,61 @@ func rtExec(t testing.TB, eng *engine.Engine, req engine.Request) *engine.Result
 	return res
 }
 
-// rtCounts is what one step cost in backend round trips.
+// rtCounts is what one step cost in backend round trips. Executes leaves
+// out the one compile of the runner per host, which runs beside the first
+// spawn's kernel, not on any cell's path (Compiles counts it).
 type rtCounts struct {
-	Executes, Spawns, Cells, Frames, CellFrames int
-	Markers                                     map[string]int
+	Executes, Compiles, Spawns, Cells, Frames, CellFrames int
+	Markers                                               map[string]int
 }
 
 func rtSnapshot(c backendtest.Counting) rtCounts {
-	return rtCounts{Executes: c.Executes(), Spawns: c.ByMarker("spawn"), Cells: c.ByMarker("cell"),
+	return rtCounts{Executes: rtExecutes(c), Compiles: c.ByMarker("compile"), Spawns: c.ByMarker("spawn"), Cells: c.ByMarker("cell"),
 		Frames: c.Frames(), CellFrames: c.FramesByOp("cell"), Markers: c.Markers()}
 }
 
+// waitCompiles waits until n compiles of the runner have returned (the
+// first spawn on a host sets one off in the background).
+func waitCompiles(t testing.TB, c backendtest.Counting, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); c.Returned("compile") < n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d compiles of the runner returned within 20 s, want %d", c.Returned("compile"), n)
+		}
+	}
+}
+
+// rtRequireCompiledSpawn checks that, once the runner's compile returned,
+// a new kernel on the backend runs from the compiled runner: its dir holds
+// runner.code beside the loader, and its cells run.
+func rtRequireCompiledSpawn(t *testing.T, eng *engine.Engine, c backendtest.Counting, backend string) {
+	t.Helper()
+	waitCompiles(t, c, 1)
+	res := rtExec(t, eng, engine.Request{Owner: "compiled", Backend: backend, Code: "print(6 * 7)"})
+	if res.Stdout != "42\n" || res.Kernel.Reused {
+		t.Fatalf("a kernel from the compiled runner: stdout %q kernel %+v", res.Stdout, res.Kernel)
+	}
+	dir := backends.ShellQuote(res.Kernel.Dir)
+	out, err := c.Execute(context.Background(), "grep -q '^# kerneldeck runner loader' "+dir+"/runner.py && test -s "+dir+"/runner.code && echo COMPILED",
+		backends.ExecOptions{Timeout: 20 * time.Second})
+	if err != nil || !strings.Contains(out.Output, "COMPILED") {
+		t.Fatalf("the spawn after the compile did not ship the loader and runner.code: %q %v", out.Output, err)
+	}
+}
+
+// rtExecutes is the Execute calls so far but the runner's compile.
+func rtExecutes(c backendtest.Counting) int { return c.Executes() - c.ByMarker("compile") }
+
 // rtRequireOnly fails unless the Execute calls so far carry only the given
-// markers (so a probe, cleanup or fetch command cannot hide in a total).
+// markers (so a probe, cleanup or fetch command cannot hide in a total),
+// and at most one compile of the runner.
 func rtRequireOnly(t *testing.T, c backendtest.Counting, allowed ...string) {
 	t.Helper()
+	if n := c.ByMarker("compile"); n > 1 {
+		t.Errorf("the runner was compiled %d times on one host, want at most once", n)
+	}
 	for m, n := range c.Markers() {
-		ok := false
+		ok := m == "compile"
 		for _, a := range allowed {
 			ok = ok || m == a
 		}
@@ -110,12 +148,12 @@ func TestRoundTripExecuteOnly(t *testing.T) {
 
 	// Each warm cell: exactly one cell command, no probe, no cleanup.
 	for i := range rtWarmCells {
-		before := c.Executes()
+		before := rtExecutes(c)
 		res := rtExec(t, eng, engine.Request{Owner: "rt", Code: "x += 1\nx"})
 		if !res.Kernel.Reused || res.Kernel.ID != first.Kernel.ID || res.Kernel.ExecutionCount != i+2 || res.Stdout != strconv.Itoa(42+i)+"\n" {
 			t.Fatalf("warm cell %d: stdout %q kernel %+v", i, res.Stdout, res.Kernel)
 		}
-		if d := c.Executes() - before; d != 1 {
+		if d := rtExecutes(c) - before; d != 1 {
 			t.Fatalf("warm cell %d cost %d Execute calls, want exactly 1; markers so far %v", i, d, c.Markers())
 		}
 	}
@@ -127,9 +165,9 @@ func TestRoundTripExecuteOnly(t *testing.T) {
 
 	// A cell that runs longer than the host-side poll tick (1 s) still costs
 	// one command: the wait happens on the host, not in client-side polling.
-	before := c.Executes()
+	before := rtExecutes(c)
 	rtExec(t, eng, engine.Request{Owner: "rt", Code: "import time\ntime.sleep(1.3)"})
-	if d := c.Executes() - before; d != 1 {
+	if d := rtExecutes(c) - before; d != 1 {
 		t.Fatalf("a 1.3 s cell cost %d Execute calls, want 1 (one wait window is %v)", d, engine.DefaultWaitWindow)
 	}
 	rtRequireOnly(t, c, "spawn", "cell")
@@ -192,6 +230,7 @@ func TestRoundTripStream(t *testing.T) {
 		t.Fatalf("a 1.3 s cell cost %d Execute calls and %d frames, want 0 and 1",
 			after.Executes-before.Executes, after.Frames-before.Frames)
 	}
+	rtRequireCompiledSpawn(t, eng, c, "")
 	pid := first.Kernel.PID
 
 	rtClose(t, eng)

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/engine/runner"
 )
 
 // The host-side half of the protocol: each function returns one bash script
@@ -22,16 +23,17 @@ const aliveFn = `alive() { kill -0 "$1" 2>/dev/null || return 1; [ -r "/proc/$1/
 var shq = backends.ShellQuote
 
 // spawnScript sets up the owner-only kernel dir, writes the shipped files
-// (sizes: runner.py and kerneldeck_tools.py on stdin) and starts the runner
+// (sizes: runner.py, runner.code, which may be empty, and
+// kerneldeck_tools.py on stdin) and starts the runner
 // detached, in one round trip; the rest of stdin, the config line with the
 // kernel's secret, is the runner's own stdin and never touches a file. It
-// prints "KD:SPAWNED <pid> <dir> <python> <confinement>" or "KD:ERR
-// <reason>". python, learnt from an earlier spawn, skips PATH wrappers such
+// prints "KD:SPAWNED <pid> <dir> <python> <confinement>", "KD:NOCODE" (the
+// loader refused runner.code) or "KD:ERR <reason>". python, learnt from an earlier spawn, skips PATH wrappers such
 // as pyenv shims, which cost more than the spawn; root, learnt too, skips
 // asking for the login. A transient kernel gets an
 // unpredictable dir of its own outside the root (the fallback when the root
 // is unusable): mkdir fails on anything planted.
-func spawnScript(tempDir, id, python, root string, sizes [2]int, readyTimeoutSec int, transient bool) string {
+func spawnScript(tempDir, id, python, root string, sizes [3]int, readyTimeoutSec int, transient bool) string {
 	// root, learnt from an earlier spawn on this host, saves asking id(1)
 	// for the login (a fork and an exec); it is only a shortcut to the same
 	// path, checked below like a new one.
@@ -79,7 +81,7 @@ if ! owner_only; then
   owner_only || { rm -rf -- "$kd"; fail "not owner-only (want 700 $EUID directory): $bad"; }
 fi
 # head's own message names the cause (e.g. "No space left on device").
-werr=$( { head -c %[3]d >"$kd/runner.py" && head -c %[4]d >"$kd/kerneldeck_tools.py"; } 2>&1 ) || { rm -rf -- "$kd"; fail "cannot write the runner files into $kd: ${werr//$'\n'/; }"; }
+werr=$( { head -c %[3]d >"$kd/runner.py" && { [ %[7]d = 0 ] || head -c %[7]d >"$kd/runner.code"; } && head -c %[4]d >"$kd/kerneldeck_tools.py"; } 2>&1 ) || { rm -rf -- "$kd"; fail "cannot write the runner files into $kd: ${werr//$'\n'/; }"; }
 mkfifo "$kd/wake" "$kd/done" "$kd/ready" || { rm -rf -- "$kd"; fail "cannot create FIFOs in $kd"; }
 exec 5<>"$kd/ready"
 # The runner reads the config line (its secret) from what is left of stdin.
@@ -122,10 +124,13 @@ if read -r -t %[5]d -u 5 word rpid exe conf && [ "$word" = READY ] && [[ $rpid =
 fi
 for p in /proc/[0-9]*; do [ "$(ppid_of "${p#/proc/}")" = "$watcher" ] && kill -KILL -- "-${p#/proc/}" "${p#/proc/}" 2>/dev/null; done
 kill -KILL "$watcher" 2>/dev/null
+# The loader refused runner.code (made by another interpreter version): the
+# engine spawns again from source.
+[ "${word-}" = NOCODE ] && { rm -rf -- "$kd"; echo KD:NOCODE; exit 3; }
 log=$(tail -c 1500 -- "$kd/runner.log" 2>/dev/null | tr '\n' ' ')
 rm -rf -- "$kd"
 fail "runner did not start within %[5]ds: $log"
-`, shq(tempDir), rootSetup, sizes[0], sizes[1], readyTimeoutSec, shq(python))
+`, shq(tempDir), rootSetup, sizes[0], sizes[2], readyTimeoutSec, shq(python), sizes[1])
 }
 
 // cellScript publishes a cell (when publish is set and the cell is not yet
@@ -308,4 +313,18 @@ echo KD:ADOPT
 // fetchScript prints at most max bytes of a spill file on the host.
 func fetchScript(path string, max int) string {
 	return fmt.Sprintf("# kerneldeck:fetch\nhead -c %d -- %s\n", max, shq(path))
+}
+
+// compileScript compiles the runner (runner.Source on stdin) with the
+// host's interpreter python, isolated (-I: no environment, no user site, no
+// cwd on the path) and without site (-S: nothing of the host's packages
+// runs). It prints "KD:CODE <base64>" (runner.CompileProgram) or "KD:ERR
+// <reason>".
+func compileScript(python string) string {
+	return fmt.Sprintf(`# kerneldeck:compile
+export LC_ALL=C
+py=%s
+[ -x "$py" ] || { printf 'KD:ERR %%s is not an executable interpreter\n' "$py"; exit 3; }
+exec "$py" -I -S -c %s %d
+`, shq(python), shq(runner.CompileProgram), len(runner.Source))
 }

@@ -227,6 +227,7 @@ func TestSSHRoundTrips(t *testing.T) {
 			if n := stAccepted(srv, u.Name); n != 1 {
 				t.Errorf("sshd accepted %d connections for %s, want 1 shared connection", n, u.Name)
 			}
+			rtRequireCompiledSpawn(t, r.eng, r.c, "")
 			slices.Sort(lat)
 			t.Logf("%s: warm cell median %v over %d cells (informational)", u.Name, lat[len(lat)/2], len(lat))
 		})
@@ -240,12 +241,12 @@ func TestSSHRoundTrips(t *testing.T) {
 				t.Fatalf("spawn + first cell over ssh Execute cost %+v, want exactly 2 Execute calls (1 spawn + 1 cell)", got)
 			}
 			for i := range stWarmCells {
-				before := r.c.Executes()
+				before := rtExecutes(r.c)
 				res := rtExec(t, r.eng, engine.Request{Owner: "rt", Code: "x += 1\nx"})
 				if !res.Kernel.Reused || res.Kernel.ID != first.Kernel.ID || res.Kernel.ExecutionCount != i+2 || res.Stdout != fmt.Sprint(42+i)+"\n" {
 					t.Fatalf("warm cell %d: stdout %q kernel %+v", i, res.Stdout, res.Kernel)
 				}
-				if d := r.c.Executes() - before; d != 1 {
+				if d := rtExecutes(r.c) - before; d != 1 {
 					t.Fatalf("warm cell %d over ssh Execute cost %d Execute calls, want exactly 1; markers so far %v", i, d, r.c.Markers())
 				}
 			}
@@ -654,7 +655,8 @@ func TestSSHShellStartups(t *testing.T) {
 		r := stNewRig(t, srv, u, false, nil)
 		before := startups()
 		rtExec(t, r.eng, engine.Request{Owner: "rc", Code: "x = 1"})
-		spawn := startups() - before
+		waitCompiles(t, r.c, 1)
+		spawn := startups() - before - 1 // the runner's compile, once per host
 		for i := range stWarmCells {
 			n := startups()
 			rtExec(t, r.eng, engine.Request{Owner: "rc", Code: "x += 1"})
@@ -670,7 +672,8 @@ func TestSSHShellStartups(t *testing.T) {
 		r := stNewRig(t, srv, u, true, nil)
 		before := startups()
 		rtExec(t, r.eng, engine.Request{Owner: "rc", Code: "x = 1"})
-		if d := startups() - before; d != 2 {
+		waitCompiles(t, r.c, 1)
+		if d := startups() - before - 1; d != 2 {
 			t.Errorf("spawn + first cell over plain Execute started the remote shell %d times, want 2 (two commands, one login shell each)", d)
 		}
 		for i := range 3 {

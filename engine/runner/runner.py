@@ -75,6 +75,10 @@ RPC_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 RPC_SLACK = 5.0  # seconds a tool call waits past its cell's timeout for the engine's interrupt
 TURN_MAIN, TURN_IO = "main", "io"  # which thread reads the doors (Runner.turn)
 IO_DELAY = 0.002  # seconds into a cell when the io thread takes the doors
+# The file the runner's own frames name: runner.py's path when it runs from
+# source, "kerneldeck/runner.py" when the engine shipped it compiled
+# (loader.py).
+RUNNER_FILE = (lambda: None).__code__.co_filename
 
 
 try:  # the builtin module is far cheaper to import than hashlib (OpenSSL)
@@ -1317,7 +1321,7 @@ class Runner:
 
         etype, value, tb = sys.exc_info()
         # Drop the runner's own frames: the user sees only their cell.
-        frames = [f for f in traceback.extract_tb(tb) if f.filename != __file__]
+        frames = [f for f in traceback.extract_tb(tb) if f.filename != RUNNER_FILE]
         lines = ["Traceback (most recent call last):\n"] if frames else []
         lines += traceback.StackSummary.from_list(frames).format()
         lines += traceback.format_exception_only(etype, value)

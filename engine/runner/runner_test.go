@@ -2,9 +2,12 @@ package runner
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/base64"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +17,12 @@ import (
 // startRunner starts runner.py in a fresh kernel dir with stdin as its
 // config line, and returns the first line it writes to the ready FIFO.
 func startRunner(t *testing.T, stdin string) (string, *exec.Cmd) {
+	t.Helper()
+	return startShipped(t, map[string][]byte{"runner.py": Source}, stdin)
+}
+
+// startShipped is startRunner with the given files in the kernel dir.
+func startShipped(t *testing.T, files map[string][]byte, stdin string) (string, *exec.Cmd) {
 	t.Helper()
 	kd := t.TempDir()
 	for _, d := range []string{"cells", "rpc"} {
@@ -26,8 +35,10 @@ func startRunner(t *testing.T, stdin string) (string, *exec.Cmd) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(kd, "runner.py"), Source, 0o600); err != nil {
-		t.Fatal(err)
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(kd, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ready, err := os.OpenFile(filepath.Join(kd, "ready"), os.O_RDWR, 0) // as the spawn script holds it
 	if err != nil {
@@ -63,8 +74,7 @@ func TestRunnerWithoutConfigExits(t *testing.T) {
 			if line != "NOCONFIG" {
 				t.Fatalf("ready FIFO: %q, want NOCONFIG", line)
 			}
-			err := cmd.Wait()
-			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+			if err := cmd.Wait(); !isExit(err, 2) {
 				t.Fatalf("the runner ended with %v, want exit status 2", err)
 			}
 		})
@@ -74,4 +84,39 @@ func TestRunnerWithoutConfigExits(t *testing.T) {
 	if !strings.HasPrefix(line, "READY ") {
 		t.Fatalf("ready FIFO with a config line: %q, want READY ...", line)
 	}
+}
+
+// The loader runs the code CompileProgram made with the same interpreter,
+// and refuses code whose magic number is another interpreter's: it says
+// NOCODE to the spawn and exits 2, before running anything of it.
+func TestLoaderRunsOnlyItsInterpretersCode(t *testing.T) {
+	compile := exec.Command("python3", "-I", "-S", "-c", CompileProgram, strconv.Itoa(len(Source)))
+	compile.Stdin = bytes.NewReader(Source)
+	out, err := compile.Output()
+	line, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "KD:CODE ")
+	if err != nil || !ok {
+		t.Fatalf("compile: %v: %.200q", err, out)
+	}
+	code, err := base64.StdEncoding.DecodeString(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := `{"secret": "` + strings.Repeat("ab", 32) + `", "idle_exit": 60}` + "\n"
+	if line, _ := startShipped(t, map[string][]byte{"runner.py": Loader, "runner.code": code}, config); !strings.HasPrefix(line, "READY ") {
+		t.Fatalf("ready FIFO with the loader and its code: %q, want READY ...", line)
+	}
+	other := bytes.Clone(code)
+	other[1] ^= 0x5a
+	line, cmd := startShipped(t, map[string][]byte{"runner.py": Loader, "runner.code": other}, config)
+	if line != "NOCODE" {
+		t.Fatalf("ready FIFO with another interpreter's code: %q, want NOCODE", line)
+	}
+	if err := cmd.Wait(); !isExit(err, 2) {
+		t.Fatalf("the loader of refused code ended with %v, want exit status 2", err)
+	}
+}
+
+func isExit(err error, status int) bool {
+	ee, ok := err.(*exec.ExitError)
+	return ok && ee.ExitCode() == status
 }

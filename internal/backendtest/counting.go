@@ -31,6 +31,8 @@ type Counting interface {
 	// marker comment; marker may be "cell", "kerneldeck:cell" or
 	// "# kerneldeck:cell". ByMarker("") counts commands without a marker.
 	ByMarker(marker string) int
+	// Returned is ByMarker counting only the calls that have returned.
+	Returned(marker string) int
 	// Markers is the per-marker count of Execute calls.
 	Markers() map[string]int
 	// Commands lists the commands in call order (never the stdin payloads).
@@ -48,7 +50,7 @@ type Counting interface {
 
 // NewCounting wraps inner in a Counting.
 func NewCounting(inner backends.Env) Counting {
-	return newCounting(inner, &stats{markers: map[string]int{}, frameOps: map[string]int{}})
+	return newCounting(inner, &stats{markers: map[string]int{}, returned: map[string]int{}, frameOps: map[string]int{}})
 }
 
 func newCounting(inner backends.Env, st *stats) Counting {
@@ -126,6 +128,7 @@ type stats struct {
 	provisions int
 	executes   int
 	markers    map[string]int
+	returned   map[string]int
 	commands   []string
 	frames     int
 	frameOps   map[string]int
@@ -142,7 +145,18 @@ func (c *counting) Execute(ctx context.Context, command string, opts backends.Ex
 	c.markers[MarkerOf(command)]++
 	c.commands = append(c.commands, command)
 	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.returned[MarkerOf(command)]++
+		c.mu.Unlock()
+	}()
 	return c.inner.Execute(ctx, command, opts)
+}
+
+func (c *counting) Returned(marker string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.returned[normalizeMarker(marker)]
 }
 
 func (c *counting) Executes() int {
@@ -192,6 +206,7 @@ func (c *counting) Reset() {
 	defer c.mu.Unlock()
 	c.executes, c.frames, c.dials, c.provisions = 0, 0, 0, 0
 	c.markers = map[string]int{}
+	c.returned = map[string]int{}
 	c.frameOps = map[string]int{}
 	c.commands = nil
 }

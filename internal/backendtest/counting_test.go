@@ -52,6 +52,9 @@ func TestCountingCountsExecutes(t *testing.T) {
 		if got := c.ByMarker(m); got != want {
 			t.Errorf("ByMarker(%q) = %d, want %d", m, got, want)
 		}
+		if got := c.Returned(m); got != want {
+			t.Errorf("Returned(%q) = %d, want %d", m, got, want)
+		}
 	}
 	if got := fmt.Sprint(c.Markers()); got != "map[:1 cell:2 spawn:1]" {
 		t.Errorf("Markers() = %s", got)

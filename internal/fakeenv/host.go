@@ -1,7 +1,9 @@
 package fakeenv
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/engine/runner"
 	"github.com/kerneldeck/kerneldeck/internal/kernelauth"
 )
 
@@ -157,7 +160,7 @@ type cellState struct {
 // for its result, as the runner dedups), runs with an incrementing
 // execution_count and answers "KD:RESULT {json}", after forwarding its tool
 // calls (Outcome.Calls) and taking their answers; kill answers KD:KILLED,
-// ring KD:OK.
+// ring KD:OK, compile KD:CODE with FakeRunnerCode.
 //
 // Set the exported fields before the host answers its first command.
 type Host struct {
@@ -201,7 +204,20 @@ func (h *Host) Handlers() []*Handler {
 		On("kill", h.Kill).Named("host kill"),
 		On("ring", h.Ring).Named("host ring"),
 		On("fetch", h.Fetch).Named("host fetch"),
+		On("compile", h.Compile).Named("host compile"),
 	}
+}
+
+// FakeRunnerCode is what Compile answers as the compiled runner; spawns
+// after it ship it as runner.code.
+const FakeRunnerCode = "fake magic, fake marshalled runner"
+
+// Compile answers a compile script with FakeRunnerCode.
+func (h *Host) Compile(_ context.Context, c Call) (backends.Result, error) {
+	if !bytes.Equal(c.Stdin, runner.Source) {
+		return errResult(fmt.Errorf("fakeenv: compile stdin is %d bytes, not the runner's source", len(c.Stdin)))
+	}
+	return backends.Result{Output: "KD:CODE " + base64.StdEncoding.EncodeToString([]byte(FakeRunnerCode)) + "\n"}, nil
 }
 
 func errResult(err error) (backends.Result, error) {

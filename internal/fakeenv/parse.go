@@ -33,8 +33,9 @@ type SpawnArgs struct {
 	// in the temp dir.
 	Transient bool
 	Python    string // interpreter learnt from an earlier spawn, or ""
-	Sizes     [2]int // byte lengths of runner.py and kerneldeck_tools.py on stdin
+	Sizes     [3]int // byte lengths of runner.py, runner.code and kerneldeck_tools.py on stdin
 	Runner    []byte
+	Code      []byte // the compiled runner, or empty: Runner is then the source
 	Tools     []byte
 	// Config is the rest of stdin: the runner's config line, with the
 	// kernel's secret.
@@ -80,7 +81,7 @@ var (
 	// ... a transient one's directly in the temp dir.
 	spawnOnceID = regexp.MustCompile(`(?m)^kd="\$t/kerneldeck-once-"` + quoted + `$`)
 	spawnPython = regexp.MustCompile(`(?m)^py=` + quoted + `$`)
-	spawnSizes  = regexp.MustCompile(`head -c (\d+) >"\$kd/runner\.py" && head -c (\d+) >"\$kd/kerneldeck_tools\.py";`)
+	spawnSizes  = regexp.MustCompile(`head -c (\d+) >"\$kd/runner\.py" && \{ \[ (\d+) = 0 \] \|\| head -c \d+ >"\$kd/runner\.code"; \} && head -c (\d+) >"\$kd/kerneldeck_tools\.py";`)
 )
 
 // ParseSpawn reads a "# kerneldeck:spawn" script (either dir shape) and
@@ -103,16 +104,16 @@ func ParseSpawn(command string, stdin []byte) (SpawnArgs, error) {
 	}
 	a.TempDir, a.ID, a.Python = unq(t[1]), unq(id[1]), unq(py[1])
 	total := 0
-	for i := range 2 {
+	for i := range a.Sizes {
 		a.Sizes[i], _ = strconv.Atoi(sz[i+1])
 		total += a.Sizes[i]
 	}
 	if len(stdin) < total {
 		return a, fmt.Errorf("fakeenv: spawn stdin has %d bytes, the script reads %d", len(stdin), total)
 	}
-	a.Runner = stdin[:a.Sizes[0]]
-	a.Tools = stdin[a.Sizes[0] : a.Sizes[0]+a.Sizes[1]]
-	a.Config = stdin[total:]
+	a.Runner, stdin = stdin[:a.Sizes[0]], stdin[a.Sizes[0]:]
+	a.Code, stdin = stdin[:a.Sizes[1]], stdin[a.Sizes[1]:]
+	a.Tools, a.Config = stdin[:a.Sizes[2]], stdin[a.Sizes[2]:]
 	return a, nil
 }
 

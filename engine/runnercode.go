@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/engine/runner"
+)
+
+// A spawn that ships runner.py makes the host's Python compile it: about
+// 8 ms, and some 3 MB the compiler's work leaves in the runner's heap for
+// its whole life. So the engine has each configured backend's interpreter
+// compile the runner once, in a process of its own that runs nothing of
+// the host's packages, keeps the result in its own memory (never in a file
+// a kernel could change for the next one) and ships it with later spawns
+// behind runner.Loader.
+
+// maxRunnerCode bounds the compiled runner a host may send back (it is
+// about 110 KB).
+const maxRunnerCode = 4 << 20
+
+// errNoCode is a spawn whose loader refused the shipped code: the host's
+// interpreter is not the one that compiled it.
+var errNoCode = errors.New("the interpreter refused the compiled runner")
+
+// runnerCode is the runner as one host's interpreter compiled it, or the
+// compile under way (code nil).
+type runnerCode struct {
+	code []byte // magic number, then the marshalled code object
+}
+
+func codeKey(env backends.Env, python string) string { return env.URI() + "\x00" + python }
+
+// shippedRunner returns what a spawn on env with interpreter python ships
+// as runner.py and runner.code: the loader and the code once python
+// compiled it, else the source and nothing.
+func (e *Engine) shippedRunner(env backends.Env, python string) (script, code []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c := e.codes[codeKey(env, python)]; python != "" && c != nil && c.code != nil {
+		return runner.Loader, c.code
+	}
+	return runner.Source, nil
+}
+
+// forgetRunnerCode drops python's code on env after its loader refused it
+// (the interpreter changed under the same path); the next spawn compiles
+// again.
+func (e *Engine) forgetRunnerCode(env backends.Env, python string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c := e.codes[codeKey(env, python)]; c != nil && c.code != nil {
+		delete(e.codes, codeKey(env, python))
+	}
+}
+
+// compileRunner starts, in the background, python compiling the runner on
+// env, once per configured backend and interpreter: hosts made for one
+// kernel (a container each) would not reuse it. A compile that fails is not
+// tried again; spawns there ship the source, as before.
+func (e *Engine) compileRunner(env backends.Env, python string) {
+	key := codeKey(env, python)
+	e.mu.Lock()
+	_, configured := e.backends[env.URI()]
+	if e.closed || !configured || e.codes[key] != nil {
+		e.mu.Unlock()
+		return
+	}
+	c := &runnerCode{}
+	e.codes[key] = c
+	e.mu.Unlock()
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), spawnTimeout)
+		defer cancel()
+		code, err := compileOn(ctx, env, python)
+		if err != nil {
+			e.emit(Event{Type: EventNotice, Detail: fmt.Sprintf(
+				"%s: every spawn there compiles the runner anew (about 10 ms more each): %v", env.URI(), err)})
+			return
+		}
+		e.mu.Lock()
+		c.code = code
+		e.mu.Unlock()
+	}()
+}
+
+// compileOn runs compileScript on env and returns the code it printed.
+func compileOn(ctx context.Context, env backends.Env, python string) ([]byte, error) {
+	res, err := env.Execute(ctx, compileScript(python), backends.ExecOptions{Stdin: runner.Source, Timeout: spawnTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("compile the runner with %s on %s: %w", python, env.URI(), err)
+	}
+	line, ok := findLine(res.Output, "KD:CODE ")
+	if !ok {
+		return nil, fmt.Errorf("compile the runner with %s on %s: %s", python, env.URI(), hostError(res))
+	}
+	if base64.StdEncoding.DecodedLen(len(line)) > maxRunnerCode {
+		return nil, fmt.Errorf("compile the runner with %s on %s: %d bytes of code, more than %d", python, env.URI(), len(line), maxRunnerCode)
+	}
+	code, err := base64.StdEncoding.DecodeString(line)
+	if err != nil || len(code) < 8 {
+		return nil, fmt.Errorf("compile the runner with %s on %s: not base64 code: %.60q", python, env.URI(), line)
+	}
+	return code, nil
+}

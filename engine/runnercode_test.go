@@ -1,0 +1,140 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/engine/runner"
+)
+
+// compiledRunnerEngine is an engine on a local backend (no spares) and
+// that backend.
+func compiledRunnerEngine(t *testing.T) (*Engine, backends.Env) {
+	t.Helper()
+	tmp, err := os.MkdirTemp("", "kd") // short: socket paths
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	env := backends.NewLocal(tmp)
+	eng, err := New(Config{Backends: []backends.Env{env}, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		eng.Close(ctx, false)
+	})
+	return eng, env
+}
+
+func codeRun(t *testing.T, eng *Engine, owner, code string) *Result {
+	t.Helper()
+	res, err := eng.Execute(context.Background(), Request{Owner: owner, Code: code})
+	if err != nil || res.Kernel == nil {
+		t.Fatalf("Execute(%q) for %s: %v", code, owner, err)
+	}
+	return res
+}
+
+// waitRunnerCode waits for the engine to hold env's compiled runner and
+// returns it.
+func waitRunnerCode(t *testing.T, eng *Engine, env backends.Env) []byte {
+	t.Helper()
+	python := eng.python(env)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		eng.mu.Lock()
+		c := eng.codes[codeKey(env, python)]
+		var code []byte
+		if c != nil {
+			code = c.code
+		}
+		eng.mu.Unlock()
+		if code != nil {
+			return code
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no compiled runner for %s within 20 s", python)
+		}
+	}
+}
+
+func shipped(t *testing.T, dir string) (script []byte, hasCode bool) {
+	t.Helper()
+	script, err := os.ReadFile(filepath.Join(dir, "runner.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = os.Stat(filepath.Join(dir, "runner.code"))
+	return script, err == nil
+}
+
+// The first spawn on a host ships runner.py; its interpreter then compiles
+// the runner once, and the spawns after it run that code through the
+// loader: the same kernel, the runner's frames still out of tracebacks.
+func TestSpawnShipsTheCompiledRunner(t *testing.T) {
+	eng, env := compiledRunnerEngine(t)
+	first := codeRun(t, eng, "first", "x = 1")
+	if script, hasCode := shipped(t, first.Kernel.Dir); !bytes.Equal(script, runner.Source) || hasCode {
+		t.Fatalf("the first spawn shipped %d bytes of runner.py (code too: %v), want the source", len(script), hasCode)
+	}
+	code := waitRunnerCode(t, eng, env)
+	python := eng.python(env)
+	magic, err := exec.Command(python, "-c", "import sys, importlib.util; sys.stdout.buffer.write(importlib.util.MAGIC_NUMBER)").Output()
+	if err != nil || len(magic) != 4 || !bytes.HasPrefix(code, magic) {
+		t.Fatalf("compiled runner starts %x, want %s's magic number %x (%v)", code[:min(8, len(code))], python, magic, err)
+	}
+	for _, owner := range []string{"second", "third"} {
+		res := codeRun(t, eng, owner, "x = 20\nprint(x * 2)\n__name__")
+		if res.Status != StatusSuccess || res.Stdout != "40\n'__main__'\n" || res.Kernel.Reused {
+			t.Fatalf("a kernel from the compiled runner: %+v", res)
+		}
+		script, hasCode := shipped(t, res.Kernel.Dir)
+		if !bytes.Equal(script, runner.Loader) || !hasCode {
+			t.Fatalf("spawn after the compile shipped %d bytes of runner.py (code: %v), want the loader and the code", len(script), hasCode)
+		}
+		failed := codeRun(t, eng, owner, "def f():\n    return 1/0\nf()")
+		if failed.Status != StatusError || !strings.Contains(failed.Traceback, "return 1/0") || strings.Contains(failed.Traceback, "runner.py") {
+			t.Fatalf("traceback from the compiled runner should show the cell's frames only: %q", failed.Traceback)
+		}
+	}
+	eng.mu.Lock()
+	n := len(eng.codes)
+	eng.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d compiled runners for one backend and interpreter, want 1", n)
+	}
+}
+
+// Code the host's interpreter refuses (another Python version came to the
+// same path) costs one spawn from source, not a failed kernel, and is
+// compiled again.
+func TestRefusedCompiledRunnerFallsBackToSource(t *testing.T) {
+	eng, env := compiledRunnerEngine(t)
+	codeRun(t, eng, "first", "x = 1")
+	good := waitRunnerCode(t, eng, env)
+	bad := bytes.Clone(good)
+	bad[0] ^= 0xff
+	key := codeKey(env, eng.python(env))
+	eng.mu.Lock()
+	eng.codes[key].code = bad
+	eng.mu.Unlock()
+	res := codeRun(t, eng, "second", "print('from source')")
+	if res.Status != StatusSuccess || res.Stdout != "from source\n" {
+		t.Fatalf("spawn with refused code: %+v", res)
+	}
+	if script, hasCode := shipped(t, res.Kernel.Dir); !bytes.Equal(script, runner.Source) || hasCode {
+		t.Fatalf("after the refusal the spawn shipped %d bytes of runner.py (code: %v), want the source", len(script), hasCode)
+	}
+	if again := waitRunnerCode(t, eng, env); !bytes.Equal(again, good) {
+		t.Fatalf("the runner compiled again differs from the first compile (%d vs %d bytes)", len(again), len(good))
+	}
+}
