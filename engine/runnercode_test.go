@@ -138,3 +138,33 @@ func TestRefusedCompiledRunnerFallsBackToSource(t *testing.T) {
 		t.Fatalf("the runner compiled again differs from the first compile (%d vs %d bytes)", len(again), len(good))
 	}
 }
+
+// A runner, from source or compiled, imports none of the modules it does
+// without (their weight is in every kernel: BENCHMARKS.md, idle RSS), and
+// the cells' sources still reach linecache when a cell first imports it:
+// inspect finds an earlier cell's function, tracebacks show its lines.
+func TestRunnerLeanImportsKeepCellSources(t *testing.T) {
+	eng, env := compiledRunnerEngine(t)
+	for i, owner := range []string{"from-source", "compiled"} {
+		if i == 1 {
+			waitRunnerCode(t, eng, env)
+		}
+		codeRun(t, eng, owner, "def f():\n    return 41\n")
+		lean := codeRun(t, eng, owner, `import sys; print(sorted(m for m in ("json", "re", "ctypes", "linecache", "tokenize") if m in sys.modules))`)
+		if lean.Stdout != "[]\n" {
+			t.Errorf("%s: the runner imported %s", owner, lean.Stdout)
+		}
+		src := codeRun(t, eng, owner, "import inspect\nprint(inspect.getsource(f), end='')")
+		if src.Stdout != "def f():\n    return 41\n" {
+			t.Errorf("%s: inspect.getsource of an earlier cell's function: %q %q", owner, src.Stdout, src.Stderr)
+		}
+		codeRun(t, eng, owner, "def h():\n    raise ValueError('boom' * f())\n")
+		tb := codeRun(t, eng, owner, "h()")
+		if tb.Status != StatusError || !strings.Contains(tb.Traceback, "raise ValueError('boom' * f())") {
+			t.Errorf("%s: traceback through an earlier cell's function: %q", owner, tb.Traceback)
+		}
+		if script, hasCode := shipped(t, tb.Kernel.Dir); bytes.Equal(script, runner.Loader) != hasCode || hasCode != (i == 1) {
+			t.Errorf("%s: the kernel ran the loader %v with runner.code %v", owner, bytes.Equal(script, runner.Loader), hasCode)
+		}
+	}
+}

@@ -43,12 +43,9 @@ import _ast  # the C module: what compile() builds, without ast.py's helpers
 import builtins
 import codecs
 import io
-import json
-import linecache
 import os
 from _queue import Empty as QueueEmpty
 from _queue import SimpleQueue
-import re
 import select
 import signal
 import _socket  # the C module: socket.py (enums and all) weighs 600 KB in every kernel
@@ -61,7 +58,193 @@ from stat import S_ISDIR as stat_is_dir
 from stat import S_ISLNK as stat_is_link
 from stat import S_ISREG as stat_is_regular
 
-CELL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# Not re, json, linecache nor ctypes: with tokenize and enum they would
+# weigh 1.2 MB in every kernel and take 5 ms of its start (see JSON, LibC,
+# CellSources).
+ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+RPC_NAME_CHARS = ID_CHARS | {"."}
+LOWER_ALNUM = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+
+
+def valid_name(s, chars, most):
+    """s is 1 to most characters, all of chars."""
+    return isinstance(s, str) and 0 < len(s) <= most and chars.issuperset(s)
+
+
+def only_chars(s, chars, repl=""):
+    """s with every run of characters outside chars replaced by repl."""
+    out, outside = [], False
+    for ch in s:
+        if ch in chars:
+            out.append(ch)
+            outside = False
+        elif not outside:
+            out.append(repl)
+            outside = True
+    return "".join(out)
+
+
+class JSON:
+    """json.dumps and json.loads (their defaults) on _json, the C half of
+    the json package, which json itself wraps in regular expressions. Where
+    _json is missing or answers otherwise, the json package."""
+
+    class _Context:  # what _json's scanner reads off a JSONDecoder
+        strict = True
+        object_hook = object_pairs_hook = None
+        parse_float, parse_int, parse_constant = float, int, float  # NaN, Infinity
+
+    @staticmethod
+    def _not_serializable(o):
+        raise TypeError("Object of type %s is not JSON serializable" % type(o).__name__)
+
+    @classmethod
+    def setup(cls):
+        try:
+            import _json
+
+            scan = _json.make_scanner(cls._Context())
+
+            def dumps(obj):
+                return "".join(_json.make_encoder(
+                    {}, cls._not_serializable, _json.encode_basestring_ascii, None, ": ", ", ", False, False, True)(obj, 0))
+
+            def loads(s):
+                if not isinstance(s, str):
+                    s = bytes(s).decode("utf-8")
+                t = s.strip(" \t\n\r")
+                try:
+                    obj, end = scan(t, 0)
+                    if end == len(t):
+                        return obj
+                except Exception:
+                    pass
+                # Not JSON: the json package says why (_json alone cannot
+                # before json.decoder is imported).
+                import json
+
+                return json.loads(s)
+
+            sample = {"a": [1, -2.5e-7, "\u00e9\n\"", None, True, {}], "b": float("inf")}
+            if dumps(sample) != '{"a": [1, -2.5e-07, "\\u00e9\\n\\"", null, true, {}], "b": Infinity}' or (
+                    loads(" " + dumps(sample) + "\n") != sample):
+                raise ValueError("_json answers otherwise")
+        except Exception:
+            import json
+
+            dumps, loads = json.dumps, json.loads
+        cls.dumps, cls.loads = staticmethod(dumps), staticmethod(loads)
+
+
+JSON.setup()
+
+
+class CellSources:
+    """The cells' sources, for tracebacks and inspect: linecache's cache
+    holds them once something imports linecache; until then they wait here,
+    and a finder puts them in when it is imported."""
+
+    def __init__(self):
+        self.waiting = {}
+        self.finder = None
+
+    def add(self, filename, code):
+        entry = (len(code), None, code.splitlines(True), filename)
+        lc = sys.modules.get("linecache")
+        if lc is not None and isinstance(getattr(lc, "cache", None), dict):
+            lc.cache.update(self.waiting)
+            self.waiting.clear()
+            lc.cache[filename] = entry
+            return
+        self.waiting[filename] = entry
+        if self.finder is None:
+            self.finder = LinecacheFinder(self)
+            sys.meta_path.insert(0, self.finder)
+
+
+class LinecacheFinder:
+    """Hands the waiting cell sources to linecache as it is imported: finds
+    its spec with the other finders and runs its loader, then fills the
+    cache."""
+
+    def __init__(self, sources):
+        self.sources = sources
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "linecache":
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = LinecacheLoader(spec.loader, self.sources)
+                return spec
+        return None
+
+
+class LinecacheLoader:
+    def __init__(self, loader, sources):
+        self.loader, self.sources = loader, sources
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        module.cache.update(self.sources.waiting)
+        self.sources.waiting.clear()
+
+
+CELL_SOURCES = CellSources()
+
+
+class LibC:
+    """The few libc calls the runner makes (prctl, syscall, timerfd_*), with
+    ctypes' C types and functions taken from _ctypes itself where it can:
+    the ctypes package around them weighs 350 KB in every kernel."""
+
+    def __init__(self):
+        try:
+            import _ctypes as c
+
+            def simple(code):
+                return type("c_" + code, (c._SimpleCData,), {"_type_": code})
+
+            self.long, self.size_t, self.int, self.uint32, self.uint64, self.int32 = (
+                simple("l"), simple("L"), simple("i"), simple("I"), simple("Q"), simple("i"))
+            self.Structure, self.byref, self.get_errno = c.Structure, c.byref, c.get_errno
+            self._func = type("CFunc", (c.CFuncPtr,), {
+                "_flags_": c.FUNCFLAG_CDECL | c.FUNCFLAG_USE_ERRNO, "_restype_": self.int})
+            self._handle = c.dlopen(None, getattr(os, "RTLD_NOW", 2))
+            if self.func("getpid")() != os.getpid():
+                raise OSError("_ctypes answers otherwise")
+        except (ImportError, AttributeError, TypeError, ValueError, OSError):
+            import ctypes  # ImportError: no ctypes at all, for the caller
+
+            self.long, self.size_t, self.int = ctypes.c_long, ctypes.c_size_t, ctypes.c_int
+            self.uint32, self.uint64, self.int32 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
+            self.Structure, self.byref, self.get_errno = ctypes.Structure, ctypes.byref, ctypes.get_errno
+            lib = ctypes.CDLL(None, use_errno=True)
+            self._func, self._handle = lib._FuncPtr, lib._handle
+
+    def func(self, name, restype=None):
+        """libc's function name (AttributeError when there is none)."""
+        f = self._func((name, self))
+        if restype is not None:
+            f.restype = restype
+        return f
+
+
+def load_libc():
+    """A LibC, or None where there is no ctypes."""
+    try:
+        return LibC()
+    except (ImportError, OSError, AttributeError):
+        return None
+
+
 # A cell's output goes to these files in the cells dir (fds 1 and 2 while it
 # runs); a clipped one is renamed to the cell's id and a suffix.
 OUTPUT_STREAMS = ("stdout", "stderr")
@@ -71,7 +254,6 @@ OUTPUT_KEEP = 16 << 10  # bytes of earlier cells' output the files may hold befo
 STREAM_EVERY = 0.1  # seconds between output chunks while a cell runs
 SOCK_PATH_MAX = 104  # bytes; sun_path holds 108 on Linux and 104 on BSDs, NUL included
 RPC_FILE_MAX = (1 << 20) + (64 << 10)  # bytes of one request file forwarded; the engine rejects more
-RPC_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 RPC_SLACK = 5.0  # seconds a tool call waits past its cell's timeout for the engine's interrupt
 TURN_MAIN, TURN_IO = "main", "io"  # which thread reads the doors (Runner.turn)
 IO_DELAY = 0.002  # seconds into a cell when the io thread takes the doors
@@ -196,7 +378,7 @@ def _as_value(mime, value):
         return None
     if mime == "application/json" and not isinstance(value, str):
         try:
-            return json.dumps(value)
+            return JSON.dumps(value)
         except Exception:
             return None
     if isinstance(value, (bytes, bytearray)):
@@ -373,30 +555,30 @@ class Alarm:
     takes the GIL from the cell). A timerfd where there is one; elsewhere
     a pipe, written at once."""
 
-    def __init__(self):
+    def __init__(self, libc):
         self.settime = None
         if hasattr(os, "timerfd_create"):  # Python >= 3.13
             self.fd = os.timerfd_create(time.CLOCK_MONOTONIC, flags=os.TFD_NONBLOCK | os.TFD_CLOEXEC)
             self.settime = lambda delay: os.timerfd_settime(self.fd, initial=delay)
             return
         try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = libc.timerfd_create(time.CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
-        except (ImportError, OSError, AttributeError):
+            fd = libc.func("timerfd_create")(time.CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
+            timerfd_settime = libc.func("timerfd_settime")
+        except AttributeError:  # no libc (None), or no timerfd in it
             fd = -1
         if fd >= 0:
             self.fd = fd
-            # struct itimerspec {interval, value}: each {seconds, nanoseconds}.
+
+            class ITimerSpec(libc.Structure):  # {interval, value}: each {seconds, nanoseconds}
+                _fields_ = [("interval_s", libc.long), ("interval_ns", libc.long), ("s", libc.long), ("ns", libc.long)]
+
             specs = {}
 
             def settime(delay):
                 spec = specs.get(delay)
                 if spec is None:
-                    spec = specs[delay] = ctypes.create_string_buffer(
-                        struct.pack("@llll", 0, 0, int(delay), int(delay % 1 * 1e9)), 4 * ctypes.sizeof(ctypes.c_long))
-                libc.timerfd_settime(fd, 0, spec, None)
+                    spec = specs[delay] = libc.byref(ITimerSpec(0, 0, int(delay), int(delay % 1 * 1e9)))
+                timerfd_settime(fd, 0, spec, None)
 
             self.settime = settime
             return
@@ -438,7 +620,7 @@ class Conn:
 
     def send(self, frame):
         """Send one frame; False if the connection is gone."""
-        data = (json.dumps(frame) + "\n").encode()
+        data = (JSON.dumps(frame) + "\n").encode()
         with self.wlock:
             if not self.alive:
                 return False
@@ -477,8 +659,8 @@ class RPC:
         (a dict with "ok") or raises TimeoutError."""
         r = self.runner
         try:
-            args_json = json.dumps(args)
-            tool_json = json.dumps(tool)
+            args_json = JSON.dumps(args)
+            tool_json = JSON.dumps(tool)
         except (TypeError, ValueError) as e:
             return {"ok": False, "error": "the arguments are not JSON-serializable: %s" % e}
         with self.lock:
@@ -490,7 +672,7 @@ class RPC:
         # The MAC covers the fields as written, args byte for byte.
         token = r.auth.mac("rpc", str(seq), cell, tool, args_json)
         text = '{"seq": %d, "tool": %s, "args": %s, "cell": %s, "token": "%s"}' % (
-            seq, tool_json, args_json, json.dumps(cell), token)
+            seq, tool_json, args_json, JSON.dumps(cell), token)
         try:
             # Straight over the running cell's socket when it has one (no
             # file, no hand-over to the io thread); else as a request file
@@ -568,6 +750,7 @@ class Runner:
         self.rpc = RPC(self)
         self.rpc_dir = os.path.join(kdir, "rpc")
         self.display_max = 5 << 20
+        self.libc = None  # LibC, set by main
         self.start_displays(None)
 
     # ---- lifecycle -------------------------------------------------------
@@ -610,7 +793,7 @@ class Runner:
         self.turn = TURN_MAIN
         self.door_lock = threading.Lock()
         self.io_active = False  # the io thread is reading the doors
-        self.alarm = Alarm()  # wakes the io thread when its turn comes
+        self.alarm = Alarm(self.libc)  # wakes the io thread when its turn comes
         self.kick_r, self.kick_w = os.pipe()  # ends the io thread's wait when its turn ends
         os.set_blocking(self.kick_r, False)
         os.set_blocking(self.kick_w, False)
@@ -820,7 +1003,7 @@ class Runner:
         while b"\n" in conn.buf:
             line, conn.buf = conn.buf.split(b"\n", 1)
             try:
-                msg = json.loads(line)
+                msg = JSON.loads(line)
                 if not isinstance(msg, dict):
                     raise ValueError("not an object")
             except ValueError as e:
@@ -852,7 +1035,7 @@ class Runner:
         op = msg.get("op")
         if op == "cell":
             cid, code = msg.get("id"), msg.get("code")
-            if not isinstance(cid, str) or not CELL_ID.match(cid) or not isinstance(code, str):
+            if not isinstance(cid, str) or not valid_name(cid, ID_CHARS, 64) or not isinstance(code, str):
                 conn.send({"op": "error", "id": cid, "error": "cell needs an id and code"})
                 return
             self.submit(Cell(cid, code, bool(msg.get("stream")), msg.get("timeout")), conn)
@@ -875,14 +1058,14 @@ class Runner:
     def on_wake(self, line):
         verb, _, rest = line.partition(" ")
         arg, _, mac = rest.partition(" ")
-        if verb == "cell" and CELL_ID.match(arg):
+        if verb == "cell" and valid_name(arg, ID_CHARS, 64):
             try:
                 with open(os.path.join(self.cells, arg + ".req"), "rb") as f:
                     body = self.auth.open_signed(f.read(), "req")
                 if body is None:
                     self.log("refused request %s: not signed by the engine" % arg)
                     return
-                req = json.loads(body)
+                req = JSON.loads(body)
                 code = req["code"]
                 if not isinstance(code, str) or req.get("id") != arg:
                     raise ValueError("code is not a string, or the id is not the file's")
@@ -901,7 +1084,7 @@ class Runner:
                 if body is None:
                     self.log("refused tool answer %s: not signed by the engine" % arg)
                     return
-                response = json.loads(body)
+                response = JSON.loads(body)
             except (OSError, ValueError) as e:
                 self.log("bad tool response %s: %s" % (arg, e))
                 return
@@ -936,7 +1119,7 @@ class Runner:
             if not name.endswith(".req"):
                 continue
             path = os.path.join(self.rpc_dir, name)
-            frame = {"op": "rpc", "name": name if RPC_NAME.match(name) else "?"}
+            frame = {"op": "rpc", "name": name if valid_name(name, RPC_NAME_CHARS, 80) else "?"}
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
                 try:
@@ -1107,7 +1290,7 @@ class Runner:
             elif self.display_bytes + len(value) > self.display_max:
                 del data[mime]
                 ext = mime.split("/")[-1].split("+")[0]
-                path = os.path.join(self.cells, "%s.d%d.%s" % (self.display_cell, n, re.sub(r"[^a-z0-9]", "", ext) or "bin"))
+                path = os.path.join(self.cells, "%s.d%d.%s" % (self.display_cell, n, only_chars(ext, LOWER_ALNUM) or "bin"))
                 try:
                     import base64
 
@@ -1124,7 +1307,7 @@ class Runner:
         entry = {"data": data}
         if meta:
             try:
-                json.dumps(meta)
+                JSON.dumps(meta)
                 entry["metadata"] = meta
             except Exception:
                 notes.append("metadata dropped: not JSON")
@@ -1282,7 +1465,7 @@ class Runner:
     def exec_user(self, cell):
         """Run one cell in the persistent namespace; returns (status, traceback)."""
         filename = "<cell-%d>" % (self.execution_count)
-        linecache.cache[filename] = (len(cell.code), None, cell.code.splitlines(True), filename)
+        CELL_SOURCES.add(filename, cell.code)
         try:
             with self.lock:
                 if self.pending_interrupt == cell.id:
@@ -1349,7 +1532,7 @@ class Runner:
     def file_result_locked(self, cid, frame):
         """Writes cell cid's result file, for the Execute door, and wakes a
         host-side wait for it (self.lock held)."""
-        data = json.dumps(frame).encode()
+        data = JSON.dumps(frame).encode()
         path = os.path.join(self.cells, cid + ".res")
         self.cell_files.append(path)
         try:
@@ -1407,7 +1590,7 @@ def read_config():
     os.dup2(null, 0)
     os.close(null)
     try:
-        cfg = json.loads(data)
+        cfg = JSON.loads(data)
         if not isinstance(cfg, dict):
             raise ValueError("not an object")
     except ValueError:
@@ -1430,41 +1613,37 @@ _LL_FILE_RIGHTS = (1 << 0) | (1 << 1) | (1 << 2) | _LL_FS_TRUNCATE | _LL_FS_IOCT
 
 
 def _unconfined(why):
-    return "none:" + re.sub(r"[^A-Za-z0-9._-]+", "-", why)[:60]
+    return "none:" + only_chars(why, RPC_NAME_CHARS, "-")[:60]
 
 
-def confine(kdir):
+def confine(kdir, libc):
     """Confine this process (and what it starts) with Landlock, before any
     thread exists: everything stays reachable but the other kernels' dirs
     under the kernel root (and the temp dir's other kerneldeck-* dirs), and
     from ABI 6 no signals or abstract sockets leave the domain. Returns
     "landlock:ABI" or "none:reason"."""
-    try:
-        import ctypes
-    except ImportError:
+    if libc is None:
         return _unconfined("no ctypes")
-    libc = ctypes.CDLL(None, use_errno=True)
-    sc = libc.syscall
-    sc.restype = ctypes.c_long
-    abi = sc(ctypes.c_long(444), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    sc = libc.func("syscall", libc.long)
+    abi = sc(libc.long(444), None, libc.size_t(0), libc.uint32(1))
     if abi < 0:
-        return _unconfined(os.strerror(ctypes.get_errno()))
+        return _unconfined(os.strerror(libc.get_errno()))
     fs = _LL_FS_ABI1 | (_LL_FS_REFER if abi >= 2 else 0) | (_LL_FS_TRUNCATE if abi >= 3 else 0) | (
         _LL_FS_IOCTL_DEV if abi >= 5 else 0)
     scoped = (_LL_SCOPE_ABSTRACT_UNIX | _LL_SCOPE_SIGNAL) if abi >= 6 else 0
 
-    class RulesetAttr(ctypes.Structure):
-        _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+    class RulesetAttr(libc.Structure):
+        _fields_ = [("fs", libc.uint64), ("net", libc.uint64), ("scoped", libc.uint64)]
 
-    class PathBeneath(ctypes.Structure):
+    class PathBeneath(libc.Structure):
         _pack_ = 1
-        _fields_ = [("allowed", ctypes.c_uint64), ("fd", ctypes.c_int32)]
+        _fields_ = [("allowed", libc.uint64), ("fd", libc.int32)]
 
     attr = RulesetAttr(fs, 0, scoped)
     size = 24 if abi >= 6 else (16 if abi >= 4 else 8)
-    rs = sc(ctypes.c_long(444), ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    rs = sc(libc.long(444), libc.byref(attr), libc.size_t(size), libc.uint32(0))
     if rs < 0:
-        return _unconfined("create ruleset: " + os.strerror(ctypes.get_errno()))
+        return _unconfined("create ruleset: " + os.strerror(libc.get_errno()))
     try:
         def allow(path, follow=False):
             flags = os.O_PATH | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
@@ -1478,7 +1657,7 @@ def confine(kdir):
                     return  # a planted link must not open another kernel's dir
                 rights = fs if stat_is_dir(st.st_mode) else fs & _LL_FILE_RIGHTS
                 rule = PathBeneath(rights, fd)
-                sc(ctypes.c_long(445), ctypes.c_int(rs), ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0))
+                sc(libc.long(445), libc.int(rs), libc.int(1), libc.byref(rule), libc.uint32(0))
             finally:
                 os.close(fd)
 
@@ -1504,10 +1683,10 @@ def confine(kdir):
         if here != parent:
             return _unconfined("unexpected layout")
         allow(target, follow=True)
-        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
-            return _unconfined("no_new_privs: " + os.strerror(ctypes.get_errno()))
-        if sc(ctypes.c_long(446), ctypes.c_int(rs), ctypes.c_uint32(0)) != 0:
-            return _unconfined("restrict self: " + os.strerror(ctypes.get_errno()))
+        if libc.func("prctl")(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            return _unconfined("no_new_privs: " + os.strerror(libc.get_errno()))
+        if sc(libc.long(446), libc.int(rs), libc.uint32(0)) != 0:
+            return _unconfined("restrict self: " + os.strerror(libc.get_errno()))
     finally:
         os.close(rs)
     return "landlock:%d" % abi
@@ -1536,14 +1715,12 @@ def set_limits(cfg, runner):
     runner.log("limits: %s" % " ".join(limits))
 
 
-def not_dumpable():
+def not_dumpable(libc):
     """Other processes of this login may not read this runner's memory, fds
     or environment, nor ptrace it."""
     try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
-    except (ImportError, OSError, AttributeError):
+        libc.func("prctl")(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    except AttributeError:  # no libc (None), or no prctl
         pass
 
 
@@ -1552,7 +1729,8 @@ def main():
     if sys.version_info < (3, 8):
         sys.stderr.write("kerneldeck runner needs Python >= 3.8, found %s\n" % sys.version.split()[0])
         sys.exit(2)
-    not_dumpable()
+    libc = load_libc()
+    not_dumpable(libc)
     cfg = read_config()
     setup_streams()
     kdir = os.path.dirname(os.path.abspath(__file__))
@@ -1583,10 +1761,11 @@ def main():
         sys.stderr.write("kerneldeck runner: no config line with a secret on stdin; exiting\n")
         os._exit(2)
     runner.auth = Auth(key)
+    runner.libc = libc
     if cfg.get("confine", True) is False:
         runner.confinement = _unconfined("turned off by the engine")
     else:
-        runner.confinement = confine(kdir)
+        runner.confinement = confine(kdir, libc)
     set_limits(cfg, runner)
     tmp = os.path.join(kdir, "tmp")
     try:
