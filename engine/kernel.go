@@ -418,7 +418,7 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 	python := e.python(env)
 	script, code := runner.Source, []byte(nil)
 	if useCode {
-		script, code = e.shippedRunner(env, python)
+		script, code = e.shippedRunner(ctx, env, python)
 	}
 	stdin := make([]byte, 0, len(script)+len(code)+len(stubs)+len(config))
 	stdin = append(append(append(append(stdin, script...), code...), stubs...), config...)

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine/runner"
@@ -27,23 +28,43 @@ const maxRunnerCode = 4 << 20
 var errNoCode = errors.New("the interpreter refused the compiled runner")
 
 // runnerCode is the runner as one host's interpreter compiled it, or the
-// compile under way (code nil).
+// compile under way (code nil, done open).
 type runnerCode struct {
-	code []byte // magic number, then the marshalled code object
+	code []byte        // magic number, then the marshalled code object; nil if the compile failed
+	done chan struct{} // closed when the compile has ended
 }
+
+// compileWait bounds how long a spawn waits for a compile under way (it
+// takes 30-60 ms): the code saves that spawn 10 ms and its kernel 3 MB for
+// its whole life.
+const compileWait = 2 * time.Second
 
 func codeKey(env backends.Env, python string) string { return env.URI() + "\x00" + python }
 
 // shippedRunner returns what a spawn on env with interpreter python ships
 // as runner.py and runner.code: the loader and the code once python
-// compiled it, else the source and nothing.
-func (e *Engine) shippedRunner(env backends.Env, python string) (script, code []byte) {
+// compiled it (waiting up to compileWait for a compile under way), else the
+// source and nothing.
+func (e *Engine) shippedRunner(ctx context.Context, env backends.Env, python string) (script, code []byte) {
+	e.mu.Lock()
+	c := e.codes[codeKey(env, python)]
+	e.mu.Unlock()
+	if python == "" || c == nil {
+		return runner.Source, nil
+	}
+	t := time.NewTimer(compileWait)
+	defer t.Stop()
+	select {
+	case <-c.done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if c := e.codes[codeKey(env, python)]; python != "" && c != nil && c.code != nil {
-		return runner.Loader, c.code
+	if c.code == nil {
+		return runner.Source, nil
 	}
-	return runner.Source, nil
+	return runner.Loader, c.code
 }
 
 // forgetRunnerCode drops python's code on env after its loader refused it
@@ -69,12 +90,13 @@ func (e *Engine) compileRunner(env backends.Env, python string) {
 		e.mu.Unlock()
 		return
 	}
-	c := &runnerCode{}
+	c := &runnerCode{done: make(chan struct{})}
 	e.codes[key] = c
 	e.mu.Unlock()
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
+		defer close(c.done)
 		ctx, cancel := context.WithTimeout(context.Background(), spawnTimeout)
 		defer cancel()
 		code, err := compileOn(ctx, env, python)

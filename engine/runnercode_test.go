@@ -150,7 +150,7 @@ func TestRunnerLeanImportsKeepCellSources(t *testing.T) {
 			waitRunnerCode(t, eng, env)
 		}
 		codeRun(t, eng, owner, "def f():\n    return 41\n")
-		lean := codeRun(t, eng, owner, `import sys; print(sorted(m for m in ("json", "re", "ctypes", "linecache", "tokenize") if m in sys.modules))`)
+		lean := codeRun(t, eng, owner, `import sys; print(sorted(m for m in ("json", "re", "ctypes", "linecache", "tokenize", "threading") if m in sys.modules))`)
 		if lean.Stdout != "[]\n" {
 			t.Errorf("%s: the runner imported %s", owner, lean.Stdout)
 		}

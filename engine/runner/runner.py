@@ -51,16 +51,16 @@ import signal
 import _socket  # the C module: socket.py (enums and all) weighs 600 KB in every kernel
 import struct
 import sys
-import threading
+import _thread  # the C module: threading.py weighs 270 KB in every kernel
 import time
 import types
 from stat import S_ISDIR as stat_is_dir
 from stat import S_ISLNK as stat_is_link
 from stat import S_ISREG as stat_is_regular
 
-# Not re, json, linecache nor ctypes: with tokenize and enum they would
-# weigh 1.2 MB in every kernel and take 5 ms of its start (see JSON, LibC,
-# CellSources).
+# Not re, json, linecache, ctypes nor threading: with tokenize and enum they
+# would weigh 1.5 MB in every kernel and take 5 ms of its start (see JSON,
+# LibC, CellSources, Flag).
 ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 RPC_NAME_CHARS = ID_CHARS | {"."}
 LOWER_ALNUM = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
@@ -82,6 +82,37 @@ def only_chars(s, chars, repl=""):
             out.append(repl)
             outside = True
     return "".join(out)
+
+
+class Flag:
+    """threading.Event's set, is_set and wait, on one _thread lock: held
+    until set."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self):
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+        self._set = False
+
+    def is_set(self):
+        return self._set
+
+    def set(self):
+        if not self._set:
+            self._set = True
+            try:
+                self._lock.release()
+            except RuntimeError:
+                pass  # another set() released it first
+
+    def wait(self, timeout=None):
+        if self._set:
+            return True
+        if self._lock.acquire(True, -1 if timeout is None else min(max(0.0, timeout), _thread.TIMEOUT_MAX)):
+            self._lock.release()  # for the next waiter
+            return True
+        return self._set
 
 
 class JSON:
@@ -613,7 +644,7 @@ class Conn:
     def __init__(self, sock):
         self.sock = sock
         self.buf = b""
-        self.wlock = threading.Lock()
+        self.wlock = _thread.allocate_lock()
         self.alive = True
         self.authed = False
         self.nonce = os.urandom(16).hex()
@@ -650,9 +681,9 @@ class RPC:
 
     def __init__(self, runner):
         self.runner = runner
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()
         self.seq = 0
-        self.calls = {}  # seq -> [threading.Event, response]
+        self.calls = {}  # seq -> [Flag, response]
 
     def call(self, tool, args):
         """Ask the host to run tool with args; returns the engine's answer
@@ -666,7 +697,7 @@ class RPC:
         with self.lock:
             self.seq += 1
             seq = self.seq
-            waiter = [threading.Event(), None]
+            waiter = [Flag(), None]
             self.calls[seq] = waiter
         cell = r.running or ""
         # The MAC covers the fields as written, args byte for byte.
@@ -714,7 +745,7 @@ class Runner:
         self.margin = margin
         self.clip = clip
         self.spill_max = spill_max
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()
         self.seen = set()
         self.pending = set()  # submitted, result not yet written
         # Files of the latest cell (its .req written by the Execute door,
@@ -732,7 +763,7 @@ class Runner:
         self.streamers = []  # Conns that asked for output of the running cell
         # Where streaming stopped in each output file; the io thread streams
         # on a tick and finish() streams the rest before the result.
-        self.stream_lock = threading.Lock()
+        self.stream_lock = _thread.allocate_lock()
         self.stream_offsets = {}
         self.last = None  # (cell id, result frame) of the latest finished cell
         self.work = SimpleQueue()
@@ -742,7 +773,7 @@ class Runner:
         self.execution_count = 0
         self.last_activity = time.monotonic()
         self.ns = {"__name__": "__main__", "__builtins__": builtins}
-        self.main_ident = threading.get_ident()
+        self.main_ident = _thread.get_ident()
         self.log_fd = None
         self.auth = Auth(b"")
         self.confinement = "none:not-tried"
@@ -791,7 +822,7 @@ class Runner:
         # door_lock, and the turn changes under it.
         self.pollers = {TURN_MAIN: Poller(), TURN_IO: Poller()}
         self.turn = TURN_MAIN
-        self.door_lock = threading.Lock()
+        self.door_lock = _thread.allocate_lock()
         self.io_active = False  # the io thread is reading the doors
         self.alarm = Alarm(self.libc)  # wakes the io thread when its turn comes
         self.kick_r, self.kick_w = os.pipe()  # ends the io thread's wait when its turn ends
@@ -801,7 +832,7 @@ class Runner:
         if self.listener is not None:
             self.watch(self.listener.fileno(), "listen")
         self.watch(self.wake_fd, "wake")
-        threading.Thread(target=self.io_loop, name="kerneldeck-io", daemon=True).start()
+        _thread.start_new_thread(self.io_loop, ())
         self.signal_ready()
         main = self.pollers[TURN_MAIN]
         while True:
@@ -854,7 +885,7 @@ class Runner:
         main thread, calling from its cell, reads the doors itself meanwhile:
         the answer then costs no hand-over between threads. An interrupt
         that comes during the wait is raised here, after the doors' work."""
-        if threading.get_ident() != self.main_ident or self.turn != TURN_IO:
+        if _thread.get_ident() != self.main_ident or self.turn != TURN_IO:
             return answered.wait(timeout)
         end = time.monotonic() + timeout
         with self.lock:
