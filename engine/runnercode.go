@@ -68,14 +68,12 @@ func (e *Engine) shippedRunner(ctx context.Context, env backends.Env, python str
 }
 
 // forgetRunnerCode drops python's code on env after its loader refused it
-// (the interpreter changed under the same path); the next spawn compiles
-// again.
+// (the interpreter changed under the same path); the next spawn that
+// learns the interpreter compiles again.
 func (e *Engine) forgetRunnerCode(env backends.Env, python string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if c := e.codes[codeKey(env, python)]; c != nil && c.code != nil {
-		delete(e.codes, codeKey(env, python))
-	}
+	delete(e.codes, codeKey(env, python))
 }
 
 // compileRunner starts, in the background, python compiling the runner on
@@ -125,8 +123,8 @@ func compileOn(ctx context.Context, env backends.Env, python string) ([]byte, er
 		return nil, fmt.Errorf("compile the runner with %s on %s: %d bytes of code, more than %d", python, env.URI(), len(line), maxRunnerCode)
 	}
 	code, err := base64.StdEncoding.DecodeString(line)
-	if err != nil || len(code) < 8 {
-		return nil, fmt.Errorf("compile the runner with %s on %s: not base64 code: %.60q", python, env.URI(), line)
+	if err != nil || len(code) < 8 { // a magic number and some code
+		return nil, fmt.Errorf("compile the runner with %s on %s: not the base64 of a compiled runner: %.60q", python, env.URI(), line)
 	}
 	return code, nil
 }

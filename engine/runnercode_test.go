@@ -79,18 +79,13 @@ func shipped(t *testing.T, dir string) (script []byte, hasCode bool) {
 
 // The first spawn on a host ships runner.py; its interpreter then compiles
 // the runner once, and the spawns after it run that code through the
-// loader: the same kernel, the runner's frames still out of tracebacks.
+// loader: the same kernel, the runner's frames still out of tracebacks. The
+// second spawn comes at once: it waits for the compile under way.
 func TestSpawnShipsTheCompiledRunner(t *testing.T) {
 	eng, env := compiledRunnerEngine(t)
 	first := codeRun(t, eng, "first", "x = 1")
 	if script, hasCode := shipped(t, first.Kernel.Dir); !bytes.Equal(script, runner.Source) || hasCode {
 		t.Fatalf("the first spawn shipped %d bytes of runner.py (code too: %v), want the source", len(script), hasCode)
-	}
-	code := waitRunnerCode(t, eng, env)
-	python := eng.python(env)
-	magic, err := exec.Command(python, "-c", "import sys, importlib.util; sys.stdout.buffer.write(importlib.util.MAGIC_NUMBER)").Output()
-	if err != nil || len(magic) != 4 || !bytes.HasPrefix(code, magic) {
-		t.Fatalf("compiled runner starts %x, want %s's magic number %x (%v)", code[:min(8, len(code))], python, magic, err)
 	}
 	for _, owner := range []string{"second", "third"} {
 		res := codeRun(t, eng, owner, "x = 20\nprint(x * 2)\n__name__")
@@ -105,6 +100,12 @@ func TestSpawnShipsTheCompiledRunner(t *testing.T) {
 		if failed.Status != StatusError || !strings.Contains(failed.Traceback, "return 1/0") || strings.Contains(failed.Traceback, "runner.py") {
 			t.Fatalf("traceback from the compiled runner should show the cell's frames only: %q", failed.Traceback)
 		}
+	}
+	code := waitRunnerCode(t, eng, env)
+	python := eng.python(env)
+	magic, err := exec.Command(python, "-c", "import sys, importlib.util; sys.stdout.buffer.write(importlib.util.MAGIC_NUMBER)").Output()
+	if err != nil || len(magic) != 4 || !bytes.HasPrefix(code, magic) {
+		t.Fatalf("compiled runner starts %x, want %s's magic number %x (%v)", code[:min(8, len(code))], python, magic, err)
 	}
 	eng.mu.Lock()
 	n := len(eng.codes)
@@ -168,6 +169,11 @@ print(sorted(m for m in mine if m not in bare))`)
 		tb := codeRun(t, eng, owner, "h()")
 		if tb.Status != StatusError || !strings.Contains(tb.Traceback, "raise ValueError('boom' * f())") {
 			t.Errorf("%s: traceback through an earlier cell's function: %q", owner, tb.Traceback)
+		}
+		// Once linecache is in, the finder no longer sees every import.
+		finders := codeRun(t, eng, owner, "import sys; print([type(f).__name__ for f in sys.meta_path if 'Linecache' in type(f).__name__])")
+		if finders.Stdout != "[]\n" {
+			t.Errorf("%s: after linecache's import sys.meta_path still holds %s", owner, finders.Stdout)
 		}
 		if script, hasCode := shipped(t, tb.Kernel.Dir); bytes.Equal(script, runner.Loader) != hasCode || hasCode != (i == 1) {
 			t.Errorf("%s: the kernel ran the loader %v with runner.code %v", owner, bytes.Equal(script, runner.Loader), hasCode)

@@ -24,15 +24,15 @@ var shq = backends.ShellQuote
 
 // spawnScript sets up the owner-only kernel dir, writes the shipped files
 // (sizes: runner.py, runner.code, which may be empty, and
-// kerneldeck_tools.py on stdin) and starts the runner
-// detached, in one round trip; the rest of stdin, the config line with the
-// kernel's secret, is the runner's own stdin and never touches a file. It
-// prints "KD:SPAWNED <pid> <dir> <python> <confinement>", "KD:NOCODE" (the
-// loader refused runner.code) or "KD:ERR <reason>". python, learnt from an earlier spawn, skips PATH wrappers such
-// as pyenv shims, which cost more than the spawn; root, learnt too, skips
-// asking for the login. A transient kernel gets an
-// unpredictable dir of its own outside the root (the fallback when the root
-// is unusable): mkdir fails on anything planted.
+// kerneldeck_tools.py on stdin) and starts the runner detached, in one
+// round trip; the rest of stdin, the config line with the kernel's secret,
+// is the runner's own stdin and never touches a file. It prints
+// "KD:SPAWNED <pid> <dir> <python> <confinement>", "KD:NOCODE" (the loader
+// refused runner.code) or "KD:ERR <reason>". python, learnt from an earlier
+// spawn, skips PATH wrappers such as pyenv shims, which cost more than the
+// spawn; root, learnt too, skips asking for the login. A transient kernel
+// gets an unpredictable dir of its own outside the root (the fallback when
+// the root is unusable): mkdir fails on anything planted.
 func spawnScript(tempDir, id, python, root string, sizes [3]int, readyTimeoutSec int, transient bool) string {
 	// root, learnt from an earlier spawn on this host, saves asking id(1)
 	// for the login (a fork and an exec); it is only a shortcut to the same

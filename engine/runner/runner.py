@@ -173,7 +173,8 @@ JSON.setup()
 class CellSources:
     """The cells' sources, for tracebacks and inspect: linecache's cache
     holds them once something imports linecache; until then they wait here,
-    and a finder puts them in when it is imported."""
+    and a finder (first on sys.meta_path only until then) puts them in when
+    it is imported."""
 
     def __init__(self):
         self.waiting = {}
@@ -183,14 +184,25 @@ class CellSources:
         entry = (len(code), None, code.splitlines(True), filename)
         lc = sys.modules.get("linecache")
         if lc is not None and isinstance(getattr(lc, "cache", None), dict):
-            lc.cache.update(self.waiting)
-            self.waiting.clear()
+            self.hand_over(lc)
             lc.cache[filename] = entry
             return
         self.waiting[filename] = entry
         if self.finder is None:
             self.finder = LinecacheFinder(self)
             sys.meta_path.insert(0, self.finder)
+
+    def hand_over(self, linecache):
+        """Moves the waiting sources into linecache's cache, and the finder
+        off every later import."""
+        linecache.cache.update(self.waiting)
+        self.waiting.clear()
+        if self.finder is not None:
+            try:
+                sys.meta_path.remove(self.finder)
+            except ValueError:
+                pass
+            self.finder = None
 
 
 class LinecacheFinder:
@@ -224,8 +236,7 @@ class LinecacheLoader:
 
     def exec_module(self, module):
         self.loader.exec_module(module)
-        module.cache.update(self.sources.waiting)
-        self.sources.waiting.clear()
+        self.sources.hand_over(module)
 
 
 CELL_SOURCES = CellSources()
@@ -1066,7 +1077,7 @@ class Runner:
         op = msg.get("op")
         if op == "cell":
             cid, code = msg.get("id"), msg.get("code")
-            if not isinstance(cid, str) or not valid_name(cid, ID_CHARS, 64) or not isinstance(code, str):
+            if not valid_name(cid, ID_CHARS, 64) or not isinstance(code, str):
                 conn.send({"op": "error", "id": cid, "error": "cell needs an id and code"})
                 return
             self.submit(Cell(cid, code, bool(msg.get("stream")), msg.get("timeout")), conn)
