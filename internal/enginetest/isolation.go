@@ -99,6 +99,12 @@ func Isolation(t *testing.T, newEnv func(t *testing.T) backends.Env) {
 			tools := []string{"write_file", "terminal"}
 			alice := h.Call("alice", tools, "secret_value = 'alice-42'\nprint('ready')")
 			expectOK(t, alice, "ready\n")
+			t.Cleanup(func() {
+				// What alice's runner said, when a door did not answer.
+				if t.Failed() {
+					t.Logf("alice's runner.log:\n%s", h.Host("tail -c 4000 "+backends.ShellQuote(alice.Kernel.Dir+"/runner.log")+" 2>&1; true"))
+				}
+			})
 			k, _ := h.Kernel("alice")
 			if confine && !strings.HasPrefix(k.Confinement, "landlock:") {
 				t.Skipf("runners on this host are not confined (%s): the other subtest checks the layers that hold without Landlock", k.Confinement)
