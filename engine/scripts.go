@@ -22,13 +22,15 @@ const aliveFn = `alive() { kill -0 "$1" 2>/dev/null || return 1; [ -r "/proc/$1/
 // shq quotes s for bash.
 var shq = backends.ShellQuote
 
-// spawnScript sets up the owner-only kernel dir, writes the shipped files
-// (sizes: runner.py, runner.code, which may be empty, and
-// kerneldeck_tools.py on stdin) and starts the runner detached, in one
-// round trip; the rest of stdin, the config line with the kernel's secret,
-// is the runner's own stdin and never touches a file. It prints
+// spawnScript sets up the owner-only kernel dir, writes runner.py and
+// starts the runner detached, in one round trip. stdin holds runner.py,
+// the compiled runner (may be empty), kerneldeck_tools.py and the config
+// line with the kernel's secret, in that order (sizes: the first three);
+// all but runner.py are the runner's own stdin: it writes
+// kerneldeck_tools.py itself (a fork and an exec fewer than head), and the
+// code and the secret never touch a file. It prints
 // "KD:SPAWNED <pid> <dir> <python> <confinement>", "KD:NOCODE" (the loader
-// refused runner.code) or "KD:ERR <reason>". python, learnt from an earlier
+// refused the code) or "KD:ERR <reason>". python, learnt from an earlier
 // spawn, skips PATH wrappers such as pyenv shims, which cost more than the
 // spawn; root, learnt too, skips asking for the login. A transient kernel
 // gets an unpredictable dir of its own outside the root (the fallback when
@@ -80,8 +82,11 @@ if ! owner_only; then
   chmod 700 -- "$root" "$kd" "$kd/cells" "$kd/rpc" 2>/dev/null
   owner_only || { rm -rf -- "$kd"; fail "not owner-only (want 700 $EUID directory): $bad"; }
 fi
-# head's own message names the cause (e.g. "No space left on device").
-werr=$( { head -c %[3]d >"$kd/runner.py" && { [ %[7]d = 0 ] || head -c %[7]d >"$kd/runner.code"; } && head -c %[4]d >"$kd/kerneldeck_tools.py"; } 2>&1 ) || { rm -rf -- "$kd"; fail "cannot write the runner files into $kd: ${werr//$'\n'/; }"; }
+# head's own message names the cause (e.g. "No space left on device"). The
+# runner reads the rest of stdin itself (what each part weighs is in
+# KERNELDECK_STDIN): its compiled code, if any, which never becomes a file,
+# then kerneldeck_tools.py, which it writes, then its config line.
+werr=$( { head -c %[3]d >"$kd/runner.py"; } 2>&1 ) || { rm -rf -- "$kd"; fail "cannot write the runner files into $kd: ${werr//$'\n'/; }"; }
 mkfifo "$kd/wake" "$kd/done" "$kd/ready" || { rm -rf -- "$kd"; fail "cannot create FIFOs in $kd"; }
 exec 5<>"$kd/ready"
 # The runner reads the config line (its secret) from what is left of stdin.
@@ -98,11 +103,12 @@ exitf="${kd%%/*}/.exit-${kd##*/}"; [ "$root" = "$kd" ] && exitf=
 ( exec 5>&- 6<&0 >/dev/null 2>&1
   trap '' HUP
   read -r up _ </proc/uptime 2>/dev/null; up=${up%%.*}
-  PYTHONDONTWRITEBYTECODE=1 "$py" "$kd/runner.py" <&6 6<&- >>"$kd/runner.log" 2>&1 &
+  KERNELDECK_STDIN='%[7]d %[4]d' PYTHONDONTWRITEBYTECODE=1 "$py" "$kd/runner.py" <&6 6<&- >>"$kd/runner.log" 2>&1 &
   rp=$!; exec 6<&-
   oomf=; while IFS= read -r l; do case $l in *:memory:*) oomf=/sys/fs/cgroup/memory${l#*:memory:}/memory.oom_control;; 0::*) [ -z "$oomf" ] && oomf=/sys/fs/cgroup${l#0::}/memory.events;; esac; done <"/proc/$rp/cgroup"
-  oomn() { local k v; while read -r k v; do [ "$k" = oom_kill ] && { echo "$v"; return; }; done <"$oomf"; }
-  oom0=$(oomn)
+  # Builtins only, no $(...): a subshell is a fork while the runner starts.
+  oomn() { local k v; n=; while read -r k v; do [ "$k" = oom_kill ] && { n=$v; return; }; done <"$oomf"; } 2>/dev/null
+  oomn; oom0=$n
   wait "$rp"; st=$?; why=
   # A runner that dies before READY (cut-off files, no config line) must not
   # leave the spawn waiting out its timeout: tell it. Read-write, so the
@@ -111,22 +117,25 @@ exitf="${kd%%/*}/.exit-${kd##*/}"; [ "$root" = "$kd" ] && exitf=
   if [ "$st" = 137 ]; then
     l=$(dmesg 2>/dev/null | grep -E "[Kk]illed process $rp " | tail -n 1); t=${l#*[}; t=${t%%%%]*}; t=${t// /}; t=${t%%%%.*}
     if [[ $t =~ ^[0-9]+$ && $up =~ ^[0-9]+$ ]] && [ "$t" -ge "$up" ]; then case $l in *"emory cgroup"*) why=oom-cgroup;; *) why=oom-host;; esac
-    else n=$(oomn); [[ $n =~ ^[0-9]+$ && $oom0 =~ ^[0-9]+$ ]] && [ "$n" -gt "$oom0" ] && why=oom-counter; fi
+    else oomn; [[ $n =~ ^[0-9]+$ && $oom0 =~ ^[0-9]+$ ]] && [ "$n" -gt "$oom0" ] && why=oom-counter; fi
   fi
   [ -n "$exitf" ] && { { printf '%%s\n' "$st${why:+ $why}" >"$exitf.tmp" && mv -f -- "$exitf.tmp" "$exitf"; } 2>/dev/null || rm -f -- "$exitf.tmp"; }
   rm -rf -- "$kd" ) <&0 &
 watcher=$!
-ppid_of() { local s; read -r s <"/proc/$1/stat" 2>/dev/null || return 1; s=${s##*) }; set -- $s; printf '%%s' "$2"; }
+# ppid_of sets ppid (no $(...): a fork on the spawn's path).
+ppid_of() { local s; ppid=; read -r s <"/proc/$1/stat" 2>/dev/null || return 1; s=${s##*) }; set -- $s; ppid=$2; }
 if read -r -t %[5]d -u 5 word rpid exe conf && [ "$word" = READY ] && [[ $rpid =~ ^[0-9]+$ ]] &&
-  { [ ! -r "/proc/$rpid/stat" ] || [ "$(ppid_of "$rpid")" = "$watcher" ]; }; then
+  { [ ! -r "/proc/$rpid/stat" ] || { ppid_of "$rpid" && [ "$ppid" = "$watcher" ]; }; }; then
   printf 'KD:SPAWNED %%s %%s %%s %%s\n' "$rpid" "$kd" "$exe" "$conf"
   exit 0
 fi
-for p in /proc/[0-9]*; do [ "$(ppid_of "${p#/proc/}")" = "$watcher" ] && kill -KILL -- "-${p#/proc/}" "${p#/proc/}" 2>/dev/null; done
+for p in /proc/[0-9]*; do ppid_of "${p#/proc/}" && [ "$ppid" = "$watcher" ] && kill -KILL -- "-${p#/proc/}" "${p#/proc/}" 2>/dev/null; done
 kill -KILL "$watcher" 2>/dev/null
-# The loader refused runner.code (made by another interpreter version): the
+# The loader refused the code (made by another interpreter version): the
 # engine spawns again from source.
 [ "${word-}" = NOCODE ] && { rm -rf -- "$kd"; echo KD:NOCODE; exit 3; }
+# The runner could not write what it was shipped (its message names why).
+[ "${word-}" = FAILED ] && { rm -rf -- "$kd"; fail "${rpid-} ${exe-} ${conf-}"; }
 log=$(tail -c 1500 -- "$kd/runner.log" 2>/dev/null | tr '\n' ' ')
 rm -rf -- "$kd"
 fail "runner did not start within %[5]ds: $log"

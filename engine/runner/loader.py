@@ -1,8 +1,9 @@
-# kerneldeck runner loader: runs runner.code, the runner compiled once by the
-# engine with this host's interpreter, so that a spawn does not compile
-# runner.py again (about 8 ms, and 3 MB the compiler leaves in the heap).
-# Code made by another interpreter version is refused: the spawn is told
-# NOCODE and the engine starts the runner from source instead.
+# kerneldeck runner loader: runs the runner compiled once by the engine with
+# this host's interpreter, which comes first on stdin, so that a spawn does
+# not compile runner.py again (about 8 ms, and 3 MB the compiler leaves in
+# the heap) and the code never becomes a file. Code made by another
+# interpreter version is refused: the spawn is told NOCODE and the engine
+# starts the runner from source instead.
 import marshal
 import os
 
@@ -10,15 +11,19 @@ try:
     from _frozen_importlib_external import MAGIC_NUMBER as _magic
 except ImportError:
     _magic = b""
-_dir = os.path.dirname(os.path.abspath(__file__))
-with open(os.path.join(_dir, "runner.code"), "rb") as _f:
-    _code = _f.read()
-if not _magic or _code[: len(_magic)] != _magic:
+_n = int(os.environ.get("KERNELDECK_STDIN", "0").split()[0])
+_code, _more = bytearray(), b""
+while len(_code) < _n:
+    _more = os.read(0, _n - len(_code))
+    if not _more:
+        break
+    _code += _more
+if not _magic or len(_code) < _n or _code[: len(_magic)] != _magic:
     try:
-        _fd = os.open(os.path.join(_dir, "ready"), os.O_WRONLY | os.O_NONBLOCK)
-        os.write(_fd, b"NOCODE\n")
+        _fd = os.open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ready"), os.O_WRONLY | os.O_NONBLOCK)
+        os.write(_fd, b"NOCODE\n" if len(_code) == _n else b"FAILED the compiled runner was cut short\n")
     finally:
         os._exit(2)
 _code = marshal.loads(memoryview(_code)[len(_magic) :])
-del _f, _dir, _magic
+del _magic, _more, _n
 exec(_code)

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/base64"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,15 +16,29 @@ import (
 	"time"
 )
 
-// startRunner starts runner.py in a fresh kernel dir with stdin as its
-// config line, and returns the first line it writes to the ready FIFO.
+// startRunner starts runner.py from source in a fresh kernel dir, with no
+// tool stubs and stdin as its config line, and returns the first line it
+// writes to the ready FIFO.
 func startRunner(t *testing.T, stdin string) (string, *exec.Cmd) {
 	t.Helper()
-	return startShipped(t, map[string][]byte{"runner.py": Source}, stdin)
+	line, cmd, _ := startShipped(t, shipment{script: Source}, stdin)
+	return line, cmd
 }
 
-// startShipped is startRunner with the given files in the kernel dir.
-func startShipped(t *testing.T, files map[string][]byte, stdin string) (string, *exec.Cmd) {
+// shipment is what a spawn ships: runner.py as a file, then on the runner's
+// stdin the compiled code (with the loader) and kerneldeck_tools.py.
+type shipment struct {
+	script, code, tools []byte
+	// sizes, when set, is KERNELDECK_STDIN as sent (else the true sizes).
+	sizes string
+	// plant is called with the kernel dir before the runner starts.
+	plant func(kd string)
+}
+
+// startShipped starts s's runner.py as the spawn script does, stdin
+// following what it ships, and returns the ready FIFO's first line and the
+// kernel dir.
+func startShipped(t *testing.T, s shipment, stdin string) (string, *exec.Cmd, string) {
 	t.Helper()
 	kd := t.TempDir()
 	for _, d := range []string{"cells", "rpc"} {
@@ -35,18 +51,24 @@ func startShipped(t *testing.T, files map[string][]byte, stdin string) (string, 
 			t.Fatal(err)
 		}
 	}
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(kd, name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.WriteFile(filepath.Join(kd, "runner.py"), s.script, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s.plant != nil {
+		s.plant(kd)
 	}
 	ready, err := os.OpenFile(filepath.Join(kd, "ready"), os.O_RDWR, 0) // as the spawn script holds it
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ready.Close() })
+	sizes := s.sizes
+	if sizes == "" {
+		sizes = fmt.Sprintf("%d %d", len(s.code), len(s.tools))
+	}
 	cmd := exec.Command("python3", filepath.Join(kd, "runner.py"))
-	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Env = append(os.Environ(), "KERNELDECK_STDIN="+sizes)
+	cmd.Stdin = io.MultiReader(bytes.NewReader(s.code), bytes.NewReader(s.tools), strings.NewReader(stdin))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +78,7 @@ func startShipped(t *testing.T, files map[string][]byte, stdin string) (string, 
 	if err != nil {
 		t.Fatalf("nothing on the ready FIFO: %v", err)
 	}
-	return strings.TrimSpace(line), cmd
+	return strings.TrimSpace(line), cmd, kd
 }
 
 // A runner whose config line did not arrive whole (the engine ended in the
@@ -102,17 +124,72 @@ func TestLoaderRunsOnlyItsInterpretersCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	config := `{"secret": "` + strings.Repeat("ab", 32) + `", "idle_exit": 60}` + "\n"
-	if line, _ := startShipped(t, map[string][]byte{"runner.py": Loader, "runner.code": code}, config); !strings.HasPrefix(line, "READY ") {
+	if line, _, _ := startShipped(t, shipment{script: Loader, code: code}, config); !strings.HasPrefix(line, "READY ") {
 		t.Fatalf("ready FIFO with the loader and its code: %q, want READY ...", line)
 	}
 	other := bytes.Clone(code)
 	other[1] ^= 0x5a
-	line, cmd := startShipped(t, map[string][]byte{"runner.py": Loader, "runner.code": other}, config)
+	line, cmd, _ := startShipped(t, shipment{script: Loader, code: other}, config)
 	if line != "NOCODE" {
 		t.Fatalf("ready FIFO with another interpreter's code: %q, want NOCODE", line)
 	}
 	if err := cmd.Wait(); !isExit(err, 2) {
 		t.Fatalf("the loader of refused code ended with %v, want exit status 2", err)
+	}
+	// Code cut short (the engine ended mid-spawn) is not run either.
+	line, cmd, _ = startShipped(t, shipment{script: Loader, code: code[:len(code)/2], sizes: fmt.Sprintf("%d 0", len(code))}, "")
+	if line != "FAILED the compiled runner was cut short" {
+		t.Fatalf("ready FIFO with half the code: %q, want FAILED ...", line)
+	}
+	if err := cmd.Wait(); !isExit(err, 2) {
+		t.Fatalf("the loader of cut code ended with %v, want exit status 2", err)
+	}
+}
+
+// The runner writes the tool stubs that follow the code on its stdin into
+// its dir, 0600, and fails the spawn with the cause when it cannot: stubs
+// cut short, a size missing, or a file already there (planted: never
+// written through).
+func TestRunnerWritesTheShippedToolStubs(t *testing.T) {
+	config := `{"secret": "` + strings.Repeat("ab", 32) + `", "idle_exit": 60}` + "\n"
+	stubs := []byte("TOOLS = ('noop',)\n")
+	line, _, kd := startShipped(t, shipment{script: Source, tools: stubs}, config)
+	if !strings.HasPrefix(line, "READY ") {
+		t.Fatalf("ready FIFO: %q, want READY ...", line)
+	}
+	p := filepath.Join(kd, "kerneldeck_tools.py")
+	got, err := os.ReadFile(p)
+	st, _ := os.Lstat(p)
+	if err != nil || !bytes.Equal(got, stubs) || st.Mode() != 0o600 {
+		t.Fatalf("kerneldeck_tools.py: %q %v, mode %v; want %q, 0600", got, err, st.Mode(), stubs)
+	}
+	elsewhere := filepath.Join(t.TempDir(), "target")
+	for _, tc := range []struct {
+		name  string
+		s     shipment
+		stdin string
+		want  string
+	}{
+		{"stubs cut short", shipment{script: Source, sizes: "0 100"}, "short", "FAILED kerneldeck_tools.py was cut short: 5 of 100 bytes"},
+		{"no sizes", shipment{script: Source, sizes: "nonsense"}, config, "FAILED no size for kerneldeck_tools.py in KERNELDECK_STDIN"},
+		{"a planted link", shipment{script: Source, tools: stubs, plant: func(kd string) {
+			if err := os.Symlink(elsewhere, filepath.Join(kd, "kerneldeck_tools.py")); err != nil {
+				t.Fatal(err)
+			}
+		}}, config, "FAILED cannot write kerneldeck_tools.py into "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			line, cmd, _ := startShipped(t, tc.s, tc.stdin)
+			if !strings.HasPrefix(line, tc.want) {
+				t.Fatalf("ready FIFO: %q, want %q...", line, tc.want)
+			}
+			if err := cmd.Wait(); !isExit(err, 2) {
+				t.Fatalf("the runner ended with %v, want exit status 2", err)
+			}
+		})
+	}
+	if _, err := os.Lstat(elsewhere); err == nil {
+		t.Fatal("the runner wrote through the planted link")
 	}
 }
 

@@ -242,7 +242,7 @@ func TestHostToolCallWaitsAndInterrupts(t *testing.T) {
 		return fakeenv.Outcome{Calls: []fakeenv.ToolCall{{Tool: "t", Args: map[string]int{"n": 1}}}}
 	}
 	spawn := "# kerneldeck:spawn\npy=''\nt='/tmp'\n" + `kd="$t/kerneldeck-once-"'k1'` + "\n" +
-		`head -c 1 >"$kd/runner.py" && { [ 0 = 0 ] || head -c 0 >"$kd/runner.code"; } && head -c 1 >"$kd/kerneldeck_tools.py";` + "\n"
+		`werr=$( { head -c 1 >"$kd/runner.py"; } 2>&1 )` + "\n" + `KERNELDECK_STDIN='0 1' "$py" "$kd/runner.py"` + "\n"
 	tok := kernelauth.NewSecret()
 	res, err := run(t, env, spawn, `rt{"secret":"`+tok+`"}`+"\n")
 	if err != nil || res.Output != "KD:SPAWNED 4242 /tmp/kerneldeck-once-k1 /usr/bin/python3 landlock:6\n" {

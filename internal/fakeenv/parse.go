@@ -81,7 +81,9 @@ var (
 	// ... a transient one's directly in the temp dir.
 	spawnOnceID = regexp.MustCompile(`(?m)^kd="\$t/kerneldeck-once-"` + quoted + `$`)
 	spawnPython = regexp.MustCompile(`(?m)^py=` + quoted + `$`)
-	spawnSizes  = regexp.MustCompile(`head -c (\d+) >"\$kd/runner\.py" && \{ \[ (\d+) = 0 \] \|\| head -c \d+ >"\$kd/runner\.code"; \} && head -c (\d+) >"\$kd/kerneldeck_tools\.py";`)
+	// runner.py is written by the script; the code and the tool stubs are
+	// the runner's to read (KERNELDECK_STDIN).
+	spawnSizes = regexp.MustCompile(`(?s)head -c (\d+) >"\$kd/runner\.py";.*KERNELDECK_STDIN='(\d+) (\d+)' `)
 )
 
 // ParseSpawn reads a "# kerneldeck:spawn" script (either dir shape) and
