@@ -107,7 +107,10 @@ func parseRPCRequest(data []byte) (rpcRequest, error) {
 		if string(raw) == "null" {
 			continue
 		}
-		if raw[0] != '"' || json.Unmarshal(raw, dst) != nil {
+		if raw[0] != '"' {
+			return rpcRequest{}, fmt.Errorf("unparseable request: %s must be a string", key)
+		}
+		if *dst, err = jsonobj.Unquote(raw); err != nil {
 			return rpcRequest{}, fmt.Errorf("unparseable request: %s must be a string", key)
 		}
 	}
@@ -146,6 +149,10 @@ type rpcSession struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// idle hands a call to a worker that finished its last one and waits
+	// for the next (a new goroutine per call cost a stack grown anew).
+	idle chan rpcJob
+
 	mu       sync.Mutex
 	made     int // dispatched to a tool
 	reserved int // counted against max_tool_calls, dispatched or about to be
@@ -169,7 +176,13 @@ type rpcAnswer struct {
 // cell's deadline: a tool never runs longer than the cell that asked for it.
 func (e *Engine) newRPCSession(ctx context.Context, k *Kernel, c *cellRun) *rpcSession {
 	sctx, cancel := context.WithDeadline(ctx, c.deadline)
-	return &rpcSession{e: e, k: k, cellID: c.id, ctx: sctx, cancel: cancel}
+	return &rpcSession{e: e, k: k, cellID: c.id, ctx: sctx, cancel: cancel, idle: make(chan rpcJob)}
+}
+
+// rpcJob is one request to serve and what to do with its answer.
+type rpcJob struct {
+	item rpcItem
+	done func(*rpcAnswer)
 }
 
 // close stops calls still running (the cell is over) and waits for them.
@@ -368,17 +381,35 @@ func (s *rpcSession) streamBroke(late func(rpcAnswer) error) {
 }
 
 // serveThen handles item in the background and then calls done with its
-// answer, or nil when it gets none.
+// answer, or nil when it gets none. Calls run at once and side by side (a
+// slow tool never holds up another): an idle worker takes the call, else a
+// new one starts.
 func (s *rpcSession) serveThen(item rpcItem, done func(*rpcAnswer)) {
 	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if ans, ok := s.serve(item); ok {
-			done(&ans)
+	job := rpcJob{item: item, done: done}
+	select {
+	case s.idle <- job:
+	default:
+		go s.work(job)
+	}
+}
+
+// work serves job, then the jobs handed to it while it waits idle, until
+// the session closes.
+func (s *rpcSession) work(job rpcJob) {
+	for {
+		if ans, ok := s.serve(job.item); ok {
+			job.done(&ans)
 		} else {
-			done(nil)
+			job.done(nil)
 		}
-	}()
+		s.wg.Done()
+		select {
+		case job = <-s.idle:
+		case <-s.ctx.Done():
+			return
+		}
+	}
 }
 
 // rpcGather is how long the Execute path waits for answers so that they

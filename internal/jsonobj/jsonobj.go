@@ -52,7 +52,7 @@ func Decode(data []byte) (Object, error) {
 			i = skipSpace(data, i+1)
 		}
 		end := skipString(data, i)
-		key, err := unquote(data[i:end])
+		key, err := Unquote(data[i:end])
 		if err != nil {
 			return nil, err
 		}
@@ -67,12 +67,22 @@ func Decode(data []byte) (Object, error) {
 	return obj, nil
 }
 
-// unquote decodes a JSON string as encoding/json does (escapes, and
-// invalid UTF-8 replaced), without its cost when there is nothing to do.
-func unquote(q []byte) (string, error) {
-	body := q[1 : len(q)-1]
-	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
-		return string(body), nil
+// Unquote decodes a JSON string value (a member of a decoded Object) as
+// encoding/json does (escapes, and invalid UTF-8 replaced), without its
+// cost when there is nothing to do.
+func Unquote(q []byte) (string, error) {
+	if len(q) >= 2 && q[0] == '"' && q[len(q)-1] == '"' {
+		body := q[1 : len(q)-1]
+		plain := utf8.Valid(body)
+		for _, b := range body {
+			if b < 0x20 || b == '"' || b == '\\' {
+				plain = false
+				break
+			}
+		}
+		if plain {
+			return string(body), nil
+		}
 	}
 	var s string
 	err := json.Unmarshal(q, &s)

@@ -92,8 +92,28 @@ func FuzzDecode(f *testing.F) {
 			if !bytes.Equal(bytes.TrimSpace(got[k]), bytes.TrimSpace(v)) {
 				t.Fatalf("%q: key %q = %s, encoding/json has %s", data, k, got[k], v)
 			}
+			var str string
+			if json.Unmarshal(v, &str) == nil {
+				if u, err := Unquote(got[k]); err != nil || u != str {
+					t.Fatalf("%q: Unquote of key %q = %q (%v), encoding/json has %q", data, k, u, err, str)
+				}
+			}
 		}
 	})
+}
+
+// Unquote decodes a string as encoding/json does, and refuses what it
+// refuses, on its fast path (no escapes) and off it.
+func TestUnquote(t *testing.T) {
+	for _, q := range []string{`"plain"`, `""`, `"caf\u00e9"`, `"a\"b"`, `"tab\tx"`, "\"\xff\xfe\"", "\"ctl\x01\"",
+		`"unterminated`, `12`, `"`, `"a"b"`, `null`} {
+		var want string
+		wantErr := json.Unmarshal([]byte(q), &want)
+		got, err := Unquote([]byte(q))
+		if (err != nil) != (wantErr != nil) || got != want {
+			t.Errorf("Unquote(%q) = %q, %v; encoding/json: %q, %v", q, got, err, want, wantErr)
+		}
+	}
 }
 
 // A tool request as a runner sends one: decoded once per tool call.
