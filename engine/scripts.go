@@ -123,7 +123,7 @@ exitf="${kd%%/*}/.exit-${kd##*/}"; [ "$root" = "$kd" ] && exitf=
   rm -rf -- "$kd" ) <&0 &
 watcher=$!
 # ppid_of sets ppid (no $(...): a fork on the spawn's path).
-ppid_of() { local s; ppid=; read -r s <"/proc/$1/stat" 2>/dev/null || return 1; s=${s##*) }; set -- $s; ppid=$2; }
+ppid_of() { local s; ppid=; read -r s 2>/dev/null <"/proc/$1/stat" || return 1; s=${s##*) }; set -- $s; ppid=$2; }
 if read -r -t %[5]d -u 5 word rpid exe conf && [ "$word" = READY ] && [[ $rpid =~ ^[0-9]+$ ]] &&
   { [ ! -r "/proc/$rpid/stat" ] || { ppid_of "$rpid" && [ "$ppid" = "$watcher" ]; }; }; then
   printf 'KD:SPAWNED %%s %%s %%s %%s\n' "$rpid" "$kd" "$exe" "$conf"
