@@ -3,6 +3,8 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -245,16 +247,30 @@ var runnerProc = regexp.MustCompile(`(?m)^\S*python3\S* \S+/runner\.py`)
 func TestDockerCloseLeavesNoExec(t *testing.T) {
 	name := dockertest.Container(t, dockertest.ContainerOptions{})
 	env := dockerEnv(t, name, "alice")
-	eng, err := engine.New(engine.Config{Backends: []backends.Env{env}, StateDir: t.TempDir()})
+	tracePath := filepath.Join(t.TempDir(), "trace")
+	tracer, err := backends.OpenTracer(tracePath)
 	if err != nil {
 		t.Fatal(err)
 	}
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{env}, StateDir: t.TempDir(), Tracer: tracer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		// A failure before the Close below must not leave the engine's
+		// goroutines to the leak checks of the tests after it.
+		if !closed {
+			rtClose(t, eng)
+		}
+	})
 	for _, owner := range []string{"a", "b"} {
 		rtExec(t, eng, engine.Request{Owner: owner, Code: "x = 1"})
 	}
 	relays := env.RelayExecs()
 	if len(relays) != 2 {
-		t.Fatalf("%d relays open for two kernels, want 2", len(relays))
+		trace, _ := os.ReadFile(tracePath)
+		t.Fatalf("%d relays open for two kernels, want 2; what the engine ran (its trace):\n%s", len(relays), trace)
 	}
 	c := dockertest.Client(t)
 	ctx := context.Background()
@@ -278,6 +294,7 @@ func TestDockerCloseLeavesNoExec(t *testing.T) {
 	}
 	ctx2, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	closed = true
 	if err := eng.Close(ctx2, true); err != nil {
 		t.Fatal(err)
 	}
