@@ -28,8 +28,8 @@ import (
 // What a runner sends back (cells/<id>.res printed as "KD:RESULT <json>" by
 // the cell script, or JSON-line frames on its socket) is written by a
 // process that runs arbitrary user code: hostile input. These targets feed
-// arbitrary bytes to the engine's real paths (runnerConn.next, runCellExec,
-// runCellStream, finishCell, resultFromFrame) and check what the caller
+// arbitrary bytes to the engine's real paths (runnerConn.next, execDoor.run,
+// streamDoor.run, finishCell, resultFromFrame) and check what the caller
 // gets.
 
 // FuzzRunnerConn writes arbitrary bytes into a runner connection while cell

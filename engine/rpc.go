@@ -156,13 +156,13 @@ type rpcSession struct {
 	mu       sync.Mutex
 	made     int // dispatched to a tool
 	reserved int // counted against max_tool_calls, dispatched or about to be
-	// unsent holds answers the socket could not deliver, for the Execute path.
+	// unsent holds answers the socket could not deliver, for the Execute door.
 	unsent []rpcAnswer
 	// streamed are the answers sent over the current stream: a stream that
 	// breaks may have lost them unread, so they are sent again (the runner
 	// ignores an answer it already has).
 	streamed []rpcAnswer
-	// late, once the Execute path runs, delivers an answer on its own
+	// late, once the Execute door runs, delivers an answer on its own
 	// instead of leaving it for the next host-side wait.
 	late func(rpcAnswer) error
 }
@@ -338,25 +338,16 @@ func (s *rpcSession) dispatch(req rpcRequest) rpcResponse {
 	return rpcResponse{OK: true, Value: res.Value, Text: res.Text, Note: res.Note, Dropped: res.Dropped, Stored: res.Stored}
 }
 
-// serveStream handles an item that came over the stream and sends the
-// answer back on it; an answer the stream cannot take goes the Execute way.
-func (s *rpcSession) serveStream(item rpcItem, send func(rpcAnswer) error) {
-	s.serveThen(item, func(a *rpcAnswer) {
-		if a == nil {
-			return
-		}
-		if send(*a) == nil {
-			s.mu.Lock()
-			s.streamed = append(s.streamed, *a)
-			s.mu.Unlock()
-			return
-		}
-		s.undelivered(*a)
-	})
+// sentOnStream records an answer written on the stream: a stream that
+// breaks may lose it unread (see streamBroke).
+func (s *rpcSession) sentOnStream(a rpcAnswer) {
+	s.mu.Lock()
+	s.streamed = append(s.streamed, a)
+	s.mu.Unlock()
 }
 
-// undelivered delivers a on its own once the Execute path runs, or keeps it
-// for the Execute path's next round trip.
+// undelivered delivers a on its own once the Execute door runs, or keeps it
+// for the Execute door's next round trip.
 func (s *rpcSession) undelivered(a rpcAnswer) {
 	s.mu.Lock()
 	late := s.late
@@ -412,53 +403,7 @@ func (s *rpcSession) work(job rpcJob) {
 	}
 }
 
-// rpcGather is how long the Execute path waits for answers so that they
-// travel with the next wait on the host; answers that take longer (slow
-// tools, approvals) are delivered on their own by deliver.
-const rpcGather = 100 * time.Millisecond
-
-// serveExec serves the items a cell script collected and returns the
-// answers ready within rpcGather.
-func (s *rpcSession) serveExec(items []rpcItem, deliver func(rpcAnswer) error) []rpcAnswer {
-	var mu sync.Mutex
-	var ready []rpcAnswer
-	gathering, pending := true, len(items)
-	all := make(chan struct{})
-	if pending == 0 {
-		close(all)
-	}
-	for _, it := range items {
-		s.serveThen(it, func(a *rpcAnswer) {
-			mu.Lock()
-			if gathering {
-				if a != nil {
-					ready = append(ready, *a)
-				}
-				if pending--; pending == 0 {
-					close(all)
-				}
-				mu.Unlock()
-				return
-			}
-			mu.Unlock()
-			if a != nil && s.ctx.Err() == nil && deliver(*a) != nil {
-				s.undelivered(*a)
-			}
-		})
-	}
-	timer := time.NewTimer(rpcGather)
-	defer timer.Stop()
-	select {
-	case <-all:
-	case <-timer.C:
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	gathering = false
-	return ready
-}
-
-// takeUnsent returns the answers waiting for the Execute path.
+// takeUnsent returns the answers waiting for the Execute door.
 func (s *rpcSession) takeUnsent() []rpcAnswer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -467,41 +412,9 @@ func (s *rpcSession) takeUnsent() []rpcAnswer {
 	return out
 }
 
-// encodeAnswers renders answers for the cell script's stdin: one line per
-// answer, "SEQ MAC JSON", the MAC under the kernel's token.
-func encodeAnswers(token string, answers []rpcAnswer) []byte {
-	var b bytes.Buffer
-	for _, a := range answers {
-		line, err := json.Marshal(a.resp)
-		if err != nil {
-			line, _ = json.Marshal(rpcResponse{Error: "the tool's result could not be encoded: " + err.Error()})
-		}
-		seq := strconv.FormatInt(a.seq, 10)
-		fmt.Fprintf(&b, "%s %s %s\n", seq, kernelauth.MAC(token, kernelauth.Answer, seq, string(line)), line)
-	}
-	return b.Bytes()
-}
-
 // signed is body as a runner reads a signed file: "MAC BODY".
 func signed(token string, kind kernelauth.Kind, body []byte) []byte {
 	return append([]byte(kernelauth.MAC(token, kind, string(body))+" "), body...)
-}
-
-// rpcItemsFromOutput collects the request files a cell script printed:
-// "KD:RPC NAME JSON" or "KD:RPCBAD NAME REASON".
-func rpcItemsFromOutput(output string) []rpcItem {
-	var items []rpcItem
-	for line := range strings.SplitSeq(output, "\n") {
-		line = strings.TrimRight(line, "\r")
-		if rest, ok := strings.CutPrefix(line, "KD:RPC "); ok {
-			name, data, _ := strings.Cut(rest, " ")
-			items = append(items, rpcItem{name: name, data: []byte(data)})
-		} else if rest, ok := strings.CutPrefix(line, "KD:RPCBAD "); ok {
-			name, why, _ := strings.Cut(rest, " ")
-			items = append(items, rpcItem{name: name, problem: strings.ReplaceAll(why, "-", " ")})
-		}
-	}
-	return items
 }
 
 // pyKeywords cannot be function names in the generated module.
