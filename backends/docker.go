@@ -1,7 +1,6 @@
 package backends
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -287,17 +286,19 @@ func (t dockerShell) killGroup(pgid int) {
 }
 
 // relaySource is the stream relay run in the container: it connects to the
-// socket, says so on stderr, and copies both ways; it exits when either side
-// ends, so a closed stream leaves no process behind.
+// socket, says so in a first line on stdout, ahead of anything from the
+// socket, and copies both ways; it exits when either side ends, so a closed
+// stream leaves no process behind. (On stderr the line could come after the
+// peer's first bytes on stdout: the daemon interleaves the two as it reads
+// them, and the stream's bytes would wait for a reader that waits for it.)
 const relaySource = `import os, socket, sys, threading
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 try:
     s.connect(sys.argv[1])
 except OSError as e:
-    sys.stderr.write("KDRELAY ERR %s\n" % e.strerror)
+    os.write(1, ("KDRELAY ERR %s\n" % e.strerror).encode())
     sys.exit(1)
-sys.stderr.write("KDRELAY OK\n")
-sys.stderr.flush()
+os.write(1, b"KDRELAY OK\n")
 def up():
     while True:
         b = os.read(0, 65536)
@@ -327,24 +328,27 @@ func (d *Docker) DialUnix(ctx context.Context, path string) (net.Conn, error) {
 	}
 	local, remote := net.Pipe()
 	r := &relayConn{Conn: local, d: d, execID: id, att: att, remote: remote}
-	errR, errW := io.Pipe()
-	ack := make(chan string, 1)
+	stderr := &headWriter{max: 300} // why an exec that never ran the relay failed
+	copied := make(chan struct{})
 	go func() {
-		br := bufio.NewReader(errR)
-		line, _ := br.ReadString('\n')
-		ack <- strings.TrimSpace(line)
-		io.Copy(io.Discard, br)
-	}()
-	go func() {
-		stdcopy.StdCopy(remote, errW, att.Reader)
-		errW.Close()
+		stdcopy.StdCopy(remote, stderr, att.Reader)
 		remote.Close()
+		close(copied)
 	}()
+	ack := make(chan string, 1)
+	go func() { ack <- relayAck(local) }()
 	select {
 	case line := <-ack:
 		if line != "KDRELAY OK" {
 			r.Close()
 			msg := strings.TrimPrefix(line, "KDRELAY ERR ")
+			if msg == "" {
+				select {
+				case <-copied:
+				case <-ctx.Done():
+				}
+				msg, _, _ = strings.Cut(strings.TrimSpace(stderr.String()), "\n")
+			}
 			return nil, fmt.Errorf("docker %s: open stream to %s: %s", d.uri, path, cmp.Or(msg, "the relay ended"))
 		}
 	case <-ctx.Done():
@@ -355,6 +359,46 @@ func (d *Docker) DialUnix(ctx context.Context, path string) (net.Conn, error) {
 	d.relays[r] = struct{}{}
 	d.mu.Unlock()
 	return r, nil
+}
+
+// headWriter keeps the first max bytes written to it and drops the rest.
+type headWriter struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (w *headWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if room := w.max - len(w.buf); room > 0 {
+		w.buf = append(w.buf, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (w *headWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.buf)
+}
+
+// relayAck reads the relay's first line from the stream, byte by byte, so
+// that nothing after it is taken from the caller; at most 512 bytes.
+func relayAck(c net.Conn) string {
+	var line []byte
+	b := make([]byte, 1)
+	for len(line) < 512 {
+		n, err := c.Read(b)
+		if n == 1 && b[0] == '\n' {
+			break
+		}
+		line = append(line, b[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	return strings.TrimSpace(string(line))
 }
 
 // relayConn is a stream through the relay exec: reads come from the
