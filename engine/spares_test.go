@@ -185,7 +185,8 @@ func TestOutputSubscriberJoinsARunningCell(t *testing.T) {
 		case ev := <-sub.C:
 			got = ev.Type == engine.EventCellOutput && strings.HasPrefix(ev.Text, "tick")
 		case <-timeout:
-			t.Fatal("no output of the running cell reached a subscriber that came while it ran")
+			b, _ := os.ReadFile(first.Kernel.Dir + "/runner.log")
+			t.Fatalf("no output of the running cell reached a subscriber that came while it ran\n%s", b)
 		}
 	}
 	os.WriteFile(mark, nil, 0o600)

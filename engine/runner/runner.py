@@ -659,6 +659,7 @@ class Conn:
         self.alive = True
         self.authed = False
         self.nonce = os.urandom(16).hex()
+        self.watch_next = None  # a cell id watched before it came
 
     def send(self, frame):
         """Send one frame; False if the connection is gone."""
@@ -1080,14 +1081,23 @@ class Runner:
             if not valid_name(cid, ID_CHARS, 64) or not isinstance(code, str):
                 conn.send({"op": "error", "id": cid, "error": "cell needs an id and code"})
                 return
-            self.submit(Cell(cid, code, bool(msg.get("stream")), msg.get("timeout")), conn)
+            # A watch can come before its cell (a subscriber came between
+            # the engine's choice not to stream and the cell's arrival).
+            watched = conn.watch_next == cid
+            conn.watch_next = None
+            self.submit(Cell(cid, code, bool(msg.get("stream")) or watched, msg.get("timeout")), conn)
         elif op == "interrupt":
             self.interrupt(msg.get("id"))
         elif op == "watch":
-            # Stream the running cell to this socket from now on.
+            # Stream the cell to this socket from now on: the running one, or
+            # one submitted on it that has not started yet (the watch came in
+            # the same read as the cell).
             with self.lock:
-                if msg.get("id") == self.running and conn in self.waiters.get(self.running, []) and conn not in self.streamers:
-                    self.streamers.append(conn)
+                if msg.get("id") in self.pending and conn in self.waiters.get(msg.get("id"), []):
+                    if conn not in self.streamers:
+                        self.streamers.append(conn)
+                elif valid_name(msg.get("id"), ID_CHARS, 64):
+                    conn.watch_next = msg.get("id")
         elif op == "config":
             self.configure(msg.get("idle_exit"))
         elif op == "ping":
