@@ -467,6 +467,27 @@ except kt.ToolTimeout as e:
 		}
 	})
 
+	t.Run("TheDoorsAreReadAfterToolCalls", func(t *testing.T) {
+		// While a cell's main thread waits for an answer it reads the doors
+		// itself; after its calls (quick ones, and one longer than the
+		// runner's IO_DELAY) the io thread must read them again, or the
+		// engine's interrupt at the timeout goes unread and the kernel,
+		// with its state, is killed.
+		h := NewTools(t, newEnv(t), nil)
+		h.WriteWorkspace("f", "x")
+		start := time.Now()
+		res, err := h.Eng.Execute(context.Background(), engine.Request{Owner: "a", Tools: []string{"read_file", "terminal"}, Timeout: 2 * time.Second,
+			Code: "import kerneldeck_tools as kt, time\nkept = 41\nfor _ in range(5):\n    kt.read_file('f')\nkt.terminal('sleep 0.05')\ntime.sleep(60)"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != "timeout" || res.Kernel == nil || res.Kernel.StateLost || res.ToolCallsMade != 6 {
+			t.Fatalf("status %q, %d tool calls, kernel %+v after %v; want timeout, 6, state kept", res.Status, res.ToolCallsMade, res.Kernel, time.Since(start))
+		}
+		res = h.Call("a", []string{"read_file", "terminal"}, "print(kept + 1)")
+		expectOK(t, res, "42\n")
+	})
+
 	t.Run("PerCallFallbackServesTools", func(t *testing.T) {
 		env := newEnv(t)
 		h := NewTools(t, env, nil)
