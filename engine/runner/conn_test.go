@@ -39,66 +39,106 @@ func dialAuthed(t *testing.T, kd, secret string) (net.Conn, *bufio.Reader) {
 	return c, br
 }
 
-// The runner reads its engine connection in chunks of RECV_CHUNK: a frame
-// is run whole however the writes cut it (a line longer than a chunk, a
-// newline alone, the end of one frame and the start of the next in one
-// write), and several frames in one read are each run, in order.
-func TestRunnerReadsFramesHoweverTheyArrive(t *testing.T) {
+// engineSide is a test's authenticated connection to a fresh runner, as
+// the engine holds it.
+type engineSide struct {
+	t  *testing.T
+	c  net.Conn
+	br *bufio.Reader
+}
+
+// startEngineSide starts a runner from source and connects to it.
+func startEngineSide(t *testing.T) *engineSide {
+	t.Helper()
 	secret := strings.Repeat("ab", 32)
 	line, _, kd := startShipped(t, shipment{script: Source}, `{"secret": "`+secret+`", "idle_exit": 60}`+"\n")
 	if !strings.HasPrefix(line, "READY ") {
 		t.Fatalf("ready FIFO: %q, want READY ...", line)
 	}
 	c, br := dialAuthed(t, kd, secret)
-	frame := func(id, code string) []byte {
-		b, _ := json.Marshal(map[string]any{"op": "cell", "id": id, "code": code, "timeout": 30})
-		return append(b, '\n')
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	return &engineSide{t: t, c: c, br: br}
+}
+
+// frame is v as one line.
+func frame(v any) []byte {
+	b, _ := json.Marshal(v)
+	return append(b, '\n')
+}
+
+// cellFrame is a cell as the engine sends it, without streaming.
+func cellFrame(id, code string) []byte {
+	return frame(map[string]any{"op": "cell", "id": id, "code": code, "stream": false, "timeout": 30})
+}
+
+// write sends b and gives the runner time to read it on its own.
+func (e *engineSide) write(b []byte) {
+	e.t.Helper()
+	if _, err := e.c.Write(b); err != nil {
+		e.t.Fatal(err)
 	}
+	time.Sleep(20 * time.Millisecond)
+}
+
+// resultFrame is what the tests read of a cell's result.
+type resultFrame struct{ Op, ID, Status, Stdout, Traceback string }
+
+// result reads frames up to the next result, and returns it with what was
+// streamed for its cell before it ("stream:text" each).
+func (e *engineSide) result() (resultFrame, string) {
+	e.t.Helper()
+	var streamed strings.Builder
+	for {
+		l, err := e.br.ReadBytes('\n')
+		if err != nil {
+			e.t.Fatalf("waiting for a result: %v", err)
+		}
+		var f struct {
+			resultFrame
+			Stream, Text string
+		}
+		if err := json.Unmarshal(l, &f); err != nil {
+			e.t.Fatalf("frame %.200q: %v", l, err)
+		}
+		switch f.Op {
+		case "output":
+			streamed.WriteString(f.Stream + ":" + f.Text)
+		case "result":
+			return f.resultFrame, streamed.String()
+		}
+	}
+}
+
+// The runner reads its engine connection in chunks of RECV_CHUNK: a frame
+// is run whole however the writes cut it (a line longer than a chunk, a
+// newline alone, the end of one frame and the start of the next in one
+// write), and several frames in one read are each run, in order.
+func TestRunnerReadsFramesHoweverTheyArrive(t *testing.T) {
+	e := startEngineSide(t)
 	result := func(id, stdout string) {
 		t.Helper()
-		for {
-			l, err := br.ReadBytes('\n')
-			if err != nil {
-				t.Fatalf("waiting for cell %s: %v", id, err)
-			}
-			var f struct{ Op, ID, Status, Stdout, Traceback string }
-			if err := json.Unmarshal(l, &f); err != nil {
-				t.Fatalf("frame %.200q: %v", l, err)
-			}
-			if f.Op != "result" {
-				continue
-			}
-			if f.ID != id || f.Status != "ok" || f.Stdout != stdout {
-				t.Fatalf("result of cell %s: %s, stdout %q, traceback %q; want cell %s ok, %q", f.ID, f.Status, f.Stdout, f.Traceback, id, stdout)
-			}
-			return
+		f, _ := e.result()
+		if f.ID != id || f.Status != "ok" || f.Stdout != stdout {
+			t.Fatalf("result of cell %s: %s, stdout %q, traceback %q; want cell %s ok, %q", f.ID, f.Status, f.Stdout, f.Traceback, id, stdout)
 		}
 	}
-	write := func(b []byte) {
-		t.Helper()
-		if _, err := c.Write(b); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond) // its own read
-	}
-	c.SetDeadline(time.Now().Add(20 * time.Second))
 
 	long := strings.Repeat("x", 300<<10)
-	big := frame("big", "s = '"+long+"'\nprint(len(s))")
+	big := cellFrame("big", "s = '"+long+"'\nprint(len(s))")
 	for i := 0; i < len(big)-1; i += 16 << 10 {
-		write(big[i:min(i+16<<10, len(big)-1)])
+		e.write(big[i:min(i+16<<10, len(big)-1)])
 	}
-	write([]byte("\n"))
+	e.write([]byte("\n"))
 	result("big", strconv.Itoa(len(long))+"\n")
 
-	small, next := frame("small", "print(len(s) + 1)"), frame("next", "print(len(s) + 2)")
-	write(small[:10])
-	write(append(small[10:], next[:10]...))
+	small, next := cellFrame("small", "print(len(s) + 1)"), cellFrame("next", "print(len(s) + 2)")
+	e.write(small[:10])
+	e.write(append(small[10:], next[:10]...))
 	result("small", strconv.Itoa(len(long)+1)+"\n")
-	write(next[10:])
+	e.write(next[10:])
 	result("next", strconv.Itoa(len(long)+2)+"\n")
 
-	write(append(frame("a", "n = 40"), frame("b", "print(n + 2)")...))
+	e.write(append(cellFrame("a", "n = 40"), cellFrame("b", "print(n + 2)")...))
 	result("a", "")
 	result("b", "42\n")
 }
@@ -108,56 +148,22 @@ func TestRunnerReadsFramesHoweverTheyArrive(t *testing.T) {
 // cell then streams its output to the socket; a cell the watch does not
 // name does not, and the next cell ends the watch either way.
 func TestRunnerWatchBeforeItsCellStreamsIt(t *testing.T) {
-	secret := strings.Repeat("ab", 32)
-	line, _, kd := startShipped(t, shipment{script: Source}, `{"secret": "`+secret+`", "idle_exit": 60}`+"\n")
-	if !strings.HasPrefix(line, "READY ") {
-		t.Fatalf("ready FIFO: %q, want READY ...", line)
-	}
-	c, br := dialAuthed(t, kd, secret)
-	c.SetDeadline(time.Now().Add(20 * time.Second))
-	send := func(v any) {
-		t.Helper()
-		b, _ := json.Marshal(v)
-		if _, err := c.Write(append(b, '\n')); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// outputs returns what cell id streamed before its result.
-	outputs := func(id string) string {
-		t.Helper()
-		var got strings.Builder
-		for {
-			l, err := br.ReadBytes('\n')
-			if err != nil {
-				t.Fatalf("waiting for cell %s: %v", id, err)
-			}
-			var f struct{ Op, ID, Stream, Text, Status string }
-			if err := json.Unmarshal(l, &f); err != nil {
-				t.Fatalf("frame %.200q: %v", l, err)
-			}
-			switch {
-			case f.Op == "output" && f.ID == id:
-				got.WriteString(f.Stream + ":" + f.Text)
-			case f.Op == "result" && f.ID == id:
-				if f.Status != "ok" {
-					t.Fatalf("cell %s: %s", id, f.Status)
-				}
-				return got.String()
-			}
-		}
-	}
+	e := startEngineSide(t)
 	for _, tc := range []struct{ watch, cell, want string }{
 		{"w1", "w1", "stdout:hi\n"},
 		{"w3", "w2", ""},
 		{"", "w3", ""}, // a watch is kept for the next cell only
 	} {
 		if tc.watch != "" {
-			send(map[string]string{"op": "watch", "id": tc.watch})
-			time.Sleep(50 * time.Millisecond) // read on its own, before the cell
+			e.write(frame(map[string]string{"op": "watch", "id": tc.watch})) // read on its own, before the cell
 		}
-		send(map[string]any{"op": "cell", "id": tc.cell, "code": "print('hi')", "stream": false, "timeout": 30})
-		if got := outputs(tc.cell); got != tc.want {
-			t.Errorf("watch %q, cell %s streamed %q, want %q", tc.watch, tc.cell, got, tc.want)
+		e.write(cellFrame(tc.cell, "print('hi')"))
+		f, streamed := e.result()
+		if f.ID != tc.cell || f.Status != "ok" {
+			t.Fatalf("result of cell %s: %s; want cell %s ok", f.ID, f.Status, tc.cell)
+		}
+		if streamed != tc.want {
+			t.Errorf("watch %q, cell %s streamed %q, want %q", tc.watch, tc.cell, streamed, tc.want)
 		}
 	}
 }
