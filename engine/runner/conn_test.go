@@ -167,3 +167,35 @@ func TestRunnerWatchBeforeItsCellStreamsIt(t *testing.T) {
 		}
 	}
 }
+
+// streamCellFrame is a cell as the engine sends it for a caller that wants
+// its output as it comes.
+func streamCellFrame(id, code string) []byte {
+	return frame(map[string]any{"op": "cell", "id": id, "code": code, "stream": true, "timeout": 30})
+}
+
+// A streamed cell's output frames carry only what that cell wrote: the io
+// thread, still reading the doors when the next cell starts, must not send
+// the end of the previous cell's output under the new cell's id (the REPL
+// then printed a line twice). Each cell outlasts IO_DELAY, so the io thread
+// streams it, and prints last, so its output is still in the file when the
+// next one begins. (The window is a few microseconds wide: with a 1 ms
+// sleep put into it, the runner before the fix failed this test within 20
+// cells.)
+func TestRunnerStreamsOnlyTheCellsOwnOutput(t *testing.T) {
+	e := startEngineSide(t)
+	e.c.SetDeadline(time.Now().Add(5 * time.Minute))
+	for i := range 300 {
+		id := "c" + strconv.Itoa(i)
+		if _, err := e.c.Write(streamCellFrame(id, "import time\ntime.sleep(0.003)\nprint('"+id+"')")); err != nil {
+			t.Fatal(err)
+		}
+		f, streamed := e.result()
+		if f.ID != id || f.Status != "ok" || f.Stdout != id+"\n" {
+			t.Fatalf("result of cell %s: %s, stdout %q, traceback %q; want cell %s ok", f.ID, f.Status, f.Stdout, f.Traceback, id)
+		}
+		if got := strings.ReplaceAll(streamed, "stdout:", ""); got != id+"\n" {
+			t.Fatalf("cell %s streamed %q, want its own line only", id, streamed)
+		}
+	}
+}

@@ -789,6 +789,11 @@ class Runner:
         # on a tick and finish() streams the rest before the result.
         self.stream_lock = _thread.allocate_lock()
         self.stream_offsets = {}
+        # The cell whose output the files hold from out_start on, while it
+        # runs (set and cleared under stream_lock): self.running is set
+        # before redirect() moves out_start, and a stream of the new id from
+        # the old start sent the previous cell's last lines again.
+        self.out_cell = None
         self.last = None  # (cell id, result frame) of the latest finished cell
         self.work = SimpleQueue()
         self.running = None
@@ -879,6 +884,7 @@ class Runner:
                     self.take_back()
                     with self.stream_lock:
                         self.stream_offsets.clear()
+                        self.out_cell = None
             except KeyboardInterrupt:
                 # A stray interrupt between cells never ends the kernel.
                 continue
@@ -934,8 +940,7 @@ class Runner:
                 for data in sel.select(min(left, STREAM_EVERY) if self.streamers else left):
                     self.on_ready(data)
                 with self.stream_lock:
-                    if self.running is not None and self.streamers:
-                        self.stream_output(self.running)
+                    self.stream_running()
                 with self.lock:
                     interrupted = self.pending_interrupt is not None and self.pending_interrupt == self.running
         finally:
@@ -998,8 +1003,7 @@ class Runner:
                         for data in ready:
                             self.on_ready(data)
                         with self.stream_lock:
-                            if self.running is not None and self.streamers:
-                                self.stream_output(self.running)
+                            self.stream_running()
             finally:
                 with self.door_lock:
                     self.io_active = False
@@ -1316,6 +1320,12 @@ class Runner:
                 # cell is interrupted as it starts, before any of its code runs.
                 self.pending_interrupt = cid
 
+    def stream_running(self):
+        """Sends what the running cell wrote since the last call, if anyone
+        asked for it (stream_lock held)."""
+        if self.out_cell is not None and self.streamers:
+            self.stream_output(self.out_cell)
+
     def stream_output(self, cid):
         """Sends what cell cid wrote since the last call (stream_lock held)."""
         offsets = self.stream_offsets
@@ -1449,7 +1459,9 @@ class Runner:
         start = time.monotonic()
         self.cell_deadline = start + cell.timeout
         self.running = cell.id
-        self.redirect()
+        with self.stream_lock:
+            self.redirect()
+            self.out_cell = cell.id
         self.execution_count += 1
         self.start_displays(cell.id)
         try:
@@ -1466,6 +1478,7 @@ class Runner:
         # The rest of the output goes before the result, so a streamer gets
         # all of it (up to spill_max).
         with self.stream_lock:
+            self.out_cell = None
             if self.streamers:
                 self.stream_output(cell.id)
         frame = {
