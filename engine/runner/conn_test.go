@@ -2,6 +2,7 @@ package runner
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"net"
 	"path/filepath"
@@ -42,9 +43,11 @@ func dialAuthed(t *testing.T, kd, secret string) (net.Conn, *bufio.Reader) {
 // engineSide is a test's authenticated connection to a fresh runner, as
 // the engine holds it.
 type engineSide struct {
-	t  *testing.T
-	c  net.Conn
-	br *bufio.Reader
+	t      *testing.T
+	c      net.Conn
+	br     *bufio.Reader
+	kd     string // the kernel dir
+	secret string
 }
 
 // startEngineSide starts a runner from source and connects to it.
@@ -57,7 +60,7 @@ func startEngineSide(t *testing.T) *engineSide {
 	}
 	c, br := dialAuthed(t, kd, secret)
 	c.SetDeadline(time.Now().Add(20 * time.Second))
-	return &engineSide{t: t, c: c, br: br}
+	return &engineSide{t: t, c: c, br: br, kd: kd, secret: secret}
 }
 
 // frame is v as one line.
@@ -141,6 +144,53 @@ func TestRunnerReadsFramesHoweverTheyArrive(t *testing.T) {
 	e.write(append(cellFrame("a", "n = 40"), cellFrame("b", "print(n + 2)")...))
 	result("a", "")
 	result("b", "42\n")
+}
+
+// Until a peer has answered the challenge, the runner keeps at most a few
+// KiB of what it sends: an endless line, a frame that is not JSON or a wrong
+// answer ends the connection (before, an endless line grew the runner's
+// memory without bound), and the engine's own connection goes on.
+func TestRunnerRefusesWhatComesBeforeTheChallengeIsAnswered(t *testing.T) {
+	e := startEngineSide(t)
+	wrongMAC := frame(map[string]string{"op": "auth", "mac": strings.Repeat("0", 64), "nonce": kernelauth.NewNonce()})
+	for _, tc := range []struct {
+		name string
+		send []byte
+	}{
+		{"an endless line", bytes.Repeat([]byte("x"), 4<<20)},
+		{"a frame that is not JSON", []byte("not json\n")},
+		{"a wrong answer", wrongMAC},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.DialTimeout("unix", filepath.Join(e.kd, "sock"), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			if line, err := br.ReadBytes('\n'); err != nil || !strings.Contains(string(line), `"hello"`) {
+				t.Fatalf("no challenge (%q): %v", line, err)
+			}
+			// The runner may close while this is still being written.
+			for i := 0; i < len(tc.send); i += 64 << 10 {
+				if _, err := c.Write(tc.send[i:min(i+64<<10, len(tc.send))]); err != nil {
+					break
+				}
+			}
+			line, err := br.ReadBytes('\n')
+			if len(line) > 0 || err == nil {
+				t.Fatalf("the runner answered %q", line)
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatalf("the connection is still open 20 s after %d bytes were sent without answering the challenge", len(tc.send))
+			}
+		})
+	}
+	e.write(cellFrame("after", "print('still here')"))
+	if f, _ := e.result(); f.ID != "after" || f.Stdout != "still here\n" {
+		t.Fatalf("the engine's connection after the refusals: cell %s %s, stdout %q", f.ID, f.Status, f.Stdout)
+	}
 }
 
 // A watch can reach the runner before the cell it names (the engine sends

@@ -299,6 +299,7 @@ RPC_FILE_MAX = (1 << 20) + (64 << 10)  # bytes of one request file forwarded; th
 RPC_SLACK = 5.0  # seconds a tool call waits past its cell's timeout for the engine's interrupt
 TURN_MAIN, TURN_IO = "main", "io"  # which thread reads the doors (Runner.turn)
 RECV_CHUNK = 64 << 10  # bytes one read of an engine connection takes at most
+AUTH_LINE_MAX = 4 << 10  # bytes a peer may send before it answered the challenge
 IO_DELAY = 0.002  # seconds into a cell when the io thread takes the doors
 # The file the runner's own frames name: runner.py's path when it runs from
 # source, "kerneldeck/runner.py" when the engine shipped it compiled
@@ -667,6 +668,7 @@ class Conn:
         self.rbuf = bytearray(RECV_CHUNK)
         self.view = memoryview(self.rbuf)
         self.parts = []  # the start of a line not yet ended
+        self.pending = 0  # bytes received before authentication
         self.wlock = _thread.allocate_lock()
         self.alive = True
         self.authed = False
@@ -1068,6 +1070,14 @@ class Runner:
                 self.file_unfiled_locked()
             return
         data = bytes(conn.view[:n])
+        if not conn.authed:
+            # Until the peer proved it holds the secret, what it may make us
+            # keep is bounded: an endless line would otherwise grow the
+            # runner's memory without limit.
+            conn.pending += n
+            if conn.pending > AUTH_LINE_MAX and b"\n" not in data:
+                self.refuse(conn, "sent %d bytes without answering the challenge" % conn.pending)
+                return
         if b"\n" not in data:
             conn.parts.append(data)
             return
@@ -1083,17 +1093,23 @@ class Runner:
                 if not isinstance(msg, dict):
                     raise ValueError("not an object")
             except ValueError as e:
+                if not conn.authed:
+                    self.refuse(conn, "sent a bad frame before answering the challenge")
+                    return
                 conn.send({"op": "error", "error": "bad frame: %s" % e})
                 continue
             if not conn.authed:
                 if not self.authenticate(msg, conn):
-                    self.log("refused a connection that did not answer the challenge")
-                    self.unwatch(conn.sock.fileno())
-                    conn.alive = False
-                    conn.sock.close()
+                    self.refuse(conn, "did not answer the challenge")
                     return
                 continue
             self.on_message(msg, conn)
+
+    def refuse(self, conn, why):
+        self.log("refused a connection that " + why)
+        self.unwatch(conn.sock.fileno())
+        conn.alive = False
+        conn.sock.close()
 
     def authenticate(self, msg, conn):
         """The engine answers our challenge with the MAC of our nonce and sends
