@@ -11,19 +11,23 @@ try:
     from _frozen_importlib_external import MAGIC_NUMBER as _magic
 except ImportError:
     _magic = b""
-_n = int(os.environ.get("KERNELDECK_STDIN", "0").split()[0])
-_code, _more = bytearray(), b""
+_code, _more, _why = bytearray(), b"", b""
+try:
+    _n = int(os.environ.get("KERNELDECK_STDIN", "").split()[0])
+except (IndexError, ValueError):
+    _n, _why = 0, b"FAILED no size for the compiled runner in KERNELDECK_STDIN\n"
 while len(_code) < _n:
     _more = os.read(0, _n - len(_code))
     if not _more:
+        _why = b"FAILED the compiled runner was cut short\n"
         break
     _code += _more
-if not _magic or len(_code) < _n or _code[: len(_magic)] != _magic:
+if _why or not _magic or _code[: len(_magic)] != _magic:
     try:
         _fd = os.open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ready"), os.O_WRONLY | os.O_NONBLOCK)
-        os.write(_fd, b"NOCODE\n" if len(_code) == _n else b"FAILED the compiled runner was cut short\n")
+        os.write(_fd, _why or b"NOCODE\n")
     finally:
         os._exit(2)
 _code = marshal.loads(memoryview(_code)[len(_magic) :])
-del _magic, _more, _n
+del _magic, _more, _n, _why
 exec(_code)

@@ -144,6 +144,15 @@ func TestLoaderRunsOnlyItsInterpretersCode(t *testing.T) {
 	if err := cmd.Wait(); !isExit(err, 2) {
 		t.Fatalf("the loader of cut code ended with %v, want exit status 2", err)
 	}
+	// Without the code's size the loader says so (a traceback in runner.log
+	// would leave the spawn to say only that the runner exited).
+	line, cmd, _ = startShipped(t, shipment{script: Loader, code: code, sizes: "nonsense"}, config)
+	if line != "FAILED no size for the compiled runner in KERNELDECK_STDIN" {
+		t.Fatalf("ready FIFO with no size for the code: %q, want FAILED ...", line)
+	}
+	if err := cmd.Wait(); !isExit(err, 2) {
+		t.Fatalf("the loader without a size ended with %v, want exit status 2", err)
+	}
 }
 
 // The runner writes the tool stubs that follow the code on its stdin into
