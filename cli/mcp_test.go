@@ -182,17 +182,26 @@ func TestMCPStdio(t *testing.T) {
 		}
 	}
 
-	// A cancelled call interrupts the cell; the kernel keeps its state.
+	// A cancelled call interrupts the cell; the kernel keeps its state. The
+	// cancel waits for the cell's word that it is inside its try (CI: a
+	// cancel sent as soon as the engine said "running" reached the cell
+	// before its try, and the interrupt rightly left `interrupted` unset).
+	mc.mu.Lock()
+	mc.progress = nil
+	mc.mu.Unlock()
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := mc.call(cctx, "python_exec", map[string]any{"code": "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    interrupted = True\n    raise"})
+		params := &mcp.CallToolParams{Name: "python_exec", Arguments: map[string]any{
+			"code": "import time\ntry:\n    print('in the try', flush=True)\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    interrupted = True\n    raise"}}
+		params.SetProgressToken("p2")
+		_, err := mc.cs.CallTool(cctx, params)
 		done <- err
 	}()
-	waitUntil(t, "the long cell to run", func() bool {
-		_, m := mc.must("python_sessions", nil)
-		ss, _ := m["sessions"].([]any)
-		return len(ss) == 1 && ss[0].(map[string]any)["state"] == "running"
+	waitUntil(t, "the long cell to run its try", func() bool {
+		mc.mu.Lock()
+		defer mc.mu.Unlock()
+		return strings.Contains(strings.Join(mc.progress, "|"), "in the try")
 	})
 	cancel()
 	if err := <-done; err == nil {
