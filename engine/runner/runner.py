@@ -682,8 +682,19 @@ class Conn:
             if not self.alive:
                 return False
             try:
-                self.sock.sendall(data)
+                # One write first: the socket is non-blocking underneath
+                # (it has a timeout), and sendall would poll before it.
+                n = os.write(self.sock.fileno(), data)  # -1 once closed: EBADF
+                if n < len(data):
+                    self.sock.sendall(memoryview(data)[n:])
                 return True
+            except BlockingIOError:
+                try:
+                    self.sock.sendall(data)
+                    return True
+                except OSError:
+                    self.alive = False
+                    return False
             except OSError:
                 self.alive = False
                 return False
@@ -1057,7 +1068,11 @@ class Runner:
 
     def on_conn(self, conn):
         try:
-            n = conn.sock.recv_into(conn.rbuf)
+            # The poller said it is readable: read without the poll that
+            # recv_into makes first on a socket with a timeout.
+            n = os.readv(conn.sock.fileno(), [conn.rbuf])
+        except BlockingIOError:
+            return
         except OSError:
             n = 0
         if not n:
