@@ -249,3 +249,42 @@ func TestRunnerStreamsOnlyTheCellsOwnOutput(t *testing.T) {
 		}
 	}
 }
+
+// A cell's source stays for as long as something may show it: always for a
+// cell that defined code (a function's source, its traceback lines), and
+// for the latest PLAIN_SOURCES_KEEP cells that defined none; the older
+// ones are dropped, or a kernel's memory grew by ~300 bytes a cell.
+func TestRunnerKeepsTheSourcesThatCanStillBeShown(t *testing.T) {
+	e := startEngineSide(t)
+	e.write(cellFrame("def", "def f():\n    return 1 / 0\n"))
+	if f, _ := e.result(); f.Status != "ok" {
+		t.Fatalf("def: %s %s", f.Status, f.Traceback)
+	}
+	for i := range 300 {
+		id := "plain" + strconv.Itoa(i)
+		if _, err := e.c.Write(cellFrame(id, "x = "+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+		if f, _ := e.result(); f.ID != id || f.Status != "ok" {
+			t.Fatalf("cell %s: %s %s", id, f.Status, f.Traceback)
+		}
+	}
+	e.write(cellFrame("count", "import inspect, linecache\n"+
+		"print(inspect.getsource(f).splitlines()[0], sum(1 for k in linecache.cache if k.startswith('<cell-')))"))
+	f, _ := e.result()
+	fields := strings.Fields(f.Stdout)
+	if len(fields) < 2 {
+		t.Fatalf("count: %s, stdout %q, traceback %q", f.Status, f.Stdout, f.Traceback)
+	}
+	kept, err := strconv.Atoi(fields[len(fields)-1])
+	if f.Status != "ok" || fields[0] != "def" || err != nil {
+		t.Fatalf("count: %s, stdout %q, traceback %q", f.Status, f.Stdout, f.Traceback)
+	}
+	if kept > 2*100+3 {
+		t.Errorf("%d cell sources kept after 302 cells, 300 of them plain; want at most %d", kept, 2*100+3)
+	}
+	e.write(cellFrame("raise", "f()"))
+	if f, _ := e.result(); f.Status != "error" || !strings.Contains(f.Traceback, "return 1 / 0") || !strings.Contains(f.Traceback, "ZeroDivisionError") {
+		t.Errorf("a traceback through the first cell's function: %s %q; want its source line shown", f.Status, f.Traceback)
+	}
+}

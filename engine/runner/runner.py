@@ -179,6 +179,27 @@ class CellSources:
     def __init__(self):
         self.waiting = {}
         self.finder = None
+        # Cells that defined no code of their own (no function, class,
+        # lambda or comprehension): only a traceback kept from them needs
+        # their source later, so only the latest PLAIN_SOURCES_KEEP are kept
+        # (all of them cost ~300 bytes a cell, without bound).
+        self.plain = []
+
+    def settle(self, filename, defines_code):
+        """Called when a cell has run: forgets the oldest plain cell's source
+        once more than PLAIN_SOURCES_KEEP are kept."""
+        if defines_code:
+            return
+        self.plain.append(filename)
+        if len(self.plain) <= 2 * PLAIN_SOURCES_KEEP:
+            return
+        old, self.plain = self.plain[:-PLAIN_SOURCES_KEEP], self.plain[-PLAIN_SOURCES_KEEP:]
+        lc = sys.modules.get("linecache")
+        cache = getattr(lc, "cache", None) if lc is not None else None
+        for name in old:
+            self.waiting.pop(name, None)
+            if isinstance(cache, dict):
+                cache.pop(name, None)
 
     def add(self, filename, code):
         entry = (len(code), None, code.splitlines(True), filename)
@@ -240,6 +261,14 @@ class LinecacheLoader:
 
 
 CELL_SOURCES = CellSources()
+
+
+def has_code(code):
+    """Whether compiled cell code holds code of its own that may outlive it."""
+    for c in code.co_consts:
+        if type(c) is CODE_TYPE:
+            return True
+    return False
 
 
 class LibC:
@@ -305,6 +334,8 @@ IO_DELAY = 0.002  # seconds into a cell when the io thread takes the doors
 # source, "kerneldeck/runner.py" when the engine shipped it compiled
 # (loader.py).
 RUNNER_FILE = (lambda: None).__code__.co_filename
+CODE_TYPE = type((lambda: None).__code__)
+PLAIN_SOURCES_KEEP = 100  # sources of cells that defined no code, kept for tracebacks
 
 
 try:  # the builtin module is far cheaper to import than hashlib (OpenSSL)
@@ -1591,6 +1622,7 @@ class Runner:
         """Run one cell in the persistent namespace; returns (status, traceback)."""
         filename = "<cell-%d>" % (self.execution_count)
         CELL_SOURCES.add(filename, cell.code)
+        defines_code = False
         try:
             with self.lock:
                 if self.pending_interrupt == cell.id:
@@ -1602,13 +1634,17 @@ class Runner:
             if tree.body and isinstance(tree.body[-1], _ast.Expr):
                 last = _ast.Interactive(body=[tree.body.pop()])
             if tree.body or last is None:
-                exec(compile(tree, filename, "exec"), self.ns)
+                code = compile(tree, filename, "exec")
+                defines_code = has_code(code)
+                exec(code, self.ns)
             if last is not None:
                 # Like the interactive interpreter: show the last expression's value.
+                code = compile(last, filename, "single")
+                defines_code = defines_code or has_code(code)
                 hook = sys.displayhook
                 sys.displayhook = self.displayhook
                 try:
-                    exec(compile(last, filename, "single"), self.ns)
+                    exec(code, self.ns)
                 finally:
                     sys.displayhook = hook
             return "ok", ""
@@ -1622,6 +1658,7 @@ class Runner:
             return "error", self.format_exc()
         finally:
             self.in_user_code = False
+            CELL_SOURCES.settle(filename, defines_code)
 
     @staticmethod
     def format_exc():
