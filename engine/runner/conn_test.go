@@ -288,3 +288,36 @@ func TestRunnerKeepsTheSourcesThatCanStillBeShown(t *testing.T) {
 		t.Errorf("a traceback through the first cell's function: %s %q; want its source line shown", f.Status, f.Traceback)
 	}
 }
+
+// The ids kept for exactly-once are bounded (SEEN_KEEP to twice that, 4,096
+// at least): a kernel no longer grows by an id a cell for ever, and a
+// recent id still never runs twice.
+func TestRunnerKeepsTheLatestCellIds(t *testing.T) {
+	e := startEngineSide(t)
+	e.c.SetDeadline(time.Now().Add(2 * time.Minute))
+	const n = 2*4096 + 100
+	for i := range n {
+		id := "s" + strconv.Itoa(i)
+		if _, err := e.c.Write(cellFrame(id, "1")); err != nil {
+			t.Fatal(err)
+		}
+		if f, _ := e.result(); f.ID != id || f.Status != "ok" {
+			t.Fatalf("cell %s: %s %s", id, f.Status, f.Traceback)
+		}
+	}
+	e.write(cellFrame("count", "import sys\nprint(len(sys.modules['__main__'].RUNNER.seen))"))
+	f, _ := e.result()
+	kept, err := strconv.Atoi(strings.TrimSpace(f.Stdout))
+	if f.Status != "ok" || err != nil {
+		t.Fatalf("count: %s, stdout %q, traceback %q", f.Status, f.Stdout, f.Traceback)
+	}
+	if kept > 2*4096 || kept < 4096 {
+		t.Errorf("%d cell ids kept after %d cells; want 4096 to 8192", kept, n+1)
+	}
+	// An id of the latest cells is refused, not run again.
+	e.write(cellFrame("s"+strconv.Itoa(n-50), "print('ran twice')"))
+	l, err := e.br.ReadBytes('\n')
+	if err != nil || !strings.Contains(string(l), `"op": "error"`) || !strings.Contains(string(l), "already ran") {
+		t.Fatalf("a recent id sent again: %q %v; want an error that it already ran", l, err)
+	}
+}

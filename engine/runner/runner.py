@@ -336,6 +336,7 @@ IO_DELAY = 0.002  # seconds into a cell when the io thread takes the doors
 RUNNER_FILE = (lambda: None).__code__.co_filename
 CODE_TYPE = type((lambda: None).__code__)
 PLAIN_SOURCES_KEEP = 100  # sources of cells that defined no code, kept for tracebacks
+SEEN_KEEP = 4096  # cell ids kept for exactly-once, at least
 
 
 try:  # the builtin module is far cheaper to import than hashlib (OpenSSL)
@@ -814,7 +815,12 @@ class Runner:
         self.clip = clip
         self.spill_max = spill_max
         self.lock = _thread.allocate_lock()
+        # Cell ids already submitted, for exactly-once. Only the latest
+        # SEEN_KEEP to 2 * SEEN_KEEP are kept (every id for ever cost ~110
+        # bytes a cell): an engine only re-sends the cell it is running, and
+        # an older cell's request file is gone once the next cell came.
         self.seen = set()
+        self.seen_order = []
         self.pending = set()  # submitted, result not yet written
         # Files of the latest cell (its .req written by the Execute door,
         # its .res, its spilled output), removed when the next one comes.
@@ -1350,6 +1356,10 @@ class Runner:
                                "error": "cell %s already ran and its result was collected" % cell.id})
                 return
             self.seen.add(cell.id)
+            self.seen_order.append(cell.id)
+            if len(self.seen_order) > 2 * SEEN_KEEP:
+                self.seen.difference_update(self.seen_order[:-SEEN_KEEP])
+                del self.seen_order[:-SEEN_KEEP]
             self.pending.add(cell.id)
             self.touch()
             # Publishing a new cell acknowledges the earlier ones: the engine
