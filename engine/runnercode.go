@@ -17,7 +17,10 @@ import (
 // compile the runner once, in a process of its own that runs nothing of
 // the host's packages, keeps the result in its own memory (never in a file
 // a kernel could change for the next one) and ships it with later spawns
-// behind runner.Loader.
+// behind runner.Loader. Where spares are kept, the python3 on PATH compiles
+// it before the first spare starts (python ""), so that the kernels of the
+// engine's first moments do not run from source either; elsewhere the
+// compile waits for the interpreter the first spawn reports.
 
 // maxRunnerCode bounds the compiled runner a host may send back (it is
 // about 110 KB).
@@ -49,7 +52,7 @@ func (e *Engine) shippedRunner(ctx context.Context, env backends.Env, python str
 	e.mu.Lock()
 	c := e.codes[codeKey(env, python)]
 	e.mu.Unlock()
-	if python == "" || c == nil {
+	if c == nil {
 		return runner.Source, nil
 	}
 	t := time.NewTimer(compileWait)

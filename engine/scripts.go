@@ -325,14 +325,15 @@ func fetchScript(path string, max int) string {
 }
 
 // compileScript compiles the runner (runner.Source on stdin) with the
-// host's interpreter python, isolated (-I: no environment, no user site, no
-// cwd on the path) and without site (-S: nothing of the host's packages
-// runs). It prints "KD:CODE <base64>" (runner.CompileProgram) or "KD:ERR
-// <reason>".
+// host's interpreter python ("": the python3 on PATH, as a spawn that knows
+// none runs), isolated (-I: no environment, no user site, no cwd on the
+// path) and without site (-S: nothing of the host's packages runs). It
+// prints "KD:CODE <base64>" (runner.CompileProgram) or "KD:ERR <reason>".
 func compileScript(python string) string {
 	return fmt.Sprintf(`# kerneldeck:compile
 export LC_ALL=C
 py=%s
+[ -n "$py" ] || py=$(command -v python3) || { printf 'KD:ERR python3 was not found on PATH\n'; exit 3; }
 [ -x "$py" ] || { printf 'KD:ERR %%s is not an executable interpreter\n' "$py"; exit 3; }
 exec "$py" -I -S -c %s %d
 `, shq(python), shq(runner.CompileProgram), len(runner.Source))

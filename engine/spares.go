@@ -110,6 +110,13 @@ func (e *Engine) refillSpares(env backends.Env) {
 	n := min(want-len(sb.ready)-sb.starting, e.max-len(e.kernels)-e.sparesLocked())
 	sb.starting += max(0, n)
 	e.mu.Unlock()
+	if n > 0 && e.python(env) == "" {
+		// The first spares: no spawn has told the interpreter yet, so the
+		// python3 on PATH compiles the runner (the spawns wait for it), or
+		// they and the kernels of the first moments would run from source
+		// (about 4.7 MB more each, for their whole life).
+		e.compileRunner(env, "")
+	}
 	for range n {
 		e.wg.Add(1)
 		go func() {
