@@ -14,9 +14,9 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine/runner"
 )
 
-// compiledRunnerEngine is an engine on a local backend (no spares) and
-// that backend.
-func compiledRunnerEngine(t *testing.T) (*Engine, backends.Env) {
+// compiledRunnerEngine is an engine on a local backend that keeps spares
+// spare runners, and that backend.
+func compiledRunnerEngine(t *testing.T, spares int) (*Engine, backends.Env) {
 	t.Helper()
 	tmp, err := os.MkdirTemp("", "kd") // short: socket paths
 	if err != nil {
@@ -24,7 +24,7 @@ func compiledRunnerEngine(t *testing.T) (*Engine, backends.Env) {
 	}
 	t.Cleanup(func() { os.RemoveAll(tmp) })
 	env := backends.NewLocal(tmp)
-	eng, err := New(Config{Backends: []backends.Env{env}, StateDir: t.TempDir()})
+	eng, err := New(Config{Backends: []backends.Env{env}, StateDir: t.TempDir(), SpareKernels: map[string]int{env.URI(): spares}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func shipped(t *testing.T, dir string) (script []byte, hasCode bool) {
 // loader: the same kernel, the runner's frames still out of tracebacks. The
 // second spawn comes at once: it waits for the compile under way.
 func TestSpawnShipsTheCompiledRunner(t *testing.T) {
-	eng, env := compiledRunnerEngine(t)
+	eng, env := compiledRunnerEngine(t, 0)
 	first := codeRun(t, eng, "first", "x = 1")
 	if script, hasCode := shipped(t, first.Kernel.Dir); !bytes.Equal(script, runner.Source) || hasCode {
 		t.Fatalf("the first spawn shipped %d bytes of runner.py (code too: %v), want the source", len(script), hasCode)
@@ -124,21 +124,7 @@ func TestSpawnShipsTheCompiledRunner(t *testing.T) {
 // spare, run the compiled runner too (from source, a runner of
 // /usr/bin/python3 weighed 15.6 MB against 10.9, for its whole life).
 func TestFirstSparesShipTheCompiledRunner(t *testing.T) {
-	tmp, err := os.MkdirTemp("", "kd") // short: socket paths
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(tmp) })
-	env := backends.NewLocal(tmp)
-	eng, err := New(Config{Backends: []backends.Env{env}, StateDir: t.TempDir(), SpareKernels: map[string]int{env.URI(): 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		eng.Close(ctx, false)
-	})
+	eng, _ := compiledRunnerEngine(t, 1)
 	for _, owner := range []string{"at-once", "next"} {
 		res := codeRun(t, eng, owner, "print(6 * 7)")
 		if res.Status != StatusSuccess || res.Stdout != "42\n" {
@@ -154,7 +140,7 @@ func TestFirstSparesShipTheCompiledRunner(t *testing.T) {
 // same path) costs one spawn from source, not a failed kernel, and is
 // compiled again.
 func TestRefusedCompiledRunnerFallsBackToSource(t *testing.T) {
-	eng, env := compiledRunnerEngine(t)
+	eng, env := compiledRunnerEngine(t, 0)
 	codeRun(t, eng, "first", "x = 1")
 	good := waitRunnerCode(t, eng, env)
 	bad := bytes.Clone(good)
@@ -180,7 +166,7 @@ func TestRefusedCompiledRunnerFallsBackToSource(t *testing.T) {
 // the cells' sources still reach linecache when a cell first imports it:
 // inspect finds an earlier cell's function, tracebacks show its lines.
 func TestRunnerLeanImportsKeepCellSources(t *testing.T) {
-	eng, env := compiledRunnerEngine(t)
+	eng, env := compiledRunnerEngine(t, 0)
 	for i, owner := range []string{"from-source", "compiled"} {
 		if i == 1 {
 			waitRunnerCode(t, eng, env)
