@@ -191,9 +191,9 @@ class CellSources:
         if defines_code:
             return
         self.plain.append(filename)
-        if len(self.plain) <= 2 * PLAIN_SOURCES_KEEP:
+        old = drop_oldest(self.plain, PLAIN_SOURCES_KEEP)
+        if not old:
             return
-        old, self.plain = self.plain[:-PLAIN_SOURCES_KEEP], self.plain[-PLAIN_SOURCES_KEEP:]
         lc = sys.modules.get("linecache")
         cache = getattr(lc, "cache", None) if lc is not None else None
         for name in old:
@@ -261,6 +261,17 @@ class LinecacheLoader:
 
 
 CELL_SOURCES = CellSources()
+
+
+def drop_oldest(items, keep):
+    """Removes and returns the oldest entries of the list items once it holds
+    more than twice keep, leaving the latest keep (a trim every keep
+    appends, not one per append)."""
+    if len(items) <= 2 * keep:
+        return ()
+    old = items[:-keep]
+    del items[:-keep]
+    return old
 
 
 def has_code(code):
@@ -716,17 +727,13 @@ class Conn:
             try:
                 # One write first: the socket is non-blocking underneath
                 # (it has a timeout), and sendall would poll before it.
-                n = os.write(self.sock.fileno(), data)  # -1 once closed: EBADF
+                try:
+                    n = os.write(self.sock.fileno(), data)  # -1 once closed: EBADF
+                except BlockingIOError:
+                    n = 0
                 if n < len(data):
                     self.sock.sendall(memoryview(data)[n:])
                 return True
-            except BlockingIOError:
-                try:
-                    self.sock.sendall(data)
-                    return True
-                except OSError:
-                    self.alive = False
-                    return False
             except OSError:
                 self.alive = False
                 return False
@@ -1357,9 +1364,7 @@ class Runner:
                 return
             self.seen.add(cell.id)
             self.seen_order.append(cell.id)
-            if len(self.seen_order) > 2 * SEEN_KEEP:
-                self.seen.difference_update(self.seen_order[:-SEEN_KEEP])
-                del self.seen_order[:-SEEN_KEEP]
+            self.seen.difference_update(drop_oldest(self.seen_order, SEEN_KEEP))
             self.pending.add(cell.id)
             self.touch()
             # Publishing a new cell acknowledges the earlier ones: the engine
