@@ -7,10 +7,12 @@ package themes
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/charmbracelet/bubbles/help"
 	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
 
 	"github.com/kerneldeck/kerneldeck/engine"
 )
@@ -293,21 +295,50 @@ func (b builder) fg(s lipgloss.Style, c lipgloss.TerminalColor) lipgloss.Style {
 	if !b.color {
 		return s
 	}
-	return s.Foreground(c)
+	return s.Foreground(b.native(c))
 }
 
 func (b builder) bg(s lipgloss.Style, c lipgloss.TerminalColor) lipgloss.Style {
 	if !b.color {
 		return s
 	}
-	return s.Background(c)
+	return s.Background(b.native(c))
 }
 
 func (b builder) borderFg(s lipgloss.Style, c lipgloss.TerminalColor) lipgloss.Style {
 	if !b.color {
 		return s
 	}
-	return s.BorderForeground(c)
+	return s.BorderForeground(b.native(c))
+}
+
+// native resolves c for the renderer once: the adaptive colour's choice for
+// the background, and a hex colour's nearest in a 256- or 16-colour
+// profile. Left to lipgloss, both happen again in every Render: a colour
+// distance search per styled segment, an eighth of a frame's cost on a
+// 256-colour terminal.
+func (b builder) native(c lipgloss.TerminalColor) lipgloss.TerminalColor {
+	var spec string
+	switch v := c.(type) {
+	case lipgloss.AdaptiveColor:
+		spec = v.Light
+		if b.r.HasDarkBackground() {
+			spec = v.Dark
+		}
+	case lipgloss.Color:
+		spec = string(v)
+	default:
+		return c
+	}
+	switch v := b.r.ColorProfile().Color(spec).(type) {
+	case termenv.ANSIColor:
+		return lipgloss.Color(strconv.Itoa(int(v)))
+	case termenv.ANSI256Color:
+		return lipgloss.Color(strconv.Itoa(int(v)))
+	case termenv.RGBColor:
+		return lipgloss.Color(string(v))
+	}
+	return lipgloss.NoColor{}
 }
 
 // plain applies f only when colours are off, to replace a colour cue by an

@@ -406,3 +406,53 @@ func TestAllEngineEventsStyled(t *testing.T) {
 		t.Errorf("event types = %v, want %v", keys, known)
 	}
 }
+
+// paletteColours returns every colour of a palette by field name.
+func paletteColours(p palette) map[string]lipgloss.TerminalColor {
+	return map[string]lipgloss.TerminalColor{
+		"text": p.text, "subtle": p.subtle, "faint": p.faint,
+		"accent": p.accent, "accent2": p.accent2, "accent3": p.accent3,
+		"headerFg": p.headerFg, "headerBg": p.headerBg,
+		"ok": p.ok, "warn": p.warn, "err": p.err,
+		"border": p.border, "borderFocus": p.borderFocus,
+		"capFullFg": p.capFullFg, "capFullBg": p.capFullBg,
+		"capOverFg": p.capOverFg, "capOverBg": p.capOverBg,
+	}
+}
+
+// TestColoursResolvedOnce: a theme's colours are resolved for its renderer
+// when it is built (the background's choice, a hex colour's nearest in the
+// profile), and each renders exactly as the palette's colour would have.
+// Left unresolved, every Render searched the 256-colour table again.
+func TestColoursResolvedOnce(t *testing.T) {
+	palettes := map[string]palette{Dark: darkPalette(), Light: lightPalette(), HighContrast: highContrastPalette()}
+	for _, profile := range []termenv.Profile{termenv.TrueColor, termenv.ANSI256, termenv.ANSI, termenv.Ascii} {
+		for _, dark := range []bool{true, false} {
+			r := lipgloss.NewRenderer(io.Discard)
+			r.SetColorProfile(profile)
+			r.SetHasDarkBackground(dark)
+			b := builder{r: r, color: true}
+			for name, p := range palettes {
+				for field, c := range paletteColours(p) {
+					n := b.native(c)
+					for _, side := range []func(lipgloss.Style, lipgloss.TerminalColor) lipgloss.Style{lipgloss.Style.Foreground, lipgloss.Style.Background} {
+						if want, got := side(r.NewStyle(), c).Render("x"), side(r.NewStyle(), n).Render("x"); got != want {
+							t.Errorf("profile %v dark %v %s.%s: resolved %#v renders %q, the palette's colour %q", profile, dark, name, field, n, got, want)
+						}
+					}
+				}
+				th := build(name, p, b)
+				for style, s := range allStyles(th) {
+					for _, c := range []lipgloss.TerminalColor{s.GetForeground(), s.GetBackground(), s.GetBorderTopForeground()} {
+						if _, adaptive := c.(lipgloss.AdaptiveColor); adaptive {
+							t.Errorf("profile %v %s.%s: colour %#v left adaptive", profile, name, style, c)
+						}
+						if hex, ok := c.(lipgloss.Color); ok && profile != termenv.TrueColor && strings.HasPrefix(string(hex), "#") {
+							t.Errorf("profile %v %s.%s: colour %q left for every Render to convert", profile, name, style, hex)
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -6,14 +6,23 @@ import (
 	"testing"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/muesli/termenv"
+
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/themes"
 )
 
 // benchFixture is the dashboard with n kernels over owners owners and 200
 // events at 200x60, the snapshot taken.
 func benchFixture(b *testing.B, n, owners int) *fixture {
+	return benchFixtureThemed(b, n, owners, nil)
+}
+
+// benchFixtureThemed is benchFixture with the dashboard on theme th (nil:
+// the ASCII one).
+func benchFixtureThemed(b *testing.B, n, owners int, th *themes.Theme) *fixture {
 	b.Helper()
-	f := newFixture(b, fixtureOpts{kernels: manyKernels(n, owners, false), cap: n})
+	f := newFixture(b, fixtureOpts{kernels: manyKernels(n, owners, false), cap: n, theme: th})
 	f.update(eventBatchMsg(manyEvents(200, false)))
 	f.update(tea.WindowSizeMsg{Width: 200, Height: 60})
 	if len(f.m.kernels.kernels) != n {
@@ -46,6 +55,33 @@ func BenchmarkViewScaling(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000, 100000} {
 		b.Run(fmt.Sprintf("kernels=%d", n), func(b *testing.B) {
 			f := benchFixture(b, n, 100)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				_ = f.m.View()
+			}
+		})
+	}
+}
+
+// BenchmarkViewColour: one View() of the dashboard the bench's idle row
+// measures (1,000 kernels, 160x50) on a terminal with colour: every styled
+// segment's colours reach the terminal's profile, which the ASCII fixture
+// of the other benchmarks never pays for.
+//
+//	go test ./ui -run XXX -bench ViewColour -benchtime 2000x
+func BenchmarkViewColour(b *testing.B) {
+	for _, p := range []struct {
+		name    string
+		profile termenv.Profile
+	}{{"ansi256", termenv.ANSI256}, {"truecolor", termenv.TrueColor}, {"ansi", termenv.ANSI}} {
+		b.Run(p.name, func(b *testing.B) {
+			th, err := themes.New(themes.Dark, themes.Options{Renderer: renderer(p.profile)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			f := benchFixtureThemed(b, 1000, 100, th)
+			f.update(tea.WindowSizeMsg{Width: 160, Height: 50})
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
