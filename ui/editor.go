@@ -34,6 +34,11 @@ type EditorPane struct {
 
 	form     *targetForm
 	backends []string // for the target form's check
+
+	// view is the pane drawn after its last change (render): an idle
+	// dashboard redraws once a second, and the text area's own View is a
+	// fifth of a frame's cost.
+	view string
 }
 
 func newEditorPane(ctx *Context, target Target) *EditorPane {
@@ -114,6 +119,7 @@ func (p *EditorPane) openExternal() tea.Cmd {
 
 // edited takes the cell back from $EDITOR; an error leaves it unchanged.
 func (p *EditorPane) edited(msg editedMsg) error {
+	defer p.render()
 	defer os.Remove(msg.path)
 	if msg.err != nil {
 		return fmt.Errorf("the editor failed, the cell is unchanged: %w", msg.err)
@@ -173,6 +179,7 @@ func (p *EditorPane) Modal() bool { return p.form != nil }
 
 // SetSize sets the pane's outer size.
 func (p *EditorPane) SetSize(w, h int) {
+	defer p.render()
 	p.width, p.height = w, h
 	p.area.SetWidth(max(1, w-2))
 	p.area.SetHeight(max(1, h-3))
@@ -183,18 +190,20 @@ func (p *EditorPane) SetSize(w, h int) {
 
 // Focus implements Pane.
 func (p *EditorPane) Focus() tea.Cmd {
+	defer p.render()
 	p.focused = true
 	return p.area.Focus()
 }
 
 // Blur implements Pane.
 func (p *EditorPane) Blur() {
+	defer p.render()
 	p.focused = false
 	p.area.Blur()
 }
 
 // SetTarget points the editor at another kernel key.
-func (p *EditorPane) SetTarget(t Target) { p.target = t }
+func (p *EditorPane) SetTarget(t Target) { p.target = t; p.render() }
 
 // Target is where the next cell runs.
 func (p *EditorPane) Target() Target { return p.target }
@@ -236,6 +245,7 @@ func (p *EditorPane) historyStep(d int) {
 
 // Update edits, runs (ctrl+r), browses history and opens the target form.
 func (p *EditorPane) Update(msg tea.Msg) tea.Cmd {
+	defer p.render()
 	if p.form != nil {
 		done, t, cmd := p.form.update(msg)
 		if done {
@@ -257,8 +267,12 @@ func (p *EditorPane) Update(msg tea.Msg) tea.Cmd {
 	return cmd
 }
 
-// View renders the target line and the text area, or the target form.
-func (p *EditorPane) View() string {
+// View is the pane as last drawn.
+func (p *EditorPane) View() string { return p.view }
+
+// render draws the target line and the text area, or the target form; it
+// runs after every change to them.
+func (p *EditorPane) render() {
 	t := p.ctx.Theme
 	lines := []string{t.Muted.Render("target ") + t.Bold.Render(plain(p.target.String()))}
 	if p.form != nil {
@@ -266,7 +280,7 @@ func (p *EditorPane) View() string {
 	} else {
 		lines = append(lines, strings.Split(p.area.View(), "\n")...)
 	}
-	return p.ctx.box(p.Title(), lines, p.width, p.height, p.focused)
+	p.view = p.ctx.box(p.Title(), lines, p.width, p.height, p.focused)
 }
 
 // targetForm picks a new target: owner, task, backend, tools.

@@ -300,6 +300,40 @@ func TestQuitKeys(t *testing.T) {
 	}
 }
 
+// TestEditorDrawnAfterEveryChange: the editor is drawn when it changes,
+// not in View, so each change must show: a key typed, a cell run, a recall
+// from the history, focus leaving and coming back, a new target.
+func TestEditorDrawnAfterEveryChange(t *testing.T) {
+	f := sized(t, fixtureOpts{})
+	editor := func() string { return f.m.editor.View() }
+	f.keys(runes("print(7*6)"))
+	mustContain(t, editor(), "print(7*6)")
+	f.run(t, f.update(keyCtrlR))
+	if strings.Contains(editor(), "print(7*6)") {
+		t.Errorf("the run cell is still drawn in the editor:\n%s", editor())
+	}
+	mustContain(t, editor(), "Python code; ctrl+r runs it")
+	f.keys(keyCtrlP)
+	mustContain(t, editor(), "print(7*6)")
+	focused := strings.SplitN(editor(), "\n", 2)[0]
+	f.keys(tea.KeyMsg{Type: tea.KeyShiftTab})
+	if f.m.focus == focusEditor {
+		t.Fatal("shift+tab left the editor focused")
+	}
+	if blurred := strings.SplitN(editor(), "\n", 2)[0]; blurred == focused {
+		t.Errorf("the editor's frame is drawn focused after focus left it: %q", blurred)
+	}
+	f.keys(keyTab)
+	if f.m.focus != focusEditor {
+		t.Fatal("tab did not come back to the editor")
+	}
+	if back := strings.SplitN(editor(), "\n", 2)[0]; back != focused {
+		t.Errorf("the editor's frame is %q with focus back, want %q", back, focused)
+	}
+	f.m.retarget(Target{Owner: "zed", Task: "t2", Backend: "local"})
+	mustContain(t, editor(), "zed/t2")
+}
+
 // TestRunCellAndHistory: ctrl+r runs the editor's code in the default
 // target (owner=User, task=default, first backend), clears the editor and
 // shows the result; ctrl+p recalls the cell, ctrl+n comes back.
