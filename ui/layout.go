@@ -24,10 +24,10 @@ func fit(s string, w int) string {
 	if w <= 0 {
 		return ""
 	}
-	sw := ansi.StringWidth(s)
+	sw := cells(s)
 	if sw > w {
 		s = ansi.Truncate(s, w, "…")
-		sw = ansi.StringWidth(s)
+		sw = cells(s)
 	}
 	return s + strings.Repeat(" ", max(0, w-sw))
 }
@@ -49,8 +49,8 @@ func (c *Context) box(title string, lines []string, w, h int, focused bool) stri
 	var sb strings.Builder
 	top := b.Top
 	if title != "" && inner > 4 {
-		t := fit(" "+title+" ", min(inner-2, ansi.StringWidth(title)+2))
-		rest := inner - 1 - ansi.StringWidth(t)
+		t := fit(" "+title+" ", min(inner-2, cells(title)+2))
+		rest := inner - 1 - cells(t)
 		sb.WriteString(st.Render(b.TopLeft+top) + tst.Render(t) + st.Render(strings.Repeat(top, max(0, rest))+b.TopRight))
 	} else {
 		sb.WriteString(st.Render(b.TopLeft + strings.Repeat(top, inner) + b.TopRight))
