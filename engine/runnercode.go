@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
@@ -19,8 +20,9 @@ import (
 // a kernel could change for the next one) and ships it with later spawns
 // behind runner.Loader. Where spares are kept, the python3 on PATH compiles
 // it before the first spare starts (python ""), so that the kernels of the
-// engine's first moments do not run from source either; elsewhere the
-// compile waits for the interpreter the first spawn reports.
+// engine's first moments do not run from source either, and its code
+// serves the interpreter the first spawn reports if that is the one it ran;
+// elsewhere the compile waits for the interpreter the first spawn reports.
 
 // maxRunnerCode bounds the compiled runner a host may send back (it is
 // about 110 KB).
@@ -34,6 +36,7 @@ var errNoCode = errors.New("the interpreter refused the compiled runner")
 // compile under way (code nil, done open).
 type runnerCode struct {
 	code []byte        // magic number, then the marshalled code object; nil if the compile failed
+	exe  string        // the interpreter that compiled it (its sys.executable); "" if it did not say
 	done chan struct{} // closed when the compile has ended
 }
 
@@ -93,41 +96,64 @@ func (e *Engine) compileRunner(env backends.Env, python string) {
 	}
 	c := &runnerCode{done: make(chan struct{})}
 	e.codes[key] = c
+	// Where spares are kept, the python3 on PATH compiled (or is compiling)
+	// the runner already, and is most often the interpreter a spawn then
+	// reports: its code is taken rather than made again.
+	var onPath *runnerCode
+	if python != "" {
+		onPath = e.codes[codeKey(env, "")]
+	}
 	e.mu.Unlock()
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
 		defer close(c.done)
+		if onPath != nil {
+			<-onPath.done // a compile ends within spawnTimeout
+			e.mu.Lock()
+			same := onPath.code != nil && onPath.exe == python
+			if same {
+				c.code, c.exe = onPath.code, onPath.exe
+			}
+			e.mu.Unlock()
+			if same {
+				return
+			}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), spawnTimeout)
 		defer cancel()
-		code, err := compileOn(ctx, env, python)
+		code, exe, err := compileOn(ctx, env, python)
 		if err != nil {
 			e.emit(Event{Type: EventNotice, Detail: fmt.Sprintf(
 				"%s: every spawn there compiles the runner anew (about 10 ms more each): %v", env.URI(), err)})
 			return
 		}
 		e.mu.Lock()
-		c.code = code
+		c.code, c.exe = code, exe
 		e.mu.Unlock()
 	}()
 }
 
-// compileOn runs compileScript on env and returns the code it printed.
-func compileOn(ctx context.Context, env backends.Env, python string) ([]byte, error) {
+// compileOn runs compileScript on env and returns the code it printed and
+// the interpreter's path ("" if it did not say).
+func compileOn(ctx context.Context, env backends.Env, python string) (code []byte, exe string, err error) {
 	res, err := env.Execute(ctx, compileScript(python), backends.ExecOptions{Stdin: runner.Source, Timeout: spawnTimeout})
 	if err != nil {
-		return nil, fmt.Errorf("compile the runner with %s on %s: %w", python, env.URI(), err)
+		return nil, "", fmt.Errorf("compile the runner with %s on %s: %w", python, env.URI(), err)
 	}
 	line, ok := findLine(res.Output, "KD:CODE ")
 	if !ok {
-		return nil, fmt.Errorf("compile the runner with %s on %s: %s", python, env.URI(), hostError(res))
+		return nil, "", fmt.Errorf("compile the runner with %s on %s: %s", python, env.URI(), hostError(res))
 	}
 	if base64.StdEncoding.DecodedLen(len(line)) > maxRunnerCode {
-		return nil, fmt.Errorf("compile the runner with %s on %s: %d bytes of code, more than %d", python, env.URI(), len(line), maxRunnerCode)
+		return nil, "", fmt.Errorf("compile the runner with %s on %s: %d bytes of code, more than %d", python, env.URI(), len(line), maxRunnerCode)
 	}
-	code, err := base64.StdEncoding.DecodeString(line)
+	code, err = base64.StdEncoding.DecodeString(line)
 	if err != nil || len(code) < 8 { // a magic number and some code
-		return nil, fmt.Errorf("compile the runner with %s on %s: not the base64 of a compiled runner: %.60q", python, env.URI(), line)
+		return nil, "", fmt.Errorf("compile the runner with %s on %s: not the base64 of a compiled runner: %.60q", python, env.URI(), line)
 	}
-	return code, nil
+	if exe, ok = findLine(res.Output, "KD:EXE "); !ok || !strings.HasPrefix(exe, "/") {
+		exe = ""
+	}
+	return code, exe, nil
 }

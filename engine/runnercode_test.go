@@ -136,6 +136,31 @@ func TestFirstSparesShipTheCompiledRunner(t *testing.T) {
 	}
 }
 
+// Where spares are kept the runner is compiled once per engine: the
+// python3 on PATH compiles it before the first spare, and when the first
+// spawn reports that interpreter, its code is taken, not made again.
+func TestRunnerCompiledOnceWhereSparesAreKept(t *testing.T) {
+	eng, env := compiledRunnerEngine(t, 1)
+	codeRun(t, eng, "first", "1")
+	learnt := waitRunnerCode(t, eng, env)
+	eng.mu.Lock()
+	onPath := eng.codes[codeKey(env, "")]
+	eng.mu.Unlock()
+	if onPath == nil {
+		t.Fatal("no compile of the python3 on PATH where a spare is kept")
+	}
+	<-onPath.done
+	eng.mu.Lock()
+	code, exe := onPath.code, onPath.exe
+	eng.mu.Unlock()
+	if code == nil || exe != eng.python(env) {
+		t.Fatalf("the compile on PATH ran %q and made %d bytes; the spawn reported %q", exe, len(code), eng.python(env))
+	}
+	if &learnt[0] != &code[0] {
+		t.Errorf("%s compiled the runner a second time instead of taking the code it had made", exe)
+	}
+}
+
 // Code the host's interpreter refuses (another Python version came to the
 // same path) costs one spawn from source, not a failed kernel, and is
 // compiled again.

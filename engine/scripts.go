@@ -328,7 +328,8 @@ func fetchScript(path string, max int) string {
 // host's interpreter python ("": the python3 on PATH, as a spawn that knows
 // none runs), isolated (-I: no environment, no user site, no cwd on the
 // path) and without site (-S: nothing of the host's packages runs). It
-// prints "KD:CODE <base64>" (runner.CompileProgram) or "KD:ERR <reason>".
+// prints "KD:CODE <base64>" and "KD:EXE <path>" (runner.CompileProgram) or
+// "KD:ERR <reason>".
 func compileScript(python string) string {
 	return fmt.Sprintf(`# kerneldeck:compile
 export LC_ALL=C

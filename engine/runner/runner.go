@@ -22,7 +22,9 @@ var Loader []byte
 // the base64 of the interpreter's magic number followed by the marshalled
 // code object, without docstrings (-OO: 50 KB less in every kernel). The
 // code's file name is "kerneldeck/runner.py" (relative, so no module of a
-// kernel's has it), which the runner drops from tracebacks.
+// kernel's has it), which the runner drops from tracebacks. Then it prints
+// "KD:EXE " and sys.executable, the path a runner's READY line reports, so
+// the engine knows which interpreter's code it holds.
 const CompileProgram = `import binascii, marshal, sys
 from _frozen_importlib_external import MAGIC_NUMBER
 n, src = int(sys.argv[1]), b""
@@ -33,4 +35,6 @@ while len(src) < n:
     src += more
 code = compile(src, "kerneldeck/runner.py", "exec", dont_inherit=True, optimize=2)
 sys.stdout.write("KD:CODE " + binascii.b2a_base64(MAGIC_NUMBER + marshal.dumps(code), newline=False).decode("ascii") + "\n")
+if sys.executable and not any(c.isspace() for c in sys.executable):
+    sys.stdout.write("KD:EXE " + sys.executable + "\n")
 `

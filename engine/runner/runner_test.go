@@ -115,9 +115,13 @@ func TestLoaderRunsOnlyItsInterpretersCode(t *testing.T) {
 	compile := exec.Command("python3", "-I", "-S", "-c", CompileProgram, strconv.Itoa(len(Source)))
 	compile.Stdin = bytes.NewReader(Source)
 	out, err := compile.Output()
-	line, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "KD:CODE ")
+	first, exe, _ := strings.Cut(string(out), "\n")
+	line, ok := strings.CutPrefix(first, "KD:CODE ")
 	if err != nil || !ok {
 		t.Fatalf("compile: %v: %.200q", err, out)
+	}
+	if want, err := exec.Command("python3", "-I", "-S", "-c", "import sys; print(sys.executable)").Output(); err != nil || exe != "KD:EXE "+string(want) {
+		t.Errorf("compile's second line %q, want KD:EXE and the interpreter's path %q (%v)", exe, want, err)
 	}
 	code, err := base64.StdEncoding.DecodeString(line)
 	if err != nil {
