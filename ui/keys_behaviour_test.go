@@ -958,6 +958,7 @@ func TestExternalEditor(t *testing.T) {
 	if got := f.m.editor.area.Value(); got != "x = 2\nprint(x)" {
 		t.Fatalf("after the editor the cell is %q", got)
 	}
+	mustContain(t, f.m.editor.View(), "print(x)") // drawn on its return, not only held
 	if _, err := os.Stat(path); err == nil {
 		t.Error("the cell's file was left behind")
 	}
