@@ -111,14 +111,12 @@ func (e *Engine) compileRunner(env backends.Env, python string) {
 		if onPath != nil {
 			<-onPath.done // a compile ends within spawnTimeout
 			e.mu.Lock()
-			same := onPath.code != nil && onPath.exe == python
-			if same {
+			if onPath.code != nil && onPath.exe == python {
 				c.code, c.exe = onPath.code, onPath.exe
-			}
-			e.mu.Unlock()
-			if same {
+				e.mu.Unlock()
 				return
 			}
+			e.mu.Unlock()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), spawnTimeout)
 		defer cancel()
