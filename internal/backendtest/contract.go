@@ -512,8 +512,12 @@ func testSecrets(t *testing.T, env backends.Env) {
 const listenerPy = `import os, socket, sys
 path = sys.argv[1]
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.bind(path)
+# The test waits for the path to exist: it appears only once the socket
+# listens (bound under another name, renamed after listen), or a dial in
+# between is refused.
+s.bind(path + ".new")
 s.listen(1)
+os.rename(path + ".new", path)
 s.settimeout(60)
 try:
     c, _ = s.accept()
