@@ -289,13 +289,13 @@ func TestRunnerKeepsTheSourcesThatCanStillBeShown(t *testing.T) {
 	}
 }
 
-// The ids kept for exactly-once are bounded (SEEN_KEEP to twice that, 4,096
+// The ids kept for exactly-once are bounded (SEEN_KEEP to twice that, 256
 // at least): a kernel no longer grows by an id a cell for ever, and a
 // recent id still never runs twice.
 func TestRunnerKeepsTheLatestCellIds(t *testing.T) {
 	e := startEngineSide(t)
 	e.c.SetDeadline(time.Now().Add(2 * time.Minute))
-	const n = 2*4096 + 100
+	const n = 2*256 + 100
 	for i := range n {
 		id := "s" + strconv.Itoa(i)
 		if _, err := e.c.Write(cellFrame(id, "1")); err != nil {
@@ -311,8 +311,8 @@ func TestRunnerKeepsTheLatestCellIds(t *testing.T) {
 	if f.Status != "ok" || err != nil {
 		t.Fatalf("count: %s, stdout %q, traceback %q", f.Status, f.Stdout, f.Traceback)
 	}
-	if kept > 2*4096 || kept < 4096 {
-		t.Errorf("%d cell ids kept after %d cells; want 4096 to 8192", kept, n+1)
+	if kept > 2*256 || kept < 256 {
+		t.Errorf("%d cell ids kept after %d cells; want 256 to 512", kept, n+1)
 	}
 	// An id of the latest cells is refused, not run again.
 	e.write(cellFrame("s"+strconv.Itoa(n-50), "print('ran twice')"))

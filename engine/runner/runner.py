@@ -347,7 +347,7 @@ IO_DELAY = 0.002  # seconds into a cell when the io thread takes the doors
 RUNNER_FILE = (lambda: None).__code__.co_filename
 CODE_TYPE = type((lambda: None).__code__)
 PLAIN_SOURCES_KEEP = 100  # sources of cells that defined no code, kept for tracebacks
-SEEN_KEEP = 4096  # cell ids kept for exactly-once, at least
+SEEN_KEEP = 256  # cell ids kept for exactly-once, at least (an engine re-sends only the running one)
 
 
 try:  # the builtin module is far cheaper to import than hashlib (OpenSSL)
@@ -823,9 +823,10 @@ class Runner:
         self.spill_max = spill_max
         self.lock = _thread.allocate_lock()
         # Cell ids already submitted, for exactly-once. Only the latest
-        # SEEN_KEEP to 2 * SEEN_KEEP are kept (every id for ever cost ~110
-        # bytes a cell): an engine only re-sends the cell it is running, and
-        # an older cell's request file is gone once the next cell came.
+        # SEEN_KEEP to 2 * SEEN_KEEP are kept (~120 bytes an id: 4,096 of
+        # them were half a megabyte in every busy kernel): an engine only
+        # re-sends the cell it is running, and an older cell's request file
+        # is gone once the next cell came.
         self.seen = set()
         self.seen_order = []
         self.pending = set()  # submitted, result not yet written
