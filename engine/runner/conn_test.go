@@ -84,7 +84,7 @@ func (e *engineSide) write(b []byte) {
 }
 
 // resultFrame is what the tests read of a cell's result.
-type resultFrame struct{ Op, ID, Status, Stdout, Traceback string }
+type resultFrame struct{ Op, ID, Status, Stdout, Stderr, Traceback string }
 
 // result reads frames up to the next result, and returns it with what was
 // streamed for its cell before it ("stream:text" each).

@@ -39,7 +39,6 @@ wakes up. Waiting for work blocks in epoll/poll; nothing polls while the
 kernel is idle.
 """
 
-import _ast  # the C module: what compile() builds, without ast.py's helpers
 import builtins
 import codecs
 import io
@@ -280,6 +279,156 @@ def has_code(code):
         if type(c) is CODE_TYPE:
             return True
     return False
+
+
+def source_compiler():
+    """compile() for source text, through the C API where _ctypes reaches it
+    (a compile's result is the same): the builtin first checks whether it
+    was handed an AST, and that check creates the AST's 119 Python types
+    (~0.2 MB) in every kernel."""
+    try:
+        import _ctypes as c
+
+        def simple(code):
+            return type("c_" + code, (c._SimpleCData,), {"_type_": code})
+
+        py_object, c_int = simple("O"), simple("i")
+
+        class CompilerFlags(c.Structure):  # PyCompilerFlags, Python >= 3.8
+            _fields_ = [("cf_flags", c_int), ("cf_feature_version", c_int)]
+
+        class Self:
+            _handle = c.dlopen(None, getattr(os, "RTLD_NOW", 2))
+
+        api = type("PyAPI", (c.CFuncPtr,), {"_flags_": c.FUNCFLAG_CDECL | c.FUNCFLAG_PYTHONAPI, "_restype_": py_object})
+        compile_object = api(("Py_CompileStringObject", Self))
+        # What the builtin passes for a str: PyCF_SOURCE_IS_UTF8 and
+        # PyCF_IGNORE_COOKIE (a coding: line cannot re-decode the text).
+        flags = c.byref(CompilerFlags(0x0100 | 0x0800, sys.version_info[1]))
+        starts = {"single": 256, "exec": 257, "eval": 258}
+
+        def compile_source(src, filename, mode):
+            try:
+                if "\0" not in src:  # C would cut the text there
+                    return compile_object(src.encode(), py_object(filename), starts[mode], flags, -1)
+            except UnicodeEncodeError:
+                pass
+            return compile(src, filename, mode)  # and its error
+
+        probe, ns = compile_source("x = '\u00e9' * 2", "<probe>", "exec"), {}
+        exec(probe, ns)
+        if probe.co_filename != "<probe>" or ns.get("x") != "\u00e9\u00e9":
+            raise ValueError("the C API compiles otherwise")
+        return compile_source
+    except (ImportError, AttributeError, TypeError, ValueError, OSError):
+        return compile
+
+
+COMPILE_SOURCE = source_compiler()
+
+
+def _print_instruction():
+    """The instruction "single" mode puts after an expression statement to
+    show its value (PRINT_EXPR; CALL_INTRINSIC_1 1 from Python 3.12): where
+    compiling "_" in "single" and "exec" mode differs. None where they
+    differ otherwise (the cell is then split on the AST)."""
+    single = COMPILE_SOURCE("_", "<probe>", "single").co_code
+    plain = COMPILE_SOURCE("_", "<probe>", "exec").co_code
+    at = [i for i in range(0, len(single), 2) if single[i : i + 2] != plain[i : i + 2]]
+    if len(single) != len(plain) or len(at) != 1:
+        return None
+    return single[at[0] : at[0] + 2]
+
+
+PRINT_INSTRUCTION = _print_instruction()
+# A last statement opening with one of these is compound: never an
+# expression, and "single" mode would show the expressions inside it.
+COMPOUND_WORDS = frozenset(("if", "for", "while", "with", "try", "def", "class", "async"))
+CLAUSE_WORDS = frozenset(("else", "elif", "except", "finally"))  # never start a statement
+
+
+def compile_cell(src, filename):
+    """A cell's code as (head, tail, shown): head (None: nothing) runs first,
+    then tail, its last statement, whose value is shown as the interactive
+    interpreter shows it when shown is true. Compile errors are those of
+    the whole cell."""
+    split = split_by_lines(src, filename)
+    return split if split is not None else split_by_ast(src, filename)
+
+
+def split_by_lines(src, filename):
+    """compile_cell without the AST, or None where the lines do not tell
+    for sure where the last statement starts: the AST's Python objects
+    bring ~0.3 MB of the interpreter's code into every kernel. The last
+    line of code in column 0 (an else: or except: goes on to the one
+    before, a def takes its decorators) starts the last statement when the
+    lines before it compile on their own (they then end outside any
+    bracket, string or continuation) and the rest compiles on its own."""
+    if PRINT_INSTRUCTION is None or "__future__" in src or "\r" in src or "\f" in src:
+        return None
+    lines = src.split("\n")
+    at, word = len(lines), None
+    while word is None or word in CLAUSE_WORDS:  # an else: goes on its if
+        at, word = last_code_line(lines, at)
+        if at < 0:
+            return None
+    while True:  # decorators go with their def or class
+        above, _ = last_code_line(lines, at)
+        if above < 0 or lines[above][0] != "@":
+            break
+        at = above
+    if word in ("match", "case"):  # soft keywords: a statement or a name
+        return None
+    tail = "\n".join(lines[at:])
+    if ";" in tail:  # several statements on a line: only the last is shown
+        return None
+    first = lines[at]
+    compound = word in COMPOUND_WORDS or first[0] == "@"
+    try:
+        # Padded with newlines: line numbers are the cell's own.
+        tail_code = COMPILE_SOURCE("\n" * at + tail, filename, "exec" if compound else "single")
+        head_code = COMPILE_SOURCE("\n".join(lines[:at]), filename, "exec") if at else None
+    except (SyntaxError, ValueError):
+        return None  # the AST tells, and raises the whole cell's error
+    if compound:
+        return head_code, tail_code, False
+    # A simple statement shows at most its own value.
+    code, shows, i = tail_code.co_code, 0, -1
+    while True:
+        i = code.find(PRINT_INSTRUCTION, i + 1)
+        if i < 0:
+            break
+        shows += i % 2 == 0
+    if shows > 1:
+        return None
+    return head_code, tail_code, shows == 1
+
+
+def last_code_line(lines, before):
+    """The last of lines[:before] with code in column 0, and the word it
+    opens with; (-1, None) where there is none."""
+    at = before - 1
+    while at >= 0 and lines[at][:1] in ("", " ", "\t", "#"):
+        at -= 1
+    if at < 0:
+        return -1, None
+    line, end = lines[at], 0
+    while end < len(line) and (line[end].isalnum() or line[end] == "_"):
+        end += 1
+    return at, line[:end]
+
+
+def split_by_ast(src, filename):
+    """compile_cell on the AST: the last statement is shown when it is an
+    expression."""
+    import _ast  # the C module: what compile() builds, without ast.py's helpers
+
+    tree = compile(src, filename, "exec", _ast.PyCF_ONLY_AST)
+    if tree.body and isinstance(tree.body[-1], _ast.Expr):
+        last = _ast.Interactive(body=[tree.body.pop()])
+        head = compile(tree, filename, "exec") if tree.body else None
+        return head, compile(last, filename, "single"), True
+    return None, compile(tree, filename, "exec"), False
 
 
 class LibC:
@@ -1645,24 +1794,20 @@ class Runner:
                     self.pending_interrupt = None
                     raise KeyboardInterrupt
                 self.in_user_code = True
-            tree = compile(cell.code, filename, "exec", _ast.PyCF_ONLY_AST)
-            last = None
-            if tree.body and isinstance(tree.body[-1], _ast.Expr):
-                last = _ast.Interactive(body=[tree.body.pop()])
-            if tree.body or last is None:
-                code = compile(tree, filename, "exec")
-                defines_code = has_code(code)
-                exec(code, self.ns)
-            if last is not None:
+            head, tail, shown = compile_cell(cell.code, filename)
+            defines_code = (head is not None and has_code(head)) or has_code(tail)
+            if head is not None:
+                exec(head, self.ns)
+            if shown:
                 # Like the interactive interpreter: show the last expression's value.
-                code = compile(last, filename, "single")
-                defines_code = defines_code or has_code(code)
                 hook = sys.displayhook
                 sys.displayhook = self.displayhook
                 try:
-                    exec(code, self.ns)
+                    exec(tail, self.ns)
                 finally:
                     sys.displayhook = hook
+            else:
+                exec(tail, self.ns)
             return "ok", ""
         except KeyboardInterrupt:
             return "interrupted", self.format_exc()
