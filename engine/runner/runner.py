@@ -281,6 +281,11 @@ def has_code(code):
     return False
 
 
+def simple_ctype(c, code):
+    """The _ctypes simple type of struct code code (ctypes.c_int for "i")."""
+    return type("c_" + code, (c._SimpleCData,), {"_type_": code})
+
+
 def source_compiler():
     """compile() for source text, through the C API where _ctypes reaches it
     (a compile's result is the same): the builtin first checks whether it
@@ -289,10 +294,7 @@ def source_compiler():
     try:
         import _ctypes as c
 
-        def simple(code):
-            return type("c_" + code, (c._SimpleCData,), {"_type_": code})
-
-        py_object, c_int = simple("O"), simple("i")
+        py_object, c_int = simple_ctype(c, "O"), simple_ctype(c, "i")
 
         class CompilerFlags(c.Structure):  # PyCompilerFlags, Python >= 3.8
             _fields_ = [("cf_flags", c_int), ("cf_feature_version", c_int)]
@@ -440,11 +442,8 @@ class LibC:
         try:
             import _ctypes as c
 
-            def simple(code):
-                return type("c_" + code, (c._SimpleCData,), {"_type_": code})
-
             self.long, self.size_t, self.int, self.uint32, self.uint64, self.int32 = (
-                simple("l"), simple("L"), simple("i"), simple("I"), simple("Q"), simple("i"))
+                simple_ctype(c, code) for code in "lLiIQi")
             self.Structure, self.byref, self.get_errno = c.Structure, c.byref, c.get_errno
             self._func = type("CFunc", (c.CFuncPtr,), {
                 "_flags_": c.FUNCFLAG_CDECL | c.FUNCFLAG_USE_ERRNO, "_restype_": self.int})
