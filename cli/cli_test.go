@@ -62,19 +62,6 @@ func processesUnder(t *testing.T, dir string) []string {
 	return found
 }
 
-// waitProcessesUnder waits up to 20 s for a process under dir (a spawn on
-// a loaded machine takes its time).
-func waitProcessesUnder(t *testing.T, dir string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for len(processesUnder(t, dir)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no process under %s after 20s", dir)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func wantNoProcessesUnder(t *testing.T, dir string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -600,7 +587,7 @@ func TestBinaryReaderGoneKillsKernels(t *testing.T) {
 	// after the request, and a cell that ended before the reader left
 	// would leave nothing to write.
 	io.WriteString(in, `{"id":"1","op":"execute","code":"import time\ntime.sleep(3)"}`+"\n")
-	waitProcessesUnder(t, kernels)
+	waitUntil(t, "a runner to start", func() bool { return len(processesUnder(t, kernels)) > 0 })
 	outPipe.Close()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
