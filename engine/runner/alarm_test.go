@@ -25,7 +25,9 @@ else:
 	}
 	const n = 100
 	for i := range n {
-		e.write(cellFrame("n"+strconv.Itoa(i), "1"))
+		if _, err := e.c.Write(cellFrame("n"+strconv.Itoa(i), "1")); err != nil {
+			t.Fatal(err)
+		}
 		if f, _ := e.result(); f.Status != "ok" || f.Stdout != "1\n" {
 			t.Fatalf("cell %d: %s %q %s", i, f.Status, f.Stdout, f.Traceback)
 		}
