@@ -32,7 +32,7 @@ func (e *setupEnv) setupDocker(ctx context.Context, t *tb, log io.Writer) error 
 	// The runners' pids are the container's own: there is no host process
 	// to read their CPU from, so the docker rows report the bench's only.
 	none := func() []int { return nil }
-	dk, err := newKD(ctx, t, "docker", env, e.dir, kdConfig(), none)
+	dk, err := newKD(ctx, t, "docker", env, e.dir, kdConfig(), false, none)
 	if err != nil {
 		return err
 	}
@@ -42,7 +42,7 @@ func (e *setupEnv) setupDocker(ctx context.Context, t *tb, log io.Writer) error 
 		return err
 	}
 	t.Cleanup(func() { sandbox.Close() })
-	di, err := newKD(ctx, t, "docker-image", sandbox, e.dir, kdConfig(), none)
+	di, err := newKD(ctx, t, "docker-image", sandbox, e.dir, kdConfig(), false, none)
 	if err != nil {
 		return err
 	}

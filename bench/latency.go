@@ -72,7 +72,7 @@ func latencyPhase(ctx context.Context, cfg config, env *setupEnv, res *results, 
 				a.cells += len(lat)
 				a.hasTrips = hasTrips
 				d := t1.sub(t0)
-				a.trips = tripCount{a.trips.TraceCommands + d.TraceCommands, a.trips.TraceStream + d.TraceStream,
+				a.trips = tripCount{a.trips.Commands + d.Commands, a.trips.Exchanges + d.Exchanges,
 					a.trips.Executes + d.Executes, a.trips.Frames + d.Frames}
 			}
 		}
@@ -92,7 +92,7 @@ func latencyPhase(ctx context.Context, cfg config, env *setupEnv, res *results, 
 				}
 				a := acc[s.key()]
 				a.colds = append(a.colds, ms(d))
-				a.coldTrips = tripCount{a.coldTrips.TraceCommands + trips.TraceCommands, a.coldTrips.TraceStream + trips.TraceStream,
+				a.coldTrips = tripCount{a.coldTrips.Commands + trips.Commands, a.coldTrips.Exchanges + trips.Exchanges,
 					a.coldTrips.Executes + trips.Executes, a.coldTrips.Frames + trips.Frames}
 			}
 		}
@@ -108,16 +108,16 @@ func latencyPhase(ctx context.Context, cfg config, env *setupEnv, res *results, 
 			res.add(k+".cpu", ms(a.cpu)/float64(a.cells))
 			if a.hasTrips {
 				n := float64(a.cells)
-				res.add(k+".trips.warm", float64(a.trips.TraceCommands+a.trips.TraceStream)/n)
-				res.add(k+".exec.warm", float64(a.trips.TraceCommands)/n)
+				res.add(k+".trips.warm", float64(a.trips.Commands+a.trips.Exchanges)/n)
+				res.add(k+".exec.warm", float64(a.trips.Commands)/n)
 				res.add(k+".counted.warm", float64(a.trips.Executes+a.trips.Frames)/n)
 			}
 			if len(a.colds) > 0 {
 				res.add(k+".cold", median(a.colds))
 				if a.hasTrips {
 					n := float64(len(a.colds))
-					res.add(k+".trips.cold", float64(a.coldTrips.TraceCommands+a.coldTrips.TraceStream)/n)
-					res.add(k+".exec.cold", float64(a.coldTrips.TraceCommands)/n)
+					res.add(k+".trips.cold", float64(a.coldTrips.Commands+a.coldTrips.Exchanges)/n)
+					res.add(k+".exec.cold", float64(a.coldTrips.Commands)/n)
 					res.add(k+".counted.cold", float64(a.coldTrips.Executes+a.coldTrips.Frames)/n)
 				}
 			}
@@ -137,6 +137,7 @@ func latencyPhase(ctx context.Context, cfg config, env *setupEnv, res *results, 
 		ratio("ratio.local_jupyter.cold", "local.cold", "jupyter.cold")
 		ratio("ratio.local_bash.warm", "local.warm.p50", "floor.bash.warm.p50")
 		ratio("ratio.local_pyloop.warm", "local.warm.p50", "floor.pyloop.warm.p50")
+		ratio("ratio.localtraced_local.warm", "local.traced.warm.p50", "local.warm.p50")
 		ratio("ratio.sshlight_streamlocal.warm", "ssh.light.warm.p50", "floor.ssh.streamlocal.warm.p50")
 		ratio("ratio.localspare_jupyter.cold", "local.spare.cold", "jupyter.cold")
 		ratio("ratio.sshlight_floor.warm", "ssh.light.warm.p50", "floor.ssh.light.warm.p50")

@@ -92,7 +92,7 @@ func ownersPhase(ctx context.Context, cfg config, env *setupEnv, res *results, l
 	t := newTB("owners", log)
 	defer t.close()
 	ecfg := engine.Config{MaxKernels: cfg.Owners + 4}
-	s, err := newKD(ctx, t, "owners", env.sshEnv(t, env.light), env.dir, ecfg, nil)
+	s, err := newKD(ctx, t, "owners", env.sshEnv(t, env.light), env.dir, ecfg, false, nil)
 	if err != nil {
 		res.fail("owners: %v", err)
 		return

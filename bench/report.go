@@ -44,8 +44,9 @@ func fig(res *results, name string) string {
 	return fmt.Sprintf("%s (%s–%s)", num(s.Med), num(s.Min), num(s.Max))
 }
 
-// tripsFig renders round trips per cell from the trace: total, and how many
-// were plain commands and stream exchanges. The Counting wrapper's count
+// tripsFig renders round trips per cell (from the trace for a traced
+// subject, else from the Counting wrapper): total, and how many were plain
+// commands and stream exchanges. The Counting wrapper's count of everything
 // (Execute calls + frames written) is shown too when it differs.
 func tripsFig(res *results, k, which string) string {
 	total, ok := res.get(k + ".trips." + which)
@@ -91,6 +92,7 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 	heavy := fmt.Sprintf("%v", heavySleep)
 	rows := []struct{ key, label, skip string }{
 		{"local", "kerneldeck, local backend", ""},
+		{"local.traced", "kerneldeck, local backend, traced as `--trace` traces (a record written per exchange)", ""},
 		{"local.spare", "kerneldeck, local backend, a spare runner ready (`--spare-kernels 1`)", ""},
 		{"jupyter", "Jupyter kernel (jupyter_client + ipykernel), local", "jupyter"},
 		{"floor.bash", "floor: one `bash -c true`", ""},
@@ -133,6 +135,7 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 		{"ratio.localspare_jupyter.cold", "kerneldeck local cold start with a spare runner ready ÷ Jupyter cold start (issue 18: at most 0.01)"},
 		{"ratio.sshlight_streamlocal.warm", "kerneldeck ssh (light) warm p50 ÷ a line echoed over direct-streamlocal (issue 18: at most 1.5)"},
 		{"ratio.local_pyloop.warm", "kerneldeck local warm p50 ÷ the Python exec loop on a Unix socket (issue 18: at most 4)"},
+		{"ratio.localtraced_local.warm", "kerneldeck local warm p50 traced as `--trace` traces ÷ untraced (what tracing costs a cell)"},
 		{"ratio.sshlight_jupyter.warm", "kerneldeck ssh (light) warm p50 ÷ Jupyter (local) warm p50"},
 		{"ratio.sshlight_floor.warm", "kerneldeck ssh warm p50 ÷ raw ssh exec, light shell"},
 		{"ratio.sshheavy_floor.warm", "kerneldeck ssh warm p50 ÷ raw ssh exec, heavy rc"},

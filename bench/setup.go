@@ -133,14 +133,21 @@ func (e *setupEnv) setup(ctx context.Context, t *tb, cfg config, log io.Writer) 
 	t.Setenv("PATH", e.binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 
 	fmt.Fprintf(log, "bench: starting kerneldeck on the local backend\n")
-	e.local, err = newKD(ctx, t, "local", backends.NewLocal(shortTempDir(t)), e.dir, kdConfig(), nil)
+	e.local, err = newKD(ctx, t, "local", backends.NewLocal(shortTempDir(t)), e.dir, kdConfig(), false, nil)
 	if err != nil {
 		return err
 	}
 	e.subjects = append(e.subjects, e.local)
+	// The same with --trace's wrapping: what tracing costs a cell, and the
+	// trace's count of round trips beside the transport's.
+	localTraced, err := newKD(ctx, t, "local.traced", backends.NewLocal(shortTempDir(t)), e.dir, kdConfig(), true, nil)
+	if err != nil {
+		return err
+	}
+	e.subjects = append(e.subjects, localTraced)
 	spareCfg := kdConfig()
 	spareCfg.SpareKernels = map[string]int{"local": 1}
-	localSpare, err := newKD(ctx, t, "local.spare", backends.NewLocal(shortTempDir(t)), e.dir, spareCfg, nil)
+	localSpare, err := newKD(ctx, t, "local.spare", backends.NewLocal(shortTempDir(t)), e.dir, spareCfg, false, nil)
 	if err != nil {
 		return err
 	}
@@ -200,11 +207,11 @@ func (e *setupEnv) setupSSH(ctx context.Context, t *tb, log io.Writer) error {
 	e.heavy = e.srv.User(t, heavyUser, sshdtest.UserOptions{BashrcSleep: heavySleep})
 	listener := func() []int { return []int{e.srv.PID()} }
 	var err error
-	e.sshLight, err = newKD(ctx, t, "ssh.light", e.sshEnv(t, e.light), e.dir, kdConfig(), listener)
+	e.sshLight, err = newKD(ctx, t, "ssh.light", e.sshEnv(t, e.light), e.dir, kdConfig(), false, listener)
 	if err != nil {
 		return err
 	}
-	e.sshHeavy, err = newKD(ctx, t, "ssh.heavy", e.sshEnv(t, e.heavy), e.dir, kdConfig(), listener)
+	e.sshHeavy, err = newKD(ctx, t, "ssh.heavy", e.sshEnv(t, e.heavy), e.dir, kdConfig(), false, listener)
 	if err != nil {
 		return err
 	}

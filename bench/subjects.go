@@ -39,26 +39,28 @@ type subject interface {
 
 var errNoCold = errors.New("no cold start")
 
-// tripCount is what the engine sent to its host so far: lines of its
-// --trace file (plain commands, and "[stream]" exchanges on a runner's
-// socket) and, from the Counting wrapper, Execute calls and stream frames.
+// tripCount is what the engine sent to its host so far: backend commands
+// and cell exchanges on a runner's stream (from the --trace file for a
+// traced subject, else from the Counting wrapper: its Execute calls and its
+// "cell" frames) and, from the Counting wrapper, Execute calls and every
+// stream frame.
 type tripCount struct {
-	TraceCommands, TraceStream int
-	Executes, Frames           int
+	Commands, Exchanges int
+	Executes, Frames    int
 }
 
 func (a tripCount) sub(b tripCount) tripCount {
-	return tripCount{a.TraceCommands - b.TraceCommands, a.TraceStream - b.TraceStream, a.Executes - b.Executes, a.Frames - b.Frames}
+	return tripCount{a.Commands - b.Commands, a.Exchanges - b.Exchanges, a.Executes - b.Executes, a.Frames - b.Frames}
 }
 
-// kdSubject is kerneldeck's engine on one backend, wrapped as the CLI's
-// --trace wraps it (backends.Traced plus engine Config.Tracer), over the
-// Counting wrapper of internal/backendtest.
+// kdSubject is kerneldeck's engine on one backend over the Counting wrapper
+// of internal/backendtest; a traced one is also wrapped as the CLI's --trace
+// wraps it (backends.Traced plus engine Config.Tracer).
 type kdSubject struct {
 	name    string
 	eng     *engine.Engine
 	count   backendtest.Counting
-	trace   *traceCounter
+	trace   *traceCounter // nil: not traced
 	roots   func() []int
 	owner   string
 	runner  int // pid of the warm kernel's runner
@@ -66,20 +68,27 @@ type kdSubject struct {
 	spare   bool // its cold start waits for a spare runner
 }
 
-// newKD starts an engine on env with a trace file in dir, and spawns the
-// warm kernel (owner "warm") plus one throw-away kernel, so the engine knows
-// the host's interpreter and holds its connection, as a running dashboard
-// does. extraRoots adds processes whose CPU counts (the sshd listener).
-func newKD(ctx context.Context, t *tb, name string, env backends.Env, dir string, cfg engine.Config, extraRoots func() []int) (*kdSubject, error) {
+// newKD starts an engine on env (with a trace file in dir when traced, as
+// --trace would: a record written per exchange, which a user pays only
+// with --trace), and spawns the warm kernel (owner "warm") plus one
+// throw-away kernel, so the engine knows the host's interpreter and holds
+// its connection, as a running dashboard does. extraRoots adds processes
+// whose CPU counts (the sshd listener).
+func newKD(ctx context.Context, t *tb, name string, env backends.Env, dir string, cfg engine.Config, traced bool, extraRoots func() []int) (*kdSubject, error) {
 	counting := backendtest.NewCounting(env)
-	tracePath := filepath.Join(dir, name+".trace")
-	tracer, err := backends.OpenTracer(tracePath)
-	if err != nil {
-		return nil, err
+	cfg.Backends = []backends.Env{counting}
+	var trace *traceCounter
+	if traced {
+		tracePath := filepath.Join(dir, name+".trace")
+		tracer, err := backends.OpenTracer(tracePath)
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { tracer.Close() })
+		cfg.Backends = []backends.Env{backends.Traced(counting, tracer)}
+		cfg.Tracer = tracer
+		trace = &traceCounter{path: tracePath}
 	}
-	t.Cleanup(func() { tracer.Close() })
-	cfg.Backends = []backends.Env{backends.Traced(counting, tracer)}
-	cfg.Tracer = tracer
 	cfg.StateDir = filepath.Join(dir, name+".state")
 	if cfg.MaxKernels == 0 {
 		cfg.MaxKernels = 16
@@ -89,7 +98,7 @@ func newKD(ctx context.Context, t *tb, name string, env backends.Env, dir string
 		return nil, err
 	}
 	t.Cleanup(func() { closeEngine(eng) })
-	s := &kdSubject{name: name, eng: eng, count: counting, trace: &traceCounter{path: tracePath}, owner: "warm"}
+	s := &kdSubject{name: name, eng: eng, count: counting, trace: trace, owner: "warm"}
 	s.roots = func() []int {
 		r := []int{s.runner}
 		if extraRoots != nil {
@@ -176,8 +185,13 @@ func (s *kdSubject) cold(ctx context.Context) (time.Duration, tripCount, error) 
 }
 
 func (s *kdSubject) trips() (tripCount, bool) {
-	cmds, stream := s.trace.count()
-	return tripCount{TraceCommands: cmds, TraceStream: stream, Executes: s.count.Executes(), Frames: s.count.Frames()}, true
+	c := tripCount{Executes: s.count.Executes(), Frames: s.count.Frames()}
+	if s.trace == nil {
+		c.Commands, c.Exchanges = c.Executes, s.count.FramesByOp("cell")
+	} else {
+		c.Commands, c.Exchanges = s.trace.count()
+	}
+	return c, true
 }
 
 // traceCounter counts the lines of a --trace file: plain commands, and
