@@ -129,11 +129,22 @@ func secretsRequests() []string {
 		"big = kt.terminal('seq 1 30000')",
 		"print('stored:', kt.last_result.get('stored'), len(big))",
 	}, "\n")
+	// A peer that does not answer the runner's challenge: the runner logs it.
+	refused := strings.Join([]string{
+		"import os, socket",
+		"s = socket.socket(socket.AF_UNIX)",
+		"s.settimeout(10)",
+		"s.connect(os.path.join(os.path.dirname(os.environ['TMPDIR']), 'sock'))",
+		"s.makefile().readline()",
+		"s.sendall(b'not an answer\\n')",
+		"s.recv(1)",
+	}, "\n")
 	reqs := []map[string]any{
 		{"id": "out", "op": "execute", "owner": "sec", "code": "import os\nprint('hello from', os.getpid())\nos.getpid()"},
 		{"id": "clip", "op": "execute", "owner": "sec", "code": "print('z' * 120000)"},
 		{"id": "err", "op": "execute", "owner": "sec", "code": "1/0"},
-		{"id": "log", "op": "execute", "owner": "sec", "code": "import threading\nthreading.Timer(0.2, lambda: print('runner log marker', flush=True)).start()"},
+		{"id": "late", "op": "execute", "owner": "sec", "code": "import threading\nthreading.Timer(0.2, lambda: print('printed after its cell', flush=True)).start()"},
+		{"id": "refused", "op": "execute", "owner": "sec", "code": refused},
 		{"id": "tools", "op": "execute", "owner": "sec", "tools": []string{"read_file", "terminal"}, "code": tools},
 		{"id": "forge", "op": "execute", "owner": "sec", "tools": []string{"read_file", "terminal"}, "code": forge},
 		{"id": "slow", "op": "execute", "owner": "sec", "code": "import time\ntime.sleep(30)", "timeout": 1},
@@ -259,10 +270,13 @@ func secretsHeadless(t *testing.T, bin, backend, sshConfig, identity string) (ma
 		ids, pids = append(ids, kid), append(pids, int(pid))
 		log := filepath.Join(dir, "runner.log")
 		if id == "out" {
+			// What a kernel prints goes to its cells' output, even after
+			// its cell; the log has the runner's own lines, such as the
+			// one for the peer of cell "refused".
 			deadline := time.Now().Add(10 * time.Second)
-			for data, _ := os.ReadFile(log); !bytes.Contains(data, []byte("runner log marker")); data, _ = os.ReadFile(log) {
+			for data, _ := os.ReadFile(log); !bytes.Contains(data, []byte("refused a connection")); data, _ = os.ReadFile(log) {
 				if time.Now().After(deadline) {
-					t.Fatalf("%s never got the marker a cell's thread printed after the cell: %q", log, data)
+					t.Fatalf("%s never logged the refused connection: %q", log, data)
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
@@ -356,7 +370,8 @@ func secretsWantResults(t *testing.T, res map[string]map[string]any, state strin
 		t.Fatalf("spill file %s: %d bytes, %v", spill, len(data), err)
 	}
 	want("err", str("err", "status") == "error" && strings.Contains(str("err", "traceback"), "ZeroDivisionError"), "an error with its traceback")
-	want("log", str("log", "status") == "success", "success")
+	want("late", str("late", "status") == "success", "success")
+	want("refused", str("refused", "status") == "success", "success")
 	want("tools", str("tools", "status") == "success" && res["tools"]["tool_calls_made"] == 3.0 &&
 		strings.Contains(str("tools", "stdout"), "read: a small file") && strings.Contains(str("tools", "stdout"), "from the host") &&
 		strings.Contains(str("tools", "stdout"), filepath.Join(state, "tool-output")), "three tool calls, one stored under the state dir")

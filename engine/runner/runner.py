@@ -978,6 +978,7 @@ class Runner:
         self.cell_files = []
         self.out_fds = [None, None]  # the output files (OUTPUT_FILES), open
         self.out_start = [0, 0]  # where the running cell's output starts in them
+        self.out_end = [0, 0]  # where the latest cell's output ended in them
         # A cell that came over a socket has no .req record and its result no
         # .res file until a door needs them: the Execute door asks (its
         # cellScript rings "cell ID" again, which files it), or the socket the
@@ -1011,6 +1012,7 @@ class Runner:
         self.rpc = RPC(self)
         self.rpc_dir = os.path.join(kdir, "rpc")
         self.display_max = 5 << 20
+        self.stdout = sys.stdout  # the runner's own, unless a cell replaces it
         self.libc = None  # LibC, set by main
         self.start_displays(None)
 
@@ -1657,7 +1659,14 @@ class Runner:
         and also as a display when it has rich representations."""
         if value is None:
             return
-        sys.__displayhook__(value)
+        if sys.stdout is self.stdout:
+            # As sys.__displayhook__, in one write instead of two (the value,
+            # then a newline): the stream is unbuffered.
+            builtins._ = None
+            self.stdout.write(repr(value) + "\n")
+            builtins._ = value
+        else:
+            sys.__displayhook__(value)
         if has_rich_repr(value):
             self.add_display(value)
             if _is_figure(value):
@@ -1696,7 +1705,7 @@ class Runner:
             pass
         displays, dropped = self.displays, self.displays_dropped
         self.start_displays(None)
-        self.restore()
+        self.flush_streams()
         # The rest of the output goes before the result, so a streamer gets
         # all of it (up to spill_max).
         with self.stream_lock:
@@ -1719,7 +1728,8 @@ class Runner:
             frame["displays_dropped"] = dropped
         for i, name in enumerate(OUTPUT_STREAMS):
             fd, start = self.out_fds[i], self.out_start[i]
-            size = os.lseek(fd, 0, os.SEEK_END) - start
+            end = self.out_end[i] = os.lseek(fd, 0, os.SEEK_END)
+            size = end - start
             data = os.pread(fd, min(size, self.spill_max + 1), start) if size > 0 else b""
             more = len(data) > self.spill_max
             text = data[: self.spill_max].decode("utf-8", "replace")
@@ -1741,6 +1751,9 @@ class Runner:
                             os.rename(os.path.join(self.cells, OUTPUT_FILES[i]), path)
                             os.close(fd)
                             self.out_fds[i] = None
+                            # Fd 1 or 2 still writes into the spill file:
+                            # what comes before the next cell goes to a new one.
+                            self.open_output(i)
                         frame[name + "_spill"] = path
                     except OSError as e:
                         self.log("cannot keep the whole %s of %s: %s" % (name, cell.id, e))
@@ -1750,33 +1763,39 @@ class Runner:
         self.finish(cell.id, frame)
 
     def redirect(self):
-        """Points fds 1 and 2 at the kernel's two output files: one pair for
-        every cell, so that a cell costs no file creation. A cell's output
-        starts where the file ends (out_start); the files are emptied only
-        once they hold OUTPUT_KEEP bytes, since an ftruncate costs more than
-        the rest of a trivial cell. (What a process left running by an
-        earlier cell writes shows in the cell that runs when it writes, as
-        in Jupyter.)"""
+        """Starts a cell's output where the kernel's two output files end:
+        fds 1 and 2 point at them from the first cell on, so that a cell
+        costs no file creation and no dup2. The files are emptied only once
+        they hold OUTPUT_KEEP bytes, since an ftruncate costs more than the
+        rest of a trivial cell. A cell's output starts where the previous
+        one's ended (out_end, found when its result was made): what a thread
+        or process left running by an earlier cell writes between cells
+        shows at the start of the next cell's output, as in a terminal,
+        instead of being lost; what it writes during a cell shows in that
+        cell, as in Jupyter."""
         for i in range(2):
-            fd = self.out_fds[i]
-            if fd is None:
-                flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-                fd = self.out_fds[i] = os.open(os.path.join(self.cells, OUTPUT_FILES[i]), flags, 0o600)
-            size = os.lseek(fd, 0, os.SEEK_END)
+            if self.out_fds[i] is None:
+                self.open_output(i)
+            size = self.out_end[i]
             if size > OUTPUT_KEEP:
-                os.ftruncate(fd, 0)
+                os.ftruncate(self.out_fds[i], 0)
                 size = 0
             self.out_start[i] = size
-            os.dup2(fd, 1 + i)
 
-    def restore(self):
+    def open_output(self, i):
+        """Opens output file i (stdout, stderr) and points fd 1 + i at it."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = self.out_fds[i] = os.open(os.path.join(self.cells, OUTPUT_FILES[i]), flags, 0o600)
+        self.out_end[i] = os.lseek(fd, 0, os.SEEK_END)
+        os.dup2(fd, 1 + i)
+
+    def flush_streams(self):
+        """Flushes what the cell left in sys.stdout and sys.stderr."""
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:
                 pass
-        os.dup2(self.log_fd, 1)
-        os.dup2(self.log_fd, 2)
 
     def exec_user(self, cell):
         """Run one cell in the persistent namespace; returns (status, traceback)."""

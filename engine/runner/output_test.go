@@ -1,0 +1,116 @@
+package runner
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// What a thread a cell left running prints between cells shows at the start
+// of the next cell's output, as in a terminal, instead of being lost.
+func TestRunnerShowsWhatWasPrintedBetweenCells(t *testing.T) {
+	e := startEngineSide(t)
+	e.write(cellFrame("start", "import threading\nlate = threading.Timer(0.1, print, ('printed between cells',))\nlate.start()"))
+	if f, _ := e.result(); f.Status != "ok" || f.Stdout != "" {
+		t.Fatalf("start: %s %q %s", f.Status, f.Stdout, f.Traceback)
+	}
+	time.Sleep(500 * time.Millisecond) // the timer prints while no cell runs
+	e.write(cellFrame("next", "late.join()\n2"))
+	if f, _ := e.result(); f.Status != "ok" || f.Stdout != "printed between cells\n2\n" {
+		t.Errorf("next cell: %s %q %s; want what was printed between cells, then 2", f.Status, f.Stdout, f.Traceback)
+	}
+}
+
+// A cell whose whole output became its spill file leaves fds 1 and 2 on a
+// new output file: what is printed after it goes to the next cell, never
+// into the spill file the engine fetches.
+func TestRunnerLeavesASpillFileAlone(t *testing.T) {
+	e := startEngineSide(t)
+	e.write(cellFrame("big", "import threading\nprint('x' * 60000)\nlate = threading.Timer(0.1, print, ('after the spill',))\nlate.start()"))
+	if f, _ := e.result(); f.Status != "ok" || len(f.Stdout) != 50000 {
+		t.Fatalf("big: %s, %d bytes of stdout %s; want 50,000 (clipped)", f.Status, len(f.Stdout), f.Traceback)
+	}
+	time.Sleep(500 * time.Millisecond) // the timer prints while no cell runs
+	// Read before the next cell comes: that acknowledges big's result, and
+	// its files are removed.
+	data, err := os.ReadFile(filepath.Join(e.kd, "cells", "big.out"))
+	if err != nil || string(data) != strings.Repeat("x", 60000)+"\n" {
+		t.Errorf("spill file of big: %d bytes (%v), ends %q; want the cell's 60,001", len(data), err, tail(data))
+	}
+	e.write(cellFrame("next", "late.join()\n2"))
+	if f, _ := e.result(); f.Status != "ok" || f.Stdout != "after the spill\n2\n" {
+		t.Errorf("next cell: %s %q %s; want what was printed after the spill, then 2", f.Status, f.Stdout, f.Traceback)
+	}
+}
+
+func tail(b []byte) string {
+	return string(b[max(0, len(b)-40):])
+}
+
+// A warm cell moves no descriptor (fds 1 and 2 stay on the output files)
+// and finds where each file ends once, when its result is made: its output
+// costs two lseeks (and a pread when there is some), not the four lseeks
+// and four dup2 of redirecting to and back from the log for every cell.
+func TestRunnerMovesNoDescriptorPerCell(t *testing.T) {
+	e := startEngineSide(t)
+	e.write(cellFrame("wrap", `import os
+_counts = {"dup2": 0, "lseek": 0}
+def _counting(name, f):
+    def call(*a):
+        _counts[name] += 1
+        return f(*a)
+    return call
+_dup2, _lseek = os.dup2, os.lseek
+os.dup2, os.lseek = _counting("dup2", _dup2), _counting("lseek", _lseek)`))
+	if f, _ := e.result(); f.Status != "ok" {
+		t.Fatalf("wrap: %s %s", f.Status, f.Traceback)
+	}
+	const n = 100
+	for i := range n {
+		if _, err := e.c.Write(cellFrame("n"+strconv.Itoa(i), "1")); err != nil {
+			t.Fatal(err)
+		}
+		if f, _ := e.result(); f.Status != "ok" || f.Stdout != "1\n" {
+			t.Fatalf("cell %d: %s %q %s", i, f.Status, f.Stdout, f.Traceback)
+		}
+	}
+	// The wrapping cell's result counts too (two lseeks).
+	e.write(cellFrame("count", "os.dup2, os.lseek = _dup2, _lseek\nprint(_counts['dup2'], _counts['lseek'])"))
+	f, _ := e.result()
+	if want := "0 " + strconv.Itoa(2*(n+1)) + "\n"; f.Stdout != want {
+		t.Errorf("dup2 and lseek calls over %d cells and the wrapping one: %q (%s %s); want %q", n, f.Stdout, f.Status, f.Traceback, want)
+	}
+}
+
+// The value of a cell's last expression is written in one write, the
+// newline with it (sys.__displayhook__ writes twice), and becomes _ as
+// there.
+func TestRunnerShowsAValueInOneWrite(t *testing.T) {
+	e := startEngineSide(t)
+	e.write(cellFrame("wrap", `import sys
+R = sys.modules["__main__"].RUNNER
+class _Counting:
+    def __init__(self, inner):
+        self.inner, self.writes = inner, []
+    def write(self, s):
+        self.writes.append(s)
+        return self.inner.write(s)
+    def flush(self):
+        self.inner.flush()
+_real = sys.stdout
+sys.stdout = R.stdout = _Counting(_real)`))
+	if f, _ := e.result(); f.Status != "ok" {
+		t.Fatalf("wrap: %s %s", f.Status, f.Traceback)
+	}
+	e.write(cellFrame("shown", "40 + 2"))
+	if f, _ := e.result(); f.Status != "ok" || f.Stdout != "42\n" {
+		t.Fatalf("shown: %s %q %s", f.Status, f.Stdout, f.Traceback)
+	}
+	e.write(cellFrame("count", "w = sys.stdout.writes\nsys.stdout = R.stdout = _real\nprint(w, _)"))
+	if f, _ := e.result(); f.Stdout != "['42\\n'] 42\n" {
+		t.Errorf("writes of the shown value, and _: %q (%s %s); want ['42\\n'] 42", f.Stdout, f.Status, f.Traceback)
+	}
+}
