@@ -24,14 +24,7 @@ else:
 		t.Skip("this interpreter's runner has no timerfd alarm (a pipe instead)")
 	}
 	const n = 100
-	for i := range n {
-		if _, err := e.c.Write(cellFrame("n"+strconv.Itoa(i), "1")); err != nil {
-			t.Fatal(err)
-		}
-		if f, _ := e.result(); f.Status != "ok" || f.Stdout != "1\n" {
-			t.Fatalf("cell %d: %s %q %s", i, f.Status, f.Stdout, f.Traceback)
-		}
-	}
+	e.runOnes(n)
 	// This cell's own arm counts too: n + 1 in all, each IO_DELAY.
 	e.write(cellFrame("count", "R.alarm.settime = _settime\nprint(len(_calls), sorted(set(_calls)))"))
 	f, _ := e.result()

@@ -83,6 +83,20 @@ func (e *engineSide) write(b []byte) {
 	time.Sleep(20 * time.Millisecond)
 }
 
+// runOnes runs n cells of 1 back to back, without write's pause, each
+// checked to show 1.
+func (e *engineSide) runOnes(n int) {
+	e.t.Helper()
+	for i := range n {
+		if _, err := e.c.Write(cellFrame("n"+strconv.Itoa(i), "1")); err != nil {
+			e.t.Fatal(err)
+		}
+		if f, _ := e.result(); f.Status != "ok" || f.Stdout != "1\n" {
+			e.t.Fatalf("cell %d: %s %q %s", i, f.Status, f.Stdout, f.Traceback)
+		}
+	}
+}
+
 // resultFrame is what the tests read of a cell's result.
 type resultFrame struct{ Op, ID, Status, Stdout, Stderr, Traceback string }
 

@@ -69,14 +69,7 @@ os.dup2, os.lseek = _counting("dup2", _dup2), _counting("lseek", _lseek)`))
 		t.Fatalf("wrap: %s %s", f.Status, f.Traceback)
 	}
 	const n = 100
-	for i := range n {
-		if _, err := e.c.Write(cellFrame("n"+strconv.Itoa(i), "1")); err != nil {
-			t.Fatal(err)
-		}
-		if f, _ := e.result(); f.Status != "ok" || f.Stdout != "1\n" {
-			t.Fatalf("cell %d: %s %q %s", i, f.Status, f.Stdout, f.Traceback)
-		}
-	}
+	e.runOnes(n)
 	// The wrapping cell's result counts too (two lseeks).
 	e.write(cellFrame("count", "os.dup2, os.lseek = _dup2, _lseek\nprint(_counts['dup2'], _counts['lseek'])"))
 	f, _ := e.result()
