@@ -50,31 +50,33 @@ func tail(b []byte) string {
 	return string(b[max(0, len(b)-40):])
 }
 
-// A warm cell moves no descriptor (fds 1 and 2 stay on the output files)
-// and finds where each file ends once, when its result is made: its output
-// costs two lseeks (and a pread when there is some), not the four lseeks
-// and four dup2 of redirecting to and back from the log for every cell.
+// A warm cell moves no descriptor (fds 1 and 2 stay on the output files;
+// an fstat each tells they still do) and finds where each file ends once,
+// when its result is made: its output costs two fstats and two lseeks (and
+// a pread when there is some), not the four lseeks and four dup2 of
+// redirecting to and back from the log for every cell.
 func TestRunnerMovesNoDescriptorPerCell(t *testing.T) {
 	e := startEngineSide(t)
 	e.write(cellFrame("wrap", `import os
-_counts = {"dup2": 0, "lseek": 0}
+_counts = {"dup2": 0, "lseek": 0, "fstat": 0}
 def _counting(name, f):
     def call(*a):
         _counts[name] += 1
         return f(*a)
     return call
-_dup2, _lseek = os.dup2, os.lseek
-os.dup2, os.lseek = _counting("dup2", _dup2), _counting("lseek", _lseek)`))
+_dup2, _lseek, _fstat = os.dup2, os.lseek, os.fstat
+os.dup2, os.lseek, os.fstat = _counting("dup2", _dup2), _counting("lseek", _lseek), _counting("fstat", _fstat)`))
 	if f, _ := e.result(); f.Status != "ok" {
 		t.Fatalf("wrap: %s %s", f.Status, f.Traceback)
 	}
 	const n = 100
 	e.runOnes(n)
-	// The wrapping cell's result counts too (two lseeks).
-	e.write(cellFrame("count", "os.dup2, os.lseek = _dup2, _lseek\nprint(_counts['dup2'], _counts['lseek'])"))
+	// The wrapping cell's result counts too (two lseeks), and the counting
+	// cell's start (two fstats).
+	e.write(cellFrame("count", "os.dup2, os.lseek, os.fstat = _dup2, _lseek, _fstat\nprint(_counts['dup2'], _counts['lseek'], _counts['fstat'])"))
 	f, _ := e.result()
-	if want := "0 " + strconv.Itoa(2*(n+1)) + "\n"; f.Stdout != want {
-		t.Errorf("dup2 and lseek calls over %d cells and the wrapping one: %q (%s %s); want %q", n, f.Stdout, f.Status, f.Traceback, want)
+	if want := "0 " + strconv.Itoa(2*(n+1)) + " " + strconv.Itoa(2*(n+1)) + "\n"; f.Stdout != want {
+		t.Errorf("dup2, lseek and fstat calls over %d cells and the wrapping one: %q (%s %s); want %q", n, f.Stdout, f.Status, f.Traceback, want)
 	}
 }
 
@@ -105,5 +107,19 @@ sys.stdout = R.stdout = _Counting(_real)`))
 	e.write(cellFrame("count", "w = sys.stdout.writes\nsys.stdout = R.stdout = _real\nprint(w, _)"))
 	if f, _ := e.result(); f.Stdout != "['42\\n'] 42\n" {
 		t.Errorf("writes of the shown value, and _: %q (%s %s); want ['42\\n'] 42", f.Stdout, f.Status, f.Traceback)
+	}
+}
+
+// A cell that closed fd 1 or pointed fd 2 elsewhere (a library silencing C
+// output that never put it back) does not take the next cells' output.
+func TestRunnerPutsMovedDescriptorsBack(t *testing.T) {
+	e := startEngineSide(t)
+	e.write(cellFrame("move", "import os\nos.close(1)\nos.dup2(os.open(os.devnull, os.O_WRONLY), 2)"))
+	if f, _ := e.result(); f.Status != "ok" {
+		t.Fatalf("move: %s %s", f.Status, f.Traceback)
+	}
+	e.write(cellFrame("next", "import sys\nprint('out')\nn = os.write(2, b'err\\n')"))
+	if f, _ := e.result(); f.Status != "ok" || f.Stdout != "out\n" || f.Stderr != "err\n" {
+		t.Errorf("next cell: %s stdout %q stderr %q %s; want out and err", f.Status, f.Stdout, f.Stderr, f.Traceback)
 	}
 }

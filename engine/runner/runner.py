@@ -979,6 +979,7 @@ class Runner:
         self.out_fds = [None, None]  # the output files (OUTPUT_FILES), open
         self.out_start = [0, 0]  # where the running cell's output starts in them
         self.out_end = [0, 0]  # where the latest cell's output ended in them
+        self.out_ids = [None, None]  # their (inode, device)
         # A cell that came over a socket has no .req record and its result no
         # .res file until a door needs them: the Execute door asks (its
         # cellScript rings "cell ID" again, which files it), or the socket the
@@ -1765,7 +1766,8 @@ class Runner:
     def redirect(self):
         """Starts a cell's output where the kernel's two output files end:
         fds 1 and 2 point at them from the first cell on, so that a cell
-        costs no file creation and no dup2. The files are emptied only once
+        costs no file creation and no dup2 (an fstat each tells they still
+        do). The files are emptied only once
         they hold OUTPUT_KEEP bytes, since an ftruncate costs more than the
         rest of a trivial cell. A cell's output starts where the previous
         one's ended (out_end, found when its result was made): what a thread
@@ -1776,6 +1778,17 @@ class Runner:
         for i in range(2):
             if self.out_fds[i] is None:
                 self.open_output(i)
+            else:
+                # An earlier cell may have closed or moved fd 1 or 2 (a
+                # library silencing C output that never put it back): each
+                # cell starts on the output files, as a fresh dup2 made sure.
+                try:
+                    st = os.fstat(1 + i)
+                    on_file = (st.st_ino, st.st_dev) == self.out_ids[i]
+                except OSError:
+                    on_file = False
+                if not on_file:
+                    os.dup2(self.out_fds[i], 1 + i)
             size = self.out_end[i]
             if size > OUTPUT_KEEP:
                 os.ftruncate(self.out_fds[i], 0)
@@ -1787,6 +1800,8 @@ class Runner:
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = self.out_fds[i] = os.open(os.path.join(self.cells, OUTPUT_FILES[i]), flags, 0o600)
         self.out_end[i] = os.lseek(fd, 0, os.SEEK_END)
+        st = os.fstat(fd)
+        self.out_ids[i] = (st.st_ino, st.st_dev)
         os.dup2(fd, 1 + i)
 
     def flush_streams(self):
