@@ -24,6 +24,33 @@ func TestRunnerShowsWhatWasPrintedBetweenCells(t *testing.T) {
 	}
 }
 
+// What was printed between cells is shown even when the output files are
+// due to be emptied (they hold more than OUTPUT_KEEP): they are emptied at a
+// later cell instead.
+func TestRunnerShowsWhatWasPrintedBetweenCellsOverTheKeep(t *testing.T) {
+	e := startEngineSide(t)
+	e.write(cellFrame("start", "import threading\nprint('y' * 20000)\nlate = threading.Timer(0.1, print, ('printed between cells',))\nlate.start()"))
+	if f, _ := e.result(); f.Status != "ok" || len(f.Stdout) != 20001 {
+		t.Fatalf("start: %s, %d bytes of stdout %s", f.Status, len(f.Stdout), f.Traceback)
+	}
+	time.Sleep(500 * time.Millisecond)
+	for _, id := range []string{"next", "after"} { // the files are emptied at "after"
+		e.write(cellFrame(id, "late.join()\n2"))
+		want := "2\n"
+		if id == "next" {
+			want = "printed between cells\n2\n"
+		}
+		if f, _ := e.result(); f.Status != "ok" || f.Stdout != want {
+			t.Errorf("cell %s: %s %q %s; want %q", id, f.Status, f.Stdout, f.Traceback, want)
+		}
+	}
+	if st, err := os.Stat(filepath.Join(e.kd, "cells", "_stdout")); err != nil {
+		t.Error(err)
+	} else if st.Size() != 2 {
+		t.Errorf("stdout file after the emptying cell: %d bytes; want 2 (emptied, then 2)", st.Size())
+	}
+}
+
 // A cell whose whole output became its spill file leaves fds 1 and 2 on a
 // new output file: what is printed after it goes to the next cell, never
 // into the spill file the engine fetches.

@@ -1790,7 +1790,9 @@ class Runner:
                 if not on_file:
                     os.dup2(self.out_fds[i], 1 + i)
             size = self.out_end[i]
-            if size > OUTPUT_KEEP:
+            # Emptied only when nothing came after the latest cell's output:
+            # what was written between cells is shown first.
+            if size > OUTPUT_KEEP and os.lseek(self.out_fds[i], 0, os.SEEK_END) == size:
                 os.ftruncate(self.out_fds[i], 0)
                 size = 0
             self.out_start[i] = size
