@@ -77,12 +77,12 @@ func tail(b []byte) string {
 	return string(b[max(0, len(b)-40):])
 }
 
-// A warm cell moves no descriptor (fds 1 and 2 stay on the output files;
-// an fstat each tells they still do) and finds where each file ends once,
-// when its result is made: its output costs two fstats and two lseeks (and
-// a pread when there is some), not the four lseeks and four dup2 of
-// redirecting to and back from the log for every cell.
-func TestRunnerMovesNoDescriptorPerCell(t *testing.T) {
+// A warm cell points fds 1 and 2 at the output files once (two dup2, which
+// also put back what an earlier cell moved) and finds where each file ends
+// once, when its result is made (two lseeks, and a pread when there is
+// output): not the four dup2 and four lseeks of redirecting to the files
+// and back to the log for every cell.
+func TestRunnerRedirectsOncePerCell(t *testing.T) {
 	e := startEngineSide(t)
 	e.write(cellFrame("wrap", `import os
 _counts = {"dup2": 0, "lseek": 0, "fstat": 0}
@@ -99,10 +99,10 @@ os.dup2, os.lseek, os.fstat = _counting("dup2", _dup2), _counting("lseek", _lsee
 	const n = 100
 	e.runOnes(n)
 	// The wrapping cell's result counts too (two lseeks), and the counting
-	// cell's start (two fstats).
+	// cell's start (two dup2).
 	e.write(cellFrame("count", "os.dup2, os.lseek, os.fstat = _dup2, _lseek, _fstat\nprint(_counts['dup2'], _counts['lseek'], _counts['fstat'])"))
 	f, _ := e.result()
-	if want := "0 " + strconv.Itoa(2*(n+1)) + " " + strconv.Itoa(2*(n+1)) + "\n"; f.Stdout != want {
+	if want := strconv.Itoa(2*(n+1)) + " " + strconv.Itoa(2*(n+1)) + " 0\n"; f.Stdout != want {
 		t.Errorf("dup2, lseek and fstat calls over %d cells and the wrapping one: %q (%s %s); want %q", n, f.Stdout, f.Status, f.Traceback, want)
 	}
 }

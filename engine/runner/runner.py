@@ -979,7 +979,6 @@ class Runner:
         self.out_fds = [None, None]  # the output files (OUTPUT_FILES), open
         self.out_start = [0, 0]  # where the running cell's output starts in them
         self.out_end = [0, 0]  # where the latest cell's output ended in them
-        self.out_ids = [None, None]  # their (inode, device)
         # A cell that came over a socket has no .req record and its result no
         # .res file until a door needs them: the Execute door asks (its
         # cellScript rings "cell ID" again, which files it), or the socket the
@@ -1764,31 +1763,25 @@ class Runner:
         self.finish(cell.id, frame)
 
     def redirect(self):
-        """Starts a cell's output where the kernel's two output files end:
-        fds 1 and 2 point at them from the first cell on, so that a cell
-        costs no file creation and no dup2 (an fstat each tells they still
-        do). The files are emptied only once
-        they hold OUTPUT_KEEP bytes, since an ftruncate costs more than the
-        rest of a trivial cell. A cell's output starts where the previous
-        one's ended (out_end, found when its result was made): what a thread
-        or process left running by an earlier cell writes between cells
-        shows at the start of the next cell's output, as in a terminal,
-        instead of being lost; what it writes during a cell shows in that
-        cell, as in Jupyter."""
+        """Starts a cell's output where the kernel's two output files end.
+        Fds 1 and 2 point at them from the first cell on, not back at the
+        log between cells: a cell costs no file creation, two dup2 and no
+        lseek. A cell's output starts where the previous one's ended
+        (out_end, found when its result was made): what a thread or process
+        left running by an earlier cell writes between cells shows at the
+        start of the next cell's output, as in a terminal, instead of being
+        lost; what it writes during a cell shows in that cell, as in
+        Jupyter. The files are emptied only once they hold OUTPUT_KEEP
+        bytes, since an ftruncate costs more than the rest of a trivial
+        cell."""
         for i in range(2):
             if self.out_fds[i] is None:
                 self.open_output(i)
             else:
-                # An earlier cell may have closed or moved fd 1 or 2 (a
-                # library silencing C output that never put it back): each
-                # cell starts on the output files, as a fresh dup2 made sure.
-                try:
-                    st = os.fstat(1 + i)
-                    on_file = (st.st_ino, st.st_dev) == self.out_ids[i]
-                except OSError:
-                    on_file = False
-                if not on_file:
-                    os.dup2(self.out_fds[i], 1 + i)
+                # Again for every cell: an earlier one may have closed or
+                # moved fd 1 or 2 (a library silencing C output that never
+                # put it back). A dup2 costs less than telling by an fstat.
+                os.dup2(self.out_fds[i], 1 + i)
             size = self.out_end[i]
             # Emptied only when nothing came after the latest cell's output:
             # what was written between cells is shown first.
@@ -1802,8 +1795,6 @@ class Runner:
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = self.out_fds[i] = os.open(os.path.join(self.cells, OUTPUT_FILES[i]), flags, 0o600)
         self.out_end[i] = os.lseek(fd, 0, os.SEEK_END)
-        st = os.fstat(fd)
-        self.out_ids[i] = (st.st_ino, st.st_dev)
         os.dup2(fd, 1 + i)
 
     def flush_streams(self):
