@@ -65,16 +65,12 @@ func TestRunnerLeavesASpillFileAlone(t *testing.T) {
 	// its files are removed.
 	data, err := os.ReadFile(filepath.Join(e.kd, "cells", "big.out"))
 	if err != nil || string(data) != strings.Repeat("x", 60000)+"\n" {
-		t.Errorf("spill file of big: %d bytes (%v), ends %q; want the cell's 60,001", len(data), err, tail(data))
+		t.Errorf("spill file of big: %d bytes (%v), ends %q; want the cell's 60,001", len(data), err, data[max(0, len(data)-40):])
 	}
 	e.write(cellFrame("next", "late.join()\n2"))
 	if f, _ := e.result(); f.Status != "ok" || f.Stdout != "after the spill\n2\n" {
 		t.Errorf("next cell: %s %q %s; want what was printed after the spill, then 2", f.Status, f.Stdout, f.Traceback)
 	}
-}
-
-func tail(b []byte) string {
-	return string(b[max(0, len(b)-40):])
 }
 
 // A warm cell points fds 1 and 2 at the output files once (two dup2, which
