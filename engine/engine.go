@@ -413,14 +413,13 @@ func (e *Engine) removeLocked(k *Kernel, reason string) {
 	if e.kernels[k.key] == k {
 		delete(e.kernels, k.key)
 		e.orderDirty()
-		if k.pid > 0 { // it ran, so it had state
-			if _, ok := e.lost[k.key]; !ok && len(e.lost) >= maxLostNotes {
-				for old := range e.lost {
-					delete(e.lost, old)
-					break
-				}
-			}
-			e.lost[k.key] = fmt.Sprintf("kernel %s was %s; state from earlier calls was lost", k.id, reason)
+		switch {
+		case k.pid > 0: // it ran, so it had state
+			e.noteLostLocked(k.key, fmt.Sprintf("kernel %s was %s; state from earlier calls was lost", k.id, reason))
+		case k.lostNote != "":
+			// Its spawn failed before any result could say that the key's
+			// earlier kernel and its state were gone: the next one says it.
+			e.noteLostLocked(k.key, k.lostNote)
 		}
 	}
 	if e.byID[k.id] == k {
@@ -428,6 +427,17 @@ func (e *Engine) removeLocked(k *Kernel, reason string) {
 	}
 	k.state = phaseGone
 	k.goneReason = reason
+}
+
+// noteLostLocked keeps note for key's next kernel, within maxLostNotes.
+func (e *Engine) noteLostLocked(key Key, note string) {
+	if _, ok := e.lost[key]; !ok && len(e.lost) >= maxLostNotes {
+		for old := range e.lost {
+			delete(e.lost, old)
+			break
+		}
+	}
+	e.lost[key] = note
 }
 
 // reapIdle removes kernels idle longer than idle_exit, kills them, and

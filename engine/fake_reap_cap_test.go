@@ -149,6 +149,33 @@ func TestOwnIdleKernelReapedSaysStateLost(t *testing.T) {
 	}
 }
 
+// A spawn that fails after the key's kernel was reaped leaves no result to
+// say the state is gone (an error, or a per-call run without a kernel): the
+// key's next kernel must still say it (TestLoad found one that did not).
+func TestStateLostSaidAfterAFailedSpawn(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spawn fakeenv.HandlerFunc
+	}{
+		{"transport error", fakeenv.TransportError("command timed out after 30s")},
+		{"host refused, per-call run", fakeenv.SpawnFailed("cannot create kernel dir")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			old := r.exec(engine.Request{Owner: "me", Code: "x = 1"})
+			r.clock.Advance(31 * time.Minute)
+			r.env.Prepend(fakeenv.On("spawn", tc.spawn).If(fakeenv.Not(fakeenv.Transient)).Once())
+			if res, err := r.eng.Execute(context.Background(), engine.Request{Owner: "me", Code: "x"}); err == nil && res.Kernel != nil {
+				t.Fatalf("the failed spawn gave a kernel: %+v", res.Kernel)
+			}
+			res := r.exec(engine.Request{Owner: "me", Code: "x"})
+			if res.Kernel == nil || res.Kernel.Reused || !res.Kernel.StateLost || !strings.Contains(res.Kernel.Note, old.Kernel.ID) {
+				t.Fatalf("the kernel after a failed spawn: %+v; want state_lost naming %s", res.Kernel, old.Kernel.ID)
+			}
+		})
+	}
+}
+
 // The background sweep reaps an idle kernel without any call.
 func TestBackgroundSweepReapsIdleKernel(t *testing.T) {
 	r := newRig(t, func(c *engine.Config) { c.SweepEvery = 5 * time.Millisecond })
