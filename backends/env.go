@@ -14,7 +14,10 @@ type ExecOptions struct {
 	// Stdin is the payload (files, tokens, cell code). Payloads always travel
 	// here, never in the command string, because argv is world-readable.
 	Stdin []byte
-	// Timeout bounds the whole command; zero means only ctx bounds it.
+	// Timeout bounds the whole command, reaching the host included, but not
+	// its wait behind the backend's own commands for a free slot (an ssh
+	// connection's sessions), which only ctx bounds; zero means only ctx
+	// bounds the command.
 	Timeout time.Duration
 }
 
@@ -35,6 +38,9 @@ type Result struct {
 //   - return stdout then stderr, without what a login shell printed before
 //     the command, capped so a runaway command cannot exhaust memory;
 //   - report a death by signal n as exit status 128+n.
+//
+// An error from before the command reached the host may wrap ErrNotStarted;
+// the engine then knows there is nothing of it to clean up there.
 //
 // A backend that starts commands through a remote shell gets all of this
 // from runShell (shell.go) by implementing shellTransport. Adding a backend
@@ -81,6 +87,17 @@ var ErrHostGone = errors.New("the host is gone")
 
 // ErrTimeout is returned (wrapped) when a command exceeds its Timeout.
 var ErrTimeout = errors.New("command timed out")
+
+// ErrNotStarted is returned (wrapped) when a command failed before it
+// reached the host (no connection, no free session): nothing of it ran
+// there, so nothing of it needs to be cleaned up.
+var ErrNotStarted = errors.New("the command never reached the host")
+
+// notStarted wraps err with ErrNotStarted without changing its message.
+type notStarted struct{ err error }
+
+func (n notStarted) Error() string   { return n.err.Error() }
+func (n notStarted) Unwrap() []error { return []error{n.err, ErrNotStarted} }
 
 // Provisioner is a backend that gives each kernel a host of its own (a
 // container per kernel): the engine asks it for one before the kernel's

@@ -32,6 +32,14 @@ type shellTransport interface {
 	killGroup(pgid int)
 }
 
+// queuedTransport is a shellTransport that runs a bounded number of
+// commands at once (an ssh connection's sessions).
+type queuedTransport interface {
+	// acquire waits until a command may start, or ctx ends; release lets
+	// the next one start.
+	acquire(ctx context.Context) (release func(), err error)
+}
+
 // shellProcess is one started command.
 type shellProcess interface {
 	// wait returns the exit status (128+n for a death by signal n) once
@@ -48,6 +56,15 @@ type shellProcess interface {
 // output capped. A timeout of opts.Timeout is reported as ErrTimeout.
 func runShell(ctx context.Context, t shellTransport, command string, opts ExecOptions) (Result, error) {
 	parent := ctx
+	if q, ok := t.(queuedTransport); ok {
+		// Waiting behind our own commands is not the command's time: only
+		// the caller's ctx bounds it (every slot's holder has its own bound).
+		release, err := q.acquire(ctx)
+		if err != nil {
+			return Result{}, notStarted{err}
+		}
+		defer release()
+	}
 	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
@@ -64,7 +81,8 @@ func runShell(ctx context.Context, t shellTransport, command string, opts ExecOp
 	stderr := &groupAnnounce{}
 	proc, err := t.start(ctx, wrapRemote(command), opts.Stdin, stdout, stderr)
 	if err != nil {
-		return fail(err)
+		_, err = fail(err)
+		return Result{}, notStarted{err}
 	}
 	defer proc.close()
 	type exit struct {

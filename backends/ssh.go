@@ -477,17 +477,21 @@ type sshShell struct{ s *SSH }
 func (t sshShell) name() string     { return "ssh " + t.s.uri }
 func (t sshShell) killGroup(pg int) { t.s.killGroup(pg) }
 
+// acquire waits for one of the connection's sessions (SSHMaxSessions).
+func (t sshShell) acquire(ctx context.Context) (func(), error) {
+	select {
+	case t.s.sessions <- struct{}{}:
+		return sync.OnceFunc(func() { <-t.s.sessions }), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("ssh %s: waiting for a free session: %w", t.s.uri, ctx.Err())
+	}
+}
+
 func (t sshShell) start(ctx context.Context, cmdline string, stdin []byte, stdout, stderr io.Writer) (shellProcess, error) {
 	s := t.s
-	select {
-	case s.sessions <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("ssh %s: waiting for a free session: %w", s.uri, ctx.Err())
-	}
-	p := &sshProcess{s: s, release: sync.OnceFunc(func() { <-s.sessions })}
+	p := &sshProcess{s: s}
 	client, sess, err := s.session(ctx)
 	if err != nil {
-		p.release()
 		return nil, err
 	}
 	p.client, p.sess = client, sess
@@ -513,10 +517,9 @@ func (t sshShell) start(ctx context.Context, cmdline string, stdin []byte, stdou
 
 // sshProcess is one command on its own session.
 type sshProcess struct {
-	s       *SSH
-	client  *ssh.Client
-	sess    *ssh.Session
-	release func()
+	s      *SSH
+	client *ssh.Client
+	sess   *ssh.Session
 }
 
 func (p *sshProcess) wait() (int, error) {
@@ -544,7 +547,6 @@ func (p *sshProcess) close() {
 	if p.sess != nil {
 		p.sess.Close()
 	}
-	p.release()
 }
 
 // session opens a session on the shared connection. Nothing has been sent

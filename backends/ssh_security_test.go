@@ -795,6 +795,9 @@ func TestSSHDialCancellation(t *testing.T) {
 		if !errors.Is(err, context.Canceled) && !strings.Contains(err.Error(), context.Canceled.Error()) {
 			t.Errorf("a cancelled dial is not reported as cancelled: %v", err)
 		}
+		if !errors.Is(err, backends.ErrNotStarted) {
+			t.Errorf("a cancelled dial does not say the command never reached the host: %v", err)
+		}
 	})
 	t.Run("waiter-cancel", func(t *testing.T) {
 		addr, accepted := silentServer(t)
@@ -830,8 +833,8 @@ func TestSSHDialCancellation(t *testing.T) {
 		addr, _ := silentServer(t)
 		env := silentBackend(t, addr, 10*time.Minute)
 		_, err := tryCtx(t, context.Background(), env, "true", backends.ExecOptions{Timeout: time.Second})
-		if !errors.Is(err, backends.ErrTimeout) {
-			t.Fatalf("a Timeout that ran out while dialing: got %v, want ErrTimeout", err)
+		if !errors.Is(err, backends.ErrTimeout) || !errors.Is(err, backends.ErrNotStarted) {
+			t.Fatalf("a Timeout that ran out while dialing: got %v, want ErrTimeout and ErrNotStarted", err)
 		}
 	})
 }

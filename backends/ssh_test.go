@@ -1,7 +1,13 @@
 package backends_test
 
 import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/internal/backendtest"
@@ -28,5 +34,50 @@ func TestSSHContract(t *testing.T) {
 		t.Run("user="+u.Name, func(t *testing.T) {
 			backendtest.Contract(t, func(t *testing.T) backends.Env { return newSSH(t, srv, u) })
 		})
+	}
+}
+
+// A command's Timeout bounds the command, not its wait behind the
+// connection's other commands for a free session (SSHMaxSessions): under a
+// burst, a spawn that queued must not time out before it ran. The caller's
+// ctx still bounds the wait, and a wait it ends says the command never
+// reached the host.
+func TestSSHTimeoutStartsWithTheSession(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Options{})
+	u := srv.User(t, "", sshdtest.UserOptions{})
+	cfg := srv.WriteSSHConfig(t, "kdbox", u)
+	env, err := backends.NewSSH("ssh://kdbox", backends.Options{SSHConfig: cfg, SSHMaxSessions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Close() })
+
+	started := filepath.Join(t.TempDir(), "started")
+	holding := make(chan error, 1)
+	go func() {
+		_, err := env.Execute(context.Background(), ": >"+backends.ShellQuote(started)+"; sleep 3", backends.ExecOptions{})
+		holding <- err
+	}()
+	// The first command holds the only session once it ran something.
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the first command did not start within 20 s")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := env.Execute(ctx, "echo late", backends.ExecOptions{}); !errors.Is(err, backends.ErrNotStarted) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a caller's deadline that ended the wait for a session: %v; want its deadline and ErrNotStarted", err)
+	}
+	start := time.Now()
+	res, err := env.Execute(context.Background(), "echo queued", backends.ExecOptions{Timeout: time.Second})
+	if err != nil || strings.TrimSpace(res.Output) != "queued" {
+		t.Fatalf("a command with Timeout 1s queued behind a 3 s one (waited %v): %v, %q; want it run", time.Since(start), err, res.Output)
+	}
+	if err := <-holding; err != nil {
+		t.Fatal(err)
 	}
 }

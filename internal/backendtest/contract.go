@@ -307,6 +307,9 @@ func testTimeout(t *testing.T, env backends.Env) {
 	if !errors.Is(err, backends.ErrTimeout) {
 		t.Fatalf("sleep 30 with Timeout 3s: error %v does not wrap backends.ErrTimeout (a hang guard of %v fired, or the backend reports timeouts wrongly)", err, hangGuard)
 	}
+	if errors.Is(err, backends.ErrNotStarted) {
+		t.Fatalf("sleep 30 timed out after it started, but its error %v says it never reached the host", err)
+	}
 	if strings.Contains(res.Output, "finished") {
 		t.Fatalf("the command ran to completion: %q", res.Output)
 	}

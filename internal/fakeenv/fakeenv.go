@@ -297,7 +297,7 @@ func ReplyRC(output string, rc int) HandlerFunc {
 // there and the caller gets an error wrapping ErrTransport.
 func TransportError(msg string) HandlerFunc {
 	return func(context.Context, Call) (backends.Result, error) {
-		return backends.Result{}, fmt.Errorf("%w: %s", ErrTransport, msg)
+		return backends.Result{}, fmt.Errorf("%w: %w: %s", ErrTransport, backends.ErrNotStarted, msg)
 	}
 }
 
