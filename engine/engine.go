@@ -566,7 +566,13 @@ type runnerRef struct {
 	pid    int
 	reason string
 	spare  bool // nobody's kernel: its kill is not an event
+	// abandoned is a spawn the engine gave up on: no pid was learnt, so
+	// the kill finds its processes by id (abandonScript), and is no event.
+	abandoned bool
 }
+
+// killable says whether a kill knows enough to find r's processes.
+func (r runnerRef) killable() bool { return r.abandoned || (r.dir != "" && r.pid > 0) }
 
 func (r runnerRef) event(t EventType, detail string) Event {
 	return Event{Type: t, Kernel: r.id, Owner: r.key.Owner, Key: r.key.String(), Detail: detail}
@@ -660,7 +666,7 @@ func (e *Engine) killBatches(ctx context.Context, kills []*pendingKill) {
 	byHost := map[string][]*pendingKill{}
 	var hosts []string
 	for _, p := range kills {
-		if p.runner.dir == "" || p.runner.pid <= 0 {
+		if !p.runner.killable() {
 			continue
 		}
 		uri := p.runner.env.URI()
@@ -683,6 +689,10 @@ func (e *Engine) killBatches(ctx context.Context, kills []*pendingKill) {
 func (e *Engine) killBatch(ctx context.Context, batch []*pendingKill) {
 	var targets []killTarget
 	for _, p := range batch {
+		if p.runner.abandoned {
+			e.killAbandoned(ctx, p)
+			continue
+		}
 		if p.runner.dir == "" || p.runner.pid <= 0 {
 			continue
 		}
@@ -719,6 +729,35 @@ func (e *Engine) killBatch(ctx context.Context, batch []*pendingKill) {
 			e.emit(p.runner.event(EventKilled, fmt.Sprintf("%s (pid %d, rc %d)", p.runner.reason, p.runner.pid, res.ReturnCode)))
 		}
 	}
+}
+
+// killAbandoned kills what an abandoned spawn left on its host, in a
+// command of its own (rare: no batching); a kill that cannot reach the host
+// is kept for a retry.
+func (e *Engine) killAbandoned(ctx context.Context, p *pendingKill) {
+	res, err := p.runner.env.Execute(ctx, abandonScript(p.runner.env.TempDir(), p.runner.id), backends.ExecOptions{Timeout: killTimeout})
+	if err == nil && !hasLine(res.Output, "KD:KILLED") {
+		err = fmt.Errorf("kill of abandoned spawn %s: %s", p.runner.id, hostError(res))
+	}
+	if err != nil {
+		e.killFailed(p.runner, p.retry, err)
+	}
+}
+
+// abandonSpawn has what a spawn given up on after it reached the host may
+// have left there killed, in the background (and retried like any kill,
+// Close included). A host of the kernel's own goes with its kernel instead.
+func (e *Engine) abandonSpawn(env backends.Env, key Key, id string, cause error) {
+	// Only a transport failure leaves a spawn unfinished on the host: one
+	// that answered cleaned up after itself.
+	if te := (*transportError)(nil); !errors.As(cause, &te) || errors.Is(cause, backends.ErrNotStarted) {
+		return
+	}
+	if _, ok := backends.Find[backends.Disposer](env); ok {
+		return
+	}
+	r := runnerRef{key: key, env: env, id: id, reason: "spawn abandoned", abandoned: true}
+	e.goAsync(func(ctx context.Context) { e.killRunner(ctx, r, nil) })
 }
 
 // killPending retries every pending kill at once.

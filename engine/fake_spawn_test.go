@@ -382,3 +382,42 @@ func TestKernelsSnapshot(t *testing.T) {
 }
 
 // ---- exactly once ----------------------------------------------------------
+
+// A spawn given up on after it reached the host (its answer lost: the
+// runner may be starting there) is cleaned up by one abandon command naming
+// its kernel, which the host then no longer runs; a spawn that never
+// reached the host costs no command more.
+func TestGivenUpSpawnIsCleanedUp(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		reached bool
+	}{{"reached the host", true}, {"never reached the host", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			fail := fakeenv.TransportError("connection refused")
+			if tc.reached {
+				fail = fakeenv.AnswerLost(r.host.Spawn)
+			}
+			r.env.Prepend(fakeenv.On("spawn", fail).If(fakeenv.Not(fakeenv.Transient)).Once())
+			if _, err := r.eng.Execute(context.Background(), engine.Request{Owner: "o", Code: "1"}); err == nil {
+				t.Fatal("a spawn that failed on the transport gave no error")
+			}
+			// Close waits for the engine's background work, the cleanup too.
+			if err := r.eng.Close(context.Background(), false); err != nil {
+				t.Fatal(err)
+			}
+			want := map[bool]int{true: 1, false: 0}[tc.reached]
+			if n := r.env.Count("abandon"); n != want {
+				t.Fatalf("%d abandon commands, want %d; commands: %v", n, want, r.env.Calls())
+			}
+			for _, k := range r.host.Kernels() {
+				if k.Alive || !k.DirGone {
+					t.Fatalf("kernel %s of the given-up spawn still on the host: %+v", k.ID, k)
+				}
+			}
+			if tc.reached && len(r.host.Kernels()) != 1 {
+				t.Fatalf("host kernels %+v; want the one the lost spawn started", r.host.Kernels())
+			}
+		})
+	}
+}

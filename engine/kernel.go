@@ -320,6 +320,7 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 		id = spare.id
 	} else {
 		if r, err = e.startRunner(ctx, k.env, id, k.key.ToolList(), k.transient); err != nil {
+			e.abandonSpawn(k.env, k.key, id, err)
 			return err
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/hosttools"
 	"github.com/kerneldeck/kerneldeck/internal/backendtest"
 	"github.com/kerneldeck/kerneldeck/internal/enginetest"
+	"github.com/kerneldeck/kerneldeck/internal/proctest"
 	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
 )
 
@@ -583,7 +584,7 @@ func runLoad(t *testing.T, cfg loadConfig) {
 
 	// The process scan must see the runners that are still registered, or
 	// it proves nothing after Close.
-	runnersBefore := loadProcesses(tempDirs)
+	runnersBefore := proctest.Mentioning(tempDirs...)
 	if len(runnersBefore) == 0 && finalCount > 0 {
 		t.Errorf("%d kernels registered, but no process mentions %v: the scan for leftovers cannot work", finalCount, tempDirs)
 	}
@@ -600,10 +601,10 @@ func runLoad(t *testing.T, cfg loadConfig) {
 	inv.Finish(true)
 
 	// No runner (or any command of the engine's) is left on either host.
-	leftover := loadProcesses(tempDirs)
+	leftover := proctest.Mentioning(tempDirs...)
 	for end := time.Now().Add(3 * time.Second); len(leftover) > 0 && time.Now().Before(end); {
 		time.Sleep(100 * time.Millisecond)
-		leftover = loadProcesses(tempDirs)
+		leftover = proctest.Mentioning(tempDirs...)
 	}
 	if len(leftover) > 0 {
 		t.Errorf("processes left after Close:\n  %s", strings.Join(leftover, "\n  "))
@@ -876,37 +877,6 @@ func summarizeLoad(reqs []*loadReq) loadStats {
 	}
 	st.outcomes = strings.Join(parts, ", ")
 	return st
-}
-
-// loadProcesses lists live processes (zombies excluded) whose command line
-// mentions one of dirs.
-func loadProcesses(dirs []string) []string {
-	entries, _ := os.ReadDir("/proc")
-	var out []string
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		line := strings.ReplaceAll(string(cmd), "\x00", " ")
-		if !slices.ContainsFunc(dirs, func(d string) bool { return strings.Contains(line, d) }) {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) && s[i+2] == 'Z' {
-			continue
-		}
-		out = append(out, fmt.Sprintf("pid %d: %.200s", pid, line))
-	}
-	return out
 }
 
 func clip(s string) string {

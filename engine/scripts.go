@@ -285,6 +285,41 @@ i=0
 	return b.String()
 }
 
+// abandonScript kills what a spawn the engine gave up on (a timeout, a cut
+// connection, a cancelled call) may still run on the host, and removes its
+// kernel dir. The engine never learnt the runner's pid, so everything is
+// found by the kernel's id: the runner by its script path, the spawn script
+// and its runner's watcher (a forked copy of it) by the script in their
+// argv (kill(2) keeps it to the login's own; /proc/<pid> is no guide, as
+// the runner makes itself non-dumpable). Several passes, as a shell may
+// fork between one's reading of /proc and its kill.
+func abandonScript(tempDir, id string) string {
+	return fmt.Sprintf(`# kerneldeck:abandon
+export LC_ALL=C
+t=%[1]s; id=%[2]s
+sweep() {
+  local p a x
+  found=0
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    mapfile -d '' a 2>/dev/null <"/proc/$p/cmdline" || continue
+    case ${a[1]-} in "$t"/kerneldeck-*"$id/runner.py") kill -KILL "$p" 2>/dev/null; found=1; continue;; esac
+    for x in "${a[@]:1}"; do
+      case $x in "# kerneldeck:spawn"*"'$id'"*) kill -KILL "$p" 2>/dev/null; found=1; break;; esac
+    done
+  done
+}
+for i in 1 2 3 4 5; do sweep; [ "$found" = 0 ] && break; done
+for d in "$t"/kerneldeck-*/"$id"; do
+  [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && [ ! -L "${d%%/*}" ] && [ -O "${d%%/*}" ] || continue
+  rm -rf -- "$d"; rm -f -- "${d%%/*}/.exit-$id" "${d%%/*}/.exit-$id.tmp"
+done
+d="$t/kerneldeck-once-$id"
+[ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && rm -rf -- "$d"
+echo KD:KILLED
+`, shq(tempDir), shq(id))
+}
+
 // ringScript writes one control line ("int ID", "cfg SECONDS") to the
 // runner's wake FIFO, using only shell builtins.
 func ringScript(dir, line string) string {

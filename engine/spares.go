@@ -125,6 +125,9 @@ func (e *Engine) refillSpares(env backends.Env) {
 			ctx, cancel := context.WithTimeout(context.Background(), spawnTimeout+10*time.Second)
 			r, err := e.startRunner(ctx, env, id, nil, false)
 			cancel()
+			if err != nil {
+				e.abandonSpawn(env, Key{}, id, err)
+			}
 			e.mu.Lock()
 			sb.starting--
 			s := &spare{id: id, env: env, runner: r, readySince: e.cfg.Now()}

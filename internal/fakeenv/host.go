@@ -202,6 +202,7 @@ func (h *Host) Handlers() []*Handler {
 		On("spawn", h.Spawn).Named("host spawn"),
 		On("cell", h.Cell).Named("host cell"),
 		On("kill", h.Kill).Named("host kill"),
+		On("abandon", h.Abandon).Named("host abandon"),
 		On("ring", h.Ring).Named("host ring"),
 		On("fetch", h.Fetch).Named("host fetch"),
 		On("compile", h.Compile).Named("host compile"),
@@ -495,6 +496,23 @@ func (h *Host) Kill(_ context.Context, c Call) (backends.Result, error) {
 	defer h.mu.Unlock()
 	for _, a := range targets {
 		if k := h.kernels[a.Dir]; k != nil && !k.DirGone && k.PID == a.PID {
+			k.Alive, k.DirGone, k.Killed = false, true, true
+		}
+	}
+	return backends.Result{Output: "KD:KILLED\n"}, nil
+}
+
+// Abandon answers an abandon script: the kernel with that id in that temp
+// dir dies and its dir goes, whatever its pid.
+func (h *Host) Abandon(_ context.Context, c Call) (backends.Result, error) {
+	tempDir, id, err := ParseAbandon(c.Command)
+	if err != nil {
+		return errResult(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, k := range h.kernels {
+		if k.ID == id && k.TempDir == tempDir && !k.DirGone {
 			k.Alive, k.DirGone, k.Killed = false, true, true
 		}
 	}

@@ -221,6 +221,18 @@ func ParseKill(command string) ([]KillArgs, error) {
 	return out, nil
 }
 
+var abandonArgs = regexp.MustCompile(`(?m)^t=` + quoted + `; id=` + quoted + `$`)
+
+// ParseAbandon reads a "# kerneldeck:abandon" script: the temp dir and the
+// id of the kernel whose given-up spawn it cleans up.
+func ParseAbandon(command string) (tempDir, id string, err error) {
+	m := abandonArgs.FindStringSubmatch(command)
+	if Marker(command) != "abandon" || m == nil {
+		return "", "", fmt.Errorf("fakeenv: cannot parse abandon script")
+	}
+	return unq(m[1]), unq(m[2]), nil
+}
+
 // RingArgs are the values of a ring script: the control line written to the
 // runner's wake FIFO ("int CELL", "cfg SECONDS").
 type RingArgs struct {

@@ -35,6 +35,8 @@ func (q *Quiet) Execute(ctx context.Context, command string, opts backends.ExecO
 		return q.host.Cell(ctx, c)
 	case "kill":
 		return q.host.Kill(ctx, c)
+	case "abandon":
+		return q.host.Abandon(ctx, c)
 	case "ring":
 		return q.host.Ring(ctx, c)
 	case "fetch":

@@ -3,7 +3,9 @@
 package proctest
 
 import (
+	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -83,6 +85,29 @@ func Runners(dir string) []int {
 		argv := strings.Split(string(cmd), "\x00")
 		if len(argv) > 1 && strings.HasPrefix(argv[1], dir+"/") && strings.HasSuffix(argv[1], "/runner.py") && Alive(pid) {
 			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// Mentioning lists the live processes other than this one whose command
+// line mentions one of words, as "pid N: command line" (clipped), for a
+// message about what was left behind.
+func Mentioning(words ...string) []string {
+	procs, _ := os.ReadDir("/proc")
+	var out []string
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + p.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		line := strings.ReplaceAll(string(cmd), "\x00", " ")
+		if slices.ContainsFunc(words, func(w string) bool { return strings.Contains(line, w) }) && Alive(pid) {
+			out = append(out, fmt.Sprintf("pid %d: %.200s", pid, line))
 		}
 	}
 	return out
