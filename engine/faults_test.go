@@ -200,13 +200,7 @@ func (g *fcGate) waitEntered(t *testing.T, call *stCall) int {
 // while the runner is still held: nothing waits for its idle_exit. The next
 // call spawns a fresh kernel and runs the code exactly once.
 func TestSSHCutDuringSpawn(t *testing.T) {
-	if !sshdtest.CanCreateUsers() {
-		t.Skip("the spawn cut holds a test user's Python start-up through its ~/.bashrc; that needs a created user (run as root)")
-	}
-	srv := sshdtest.Start(t, sshdtest.Options{})
-	u := srv.User(t, fcGateUser, sshdtest.UserOptions{})
-	g := fcInstallGate(t, u)
-	r := stNewRig(t, srv, u, false, nil)
+	srv, u, g, r := fcGatedRig(t)
 	marker := filepath.Join(enginetest.SharedDir(t), "ran")
 	code := fmt.Sprintf("with open(%q, 'a') as f:\n    f.write('ran\\n')", marker)
 
@@ -252,13 +246,7 @@ func TestSSHCutDuringSpawn(t *testing.T) {
 // would live on. The engine kills what the spawn left, found by the
 // kernel's id, and removes the dir. Stop 28's CI left spawns so in TestLoad.
 func TestSSHSpawnGivenUpLeavesNothing(t *testing.T) {
-	if !sshdtest.CanCreateUsers() {
-		t.Skip("the spawn is held in a test user's Python start-up through its ~/.bashrc; that needs a created user (run as root)")
-	}
-	srv := sshdtest.Start(t, sshdtest.Options{})
-	u := srv.User(t, fcGateUser, sshdtest.UserOptions{})
-	g := fcInstallGate(t, u)
-	r := stNewRig(t, srv, u, false, nil)
+	_, _, g, r := fcGatedRig(t)
 
 	g.close(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -279,6 +267,18 @@ func TestSSHSpawnGivenUpLeavesNothing(t *testing.T) {
 	if res := rtExec(t, r.eng, engine.Request{Owner: "given-up", Code: "1"}); res.Kernel.PID == orphan {
 		t.Fatalf("the call after: %+v; want a fresh kernel", res.Kernel)
 	}
+}
+
+// fcGatedRig is an engine on an ssh host whose user's Python start-up a
+// gate can hold (fcInstallGate).
+func fcGatedRig(t *testing.T) (*sshdtest.Server, *sshdtest.User, *fcGate, *stRig) {
+	t.Helper()
+	if !sshdtest.CanCreateUsers() {
+		t.Skip("the spawn is held in a test user's Python start-up through its ~/.bashrc; that needs a created user (run as root)")
+	}
+	srv := sshdtest.Start(t, sshdtest.Options{})
+	u := srv.User(t, fcGateUser, sshdtest.UserOptions{})
+	return srv, u, fcInstallGate(t, u), stNewRig(t, srv, u, false, nil)
 }
 
 // fcRunnerDir is the kernel dir of a runner held at the gate.
