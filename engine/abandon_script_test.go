@@ -74,9 +74,10 @@ func TestAbandonScriptKillsASpawnByItsID(t *testing.T) {
 }
 
 // abStartSpawn starts what a spawn of kernel id leaves running: a runner
-// (python3 <dir>/runner.py, in a session of its own) and a shell whose
-// argv holds a spawn script naming id, with a forked copy of itself. They
-// are killed and reaped when the test ends.
+// (python3 <dir>/runner.py, in a session of its own), one still in its
+// interpreter's shim, and a shell whose argv holds a spawn script naming
+// id, with a forked copy of itself. They are killed and reaped when the
+// test ends.
 func abStartSpawn(t *testing.T, dir, id string) []*exec.Cmd {
 	t.Helper()
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -87,11 +88,14 @@ func abStartSpawn(t *testing.T, dir, id string) []*exec.Cmd {
 		t.Fatal(err)
 	}
 	runner := exec.Command("python3", script)
+	// An interpreter's shim (pyenv's is a bash script) holds the runner's
+	// path later in its argv until it execs the interpreter.
+	shim := exec.Command("bash", "--norc", "-c", "sleep 120; :", script)
 	// The shell forks a copy of itself (a subshell keeps its argv) and
 	// waits; neither ends on its own within the test.
 	spawn := exec.Command("bash", "--norc", "-c", "# kerneldeck:spawn\nkd=\"$root/\"'"+id+"'\n( while :; do sleep 1; done ) & wait")
 	var cmds []*exec.Cmd
-	for _, c := range []*exec.Cmd{runner, spawn} {
+	for _, c := range []*exec.Cmd{runner, shim, spawn} {
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -288,9 +288,10 @@ i=0
 // abandonScript kills what a spawn the engine gave up on (a timeout, a cut
 // connection, a cancelled call) may still run on the host, and removes its
 // kernel dir. The engine never learnt the runner's pid, so everything is
-// found by the kernel's id: the runner by its script path, the spawn script
-// and its runner's watcher (a forked copy of it) by the script in their
-// argv (kill(2) keeps it to the login's own; /proc/<pid> is no guide, as
+// found by the kernel's id: the runner by its script path in its argv
+// (anywhere: an interpreter's shim runs before it), the spawn script and
+// its runner's watcher (a forked copy of it) by the script in their argv
+// (kill(2) keeps it to the login's own; /proc/<pid> is no guide, as
 // the runner makes itself non-dumpable). Several passes, as a shell may
 // fork between one's reading of /proc and its kill.
 func abandonScript(tempDir, id string) string {
@@ -303,9 +304,8 @@ sweep() {
   for p in /proc/[0-9]*; do
     p=${p#/proc/}
     mapfile -d '' a 2>/dev/null <"/proc/$p/cmdline" || continue
-    case ${a[1]-} in "$t"/kerneldeck-*"$id/runner.py") kill -KILL "$p" 2>/dev/null; found=1; continue;; esac
     for x in "${a[@]:1}"; do
-      case $x in "# kerneldeck:spawn"*"'$id'"*) kill -KILL "$p" 2>/dev/null; found=1; break;; esac
+      case $x in "$t"/kerneldeck-*"$id/runner.py"|"# kerneldeck:spawn"*"'$id'"*) kill -KILL "$p" 2>/dev/null; found=1; break;; esac
     done
   done
 }
