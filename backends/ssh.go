@@ -588,18 +588,15 @@ func (s *SSH) session(ctx context.Context) (*ssh.Client, *ssh.Session, error) {
 }
 
 // killGroup kills a timed-out command's process group on the host, on a
-// fresh session, without waiting long.
+// fresh session, waiting at most 10 s for one: sshd refuses it while the
+// connection's other commands hold every session it allows.
 func (s *SSH) killGroup(pgid int) {
 	if pgid <= 1 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	client, err := s.conn(ctx)
-	if err != nil {
-		return
-	}
-	sess, err := client.NewSession()
+	_, sess, err := s.session(ctx)
 	if err != nil {
 		return
 	}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/internal/backendtest"
+	"github.com/kerneldeck/kerneldeck/internal/proctest"
 	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
 )
 
@@ -77,6 +79,53 @@ func TestSSHTimeoutStartsWithTheSession(t *testing.T) {
 	if err != nil || strings.TrimSpace(res.Output) != "queued" {
 		t.Fatalf("a command with Timeout 1s queued behind a 3 s one (waited %v): %v, %q; want it run", time.Since(start), err, res.Output)
 	}
+	if err := <-holding; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A timed-out command's process group is killed even while sshd refuses a
+// new session (MaxSessions 2: another command and the timed-out one hold
+// both): the kill waits for one to free up, instead of leaving the group
+// to run on.
+func TestSSHTimeoutKillsTheGroupWhenSessionsAreScarce(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Options{Config: []string{"MaxSessions 2"}})
+	u := srv.User(t, "", sshdtest.UserOptions{})
+	cfg := srv.WriteSSHConfig(t, "kdbox", u)
+	env, err := backends.NewSSH("ssh://kdbox", backends.Options{SSHConfig: cfg, SSHMaxSessions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Close() })
+
+	dir := t.TempDir()
+	started, pidFile := filepath.Join(dir, "started"), filepath.Join(dir, "pid")
+	holding := make(chan error, 1)
+	go func() {
+		_, err := env.Execute(context.Background(), ": >"+backends.ShellQuote(started)+"; sleep 8", backends.ExecOptions{})
+		holding <- err
+	}()
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the first command did not start within 20 s")
+		}
+	}
+	_, err = env.Execute(context.Background(), "sleep 60 & echo $! >"+backends.ShellQuote(pidFile)+"; wait", backends.ExecOptions{Timeout: 3 * time.Second})
+	if !errors.Is(err, backends.ErrTimeout) {
+		t.Fatalf("sleep 60 with Timeout 3s: %v; want ErrTimeout", err)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pid file %q", b)
+	}
+	proctest.WaitDead(t, pid, 20*time.Second)
 	if err := <-holding; err != nil {
 		t.Fatal(err)
 	}
