@@ -285,11 +285,11 @@ func fcGatedRig(t *testing.T) (*sshdtest.Server, *sshdtest.User, *fcGate, *stRig
 func fcRunnerDir(t *testing.T, pid int) string {
 	t.Helper()
 	cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	args := strings.Split(string(cmd), "\x00")
-	if err != nil || len(args) < 2 || !strings.HasSuffix(args[1], "/runner.py") {
+	p, ok := proctest.RunnerPath(string(cmd))
+	if err != nil || !ok {
 		t.Fatalf("pid %d is not a held runner: %q, %v", pid, cmd, err)
 	}
-	return filepath.Dir(args[1])
+	return filepath.Dir(p)
 }
 
 // fcWaitReclaimed waits until the held runner pid, every process that

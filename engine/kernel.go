@@ -421,8 +421,7 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 	if useCode {
 		script, code = e.shippedRunner(ctx, env, python)
 	}
-	stdin := make([]byte, 0, len(script)+len(code)+len(stubs)+len(config))
-	stdin = append(append(append(append(stdin, script...), code...), stubs...), config...)
+	stdin := spawnStdin(script, code, stubs, config)
 	cmd := spawnScript(env.TempDir(), id, python, e.kernelRoot(env), [3]int{len(script), len(code), len(stubs)}, 20, transient)
 	res, err := env.Execute(ctx, cmd, backends.ExecOptions{Stdin: stdin, Timeout: spawnTimeout})
 	if err != nil {

@@ -22,19 +22,22 @@ const aliveFn = `alive() { kill -0 "$1" 2>/dev/null || return 1; [ -r "/proc/$1/
 // shq quotes s for bash.
 var shq = backends.ShellQuote
 
-// spawnScript sets up the owner-only kernel dir, writes runner.py and
-// starts the runner detached, in one round trip. stdin holds runner.py,
-// the compiled runner (may be empty), kerneldeck_tools.py and the config
-// line with the kernel's secret, in that order (sizes: the first three);
-// all but runner.py are the runner's own stdin: it writes
-// kerneldeck_tools.py itself (a fork and an exec fewer than head), and the
-// code and the secret never touch a file. It prints
-// "KD:SPAWNED <pid> <dir> <python> <confinement>", "KD:NOCODE" (the loader
-// refused the code) or "KD:ERR <reason>". python, learnt from an earlier
-// spawn, skips PATH wrappers such as pyenv shims, which cost more than the
-// spawn; root, learnt too, skips asking for the login. A transient kernel
-// gets an unpredictable dir of its own outside the root (the fallback when
-// the root is unusable): mkdir fails on anything planted.
+// spawnScript makes the kernel dir and starts the runner detached in it,
+// in one round trip. stdin holds runner.Bootstrap, then runner.py (source,
+// or runner.Loader), the compiled runner (may be empty), kerneldeck_tools.py
+// and the config line with the kernel's secret, in that order (sizes: the
+// three after the bootstrap), and is all the runner's own: the interpreter
+// starts with runner.StartProgram, and the bootstrap writes runner.py, the
+// runner its private dirs, FIFOs and kerneldeck_tools.py, checking every
+// mode. The external commands the script ran for those (mkdir, stat, head,
+// mkfifo) were a fork and an exec each, 5-7 ms apiece on a small host. The
+// code and the secret never touch a file. It prints "KD:SPAWNED <pid> <dir>
+// <python> <confinement>", "KD:NOCODE" (the loader refused the code) or
+// "KD:ERR <reason>". python, learnt from an earlier spawn, skips PATH
+// wrappers such as pyenv shims, which cost more than the spawn; root,
+// learnt too, skips asking for the login. A transient kernel gets an
+// unpredictable dir of its own outside the root (the fallback when the
+// root is unusable): mkdir fails on anything planted.
 func spawnScript(tempDir, id, python, root string, sizes [3]int, readyTimeoutSec int, transient bool) string {
 	// root, learnt from an earlier spawn on this host, saves asking id(1)
 	// for the login (a fork and an exec); it is only a shortcut to the same
@@ -67,64 +70,54 @@ py=%[6]s
 command -v "$py" >/dev/null 2>&1 || fail "python3 was not found on PATH on this host; install Python 3.8 or newer"
 t=%[1]s
 %[2]s
-# Every external command is a fork and an exec, a millisecond or more each
-# on a small host: the dirs are 0700 by the umask, and a chmod runs only
-# when the check finds a mode that is not 700 (a root made by hand, a
-# default ACL). $kd first, alone: a planted $kd (a symlink) fails it before
-# anything is made through it.
+# $kd is made here, atomically, so that everything below (the watcher's
+# rm -rf included) works only in a dir this spawn made: a planted $kd (a
+# symlink) fails it. The runner makes the rest and checks every mode (the
+# umask makes them 700; a root made by hand or a default ACL may not).
 mkdir "$kd" 2>/dev/null || fail "cannot create kernel dir $kd (it may already exist)"
-mkdir "$kd/cells" "$kd/rpc" || { rm -rf -- "$kd"; fail "cannot create private dirs under $kd"; }
-owner_only() {
-  modes=$(stat -c '%%a %%u %%F:%%n' -- "$root" "$kd" "$kd/cells" "$kd/rpc" 2>&1) || { rm -rf -- "$kd"; fail "cannot check modes under $root: $modes"; }
-  while IFS= read -r bad; do case "$bad" in "700 $EUID directory:"*) ;; *) return 1;; esac; done <<<"$modes"
-}
-if ! owner_only; then
-  chmod 700 -- "$root" "$kd" "$kd/cells" "$kd/rpc" 2>/dev/null
-  owner_only || { rm -rf -- "$kd"; fail "not owner-only (want 700 $EUID directory): $bad"; }
-fi
-# head's own message names the cause (e.g. "No space left on device"). The
-# runner reads the rest of stdin itself (what each part weighs is in
-# KERNELDECK_STDIN): its compiled code, if any, which never becomes a file,
-# then kerneldeck_tools.py, which it writes, then its config line.
-werr=$( { head -c %[3]d >"$kd/runner.py"; } 2>&1 ) || { rm -rf -- "$kd"; fail "cannot write the runner files into $kd: ${werr//$'\n'/; }"; }
-mkfifo "$kd/wake" "$kd/done" "$kd/ready" || { rm -rf -- "$kd"; fail "cannot create FIFOs in $kd"; }
-exec 5<>"$kd/ready"
-# The runner reads the config line (its secret) from what is left of stdin.
-# Its parent, a watcher holding no output channel, keeps its exit status in
-# <root>/.exit-<id>, so that its death can be told apart (an exit code, a
-# signal). It goes beside the kernel dir, in the owner-only root, and the
-# watcher removes the dir after it (a confined runner cannot remove its own
-# dir): a dir gone means its status is kept or was already read. A per-call
-# kernel's dir sits in the shared temp dir, so its status is not kept.
+# The runner's parent, a watcher holding no output channel, keeps its exit
+# status in <root>/.exit-<id>, so that its death can be told apart (an exit
+# code, a signal). It goes beside the kernel dir, in the owner-only root,
+# and the watcher removes the dir after it (a confined runner cannot remove
+# its own dir): a dir gone means its status is kept or was already read. A
+# per-call kernel's dir sits in the shared temp dir, so its status is not
+# kept.
 exitf="${kd%%/*}/.exit-${kd##*/}"; [ "$root" = "$kd" ] && exitf=
 # A SIGKILL is told apart from the OOM killer by the kernel log (a line
 # naming the runner's pid, later than its start) or, where that is not
 # readable, by its memory cgroup's oom_kill counter having risen.
-( exec 5>&- 6<&0 >/dev/null 2>&1
+# The watcher's stdout is a pipe to this script (fd 5): it says its pid,
+# then hands the pipe to the runner as fd 3 and lets go of it, so the
+# runner's READY (or why it could not start) comes on a channel nobody
+# else holds, and its death before READY is EOF.
+exec 5< <( exec 2>/dev/null
+  printf 'W %%s\n' "$BASHPID"
   trap '' HUP
-  read -r up _ </proc/uptime 2>/dev/null; up=${up%%.*}
-  KERNELDECK_STDIN='%[7]d %[4]d' PYTHONDONTWRITEBYTECODE=1 "$py" "$kd/runner.py" <&6 6<&- >>"$kd/runner.log" 2>&1 &
-  rp=$!; exec 6<&-
+  read -r up _ </proc/uptime; up=${up%%.*}
+  KERNELDECK_STDIN='%[3]d %[7]d %[4]d' PYTHONDONTWRITEBYTECODE=1 "$py" -c %[8]s "$kd/runner.py" <&0 3>&1 >>"$kd/runner.log" 2>&1 &
+  rp=$!; exec >/dev/null </dev/null
   oomf=; while IFS= read -r l; do case $l in *:memory:*) oomf=/sys/fs/cgroup/memory${l#*:memory:}/memory.oom_control;; 0::*) [ -z "$oomf" ] && oomf=/sys/fs/cgroup${l#0::}/memory.events;; esac; done <"/proc/$rp/cgroup"
   # Builtins only, no $(...): a subshell is a fork while the runner starts.
-  oomn() { local k v; n=; while read -r k v; do [ "$k" = oom_kill ] && { n=$v; return; }; done <"$oomf"; } 2>/dev/null
+  oomn() { local k v; n=; while read -r k v; do [ "$k" = oom_kill ] && { n=$v; return; }; done <"$oomf"; }
   oomn; oom0=$n
   wait "$rp"; st=$?; why=
-  # A runner that dies before READY (cut-off files, no config line) must not
-  # leave the spawn waiting out its timeout: tell it. Read-write, so the
-  # open never blocks and nobody reading later does no harm.
-  { exec 8<>"$kd/ready" && printf 'EXITED %%s\n' "$st" >&8; exec 8>&-; } 2>/dev/null
   if [ "$st" = 137 ]; then
-    l=$(dmesg 2>/dev/null | grep -E "[Kk]illed process $rp " | tail -n 1); t=${l#*[}; t=${t%%%%]*}; t=${t// /}; t=${t%%%%.*}
+    l=$(dmesg | grep -E "[Kk]illed process $rp " | tail -n 1); t=${l#*[}; t=${t%%%%]*}; t=${t// /}; t=${t%%%%.*}
     if [[ $t =~ ^[0-9]+$ && $up =~ ^[0-9]+$ ]] && [ "$t" -ge "$up" ]; then case $l in *"emory cgroup"*) why=oom-cgroup;; *) why=oom-host;; esac
     else oomn; [[ $n =~ ^[0-9]+$ && $oom0 =~ ^[0-9]+$ ]] && [ "$n" -gt "$oom0" ] && why=oom-counter; fi
   fi
-  [ -n "$exitf" ] && { { printf '%%s\n' "$st${why:+ $why}" >"$exitf.tmp" && mv -f -- "$exitf.tmp" "$exitf"; } 2>/dev/null || rm -f -- "$exitf.tmp"; }
-  rm -rf -- "$kd" ) <&0 &
-watcher=$!
+  [ -n "$exitf" ] && { { printf '%%s\n' "$st${why:+ $why}" >"$exitf.tmp" && mv -f -- "$exitf.tmp" "$exitf"; } || rm -f -- "$exitf.tmp"; }
+  rm -rf -- "$kd" )
 # ppid_of sets ppid (no $(...): a fork on the spawn's path).
 ppid_of() { local s; ppid=; read -r s 2>/dev/null <"/proc/$1/stat" || return 1; s=${s##*) }; set -- $s; ppid=$2; }
-if read -r -t %[5]d -u 5 word rpid exe conf && [ "$word" = READY ] && [[ $rpid =~ ^[0-9]+$ ]] &&
+watcher=
+read -r -t %[5]d -u 5 word watcher && [ "$word" = W ] && [[ $watcher =~ ^[0-9]+$ ]] || fail "the runner's watcher did not start"
+word=
+read -r -t %[5]d -u 5 word rpid exe conf; rc=$?
+# What a runner that failed wrote, read at once, with builtins: once it
+# has died, its watcher removes the dir.
+log=; [ "$rc" = 0 ] && [ "$word" = READY ] || { mapfile -t lines <"$kd/runner.log"; log="${lines[*]}"; [ ${#log} -gt 1500 ] && log=${log: -1500}; } 2>/dev/null
+if [ "$rc" = 0 ] && [ "$word" = READY ] && [[ $rpid =~ ^[0-9]+$ ]] &&
   { [ ! -r "/proc/$rpid/stat" ] || { ppid_of "$rpid" && [ "$ppid" = "$watcher" ]; }; }; then
   printf 'KD:SPAWNED %%s %%s %%s %%s\n' "$rpid" "$kd" "$exe" "$conf"
   exit 0
@@ -133,13 +126,26 @@ for p in /proc/[0-9]*; do ppid_of "${p#/proc/}" && [ "$ppid" = "$watcher" ] && k
 kill -KILL "$watcher" 2>/dev/null
 # The loader refused the code (made by another interpreter version): the
 # engine spawns again from source.
-[ "${word-}" = NOCODE ] && { rm -rf -- "$kd"; echo KD:NOCODE; exit 3; }
-# The runner could not write what it was shipped (its message names why).
-[ "${word-}" = FAILED ] && { rm -rf -- "$kd"; fail "${rpid-} ${exe-} ${conf-}"; }
-log=$(tail -c 1500 -- "$kd/runner.log" 2>/dev/null | tr '\n' ' ')
+[ "$word" = NOCODE ] && { rm -rf -- "$kd"; echo KD:NOCODE; exit 3; }
+# The runner could not set its dir up or write what it was shipped (its
+# message names why).
+[ "$word" = FAILED ] && { rm -rf -- "$kd"; fail "${rpid-} ${exe-} ${conf-}"; }
 rm -rf -- "$kd"
-fail "runner did not start within %[5]ds: $log"
-`, shq(tempDir), rootSetup, sizes[0], sizes[2], readyTimeoutSec, shq(python), sizes[1])
+[ "$rc" -gt 128 ] && fail "runner did not start within %[5]ds: $log"
+fail "runner exited before it was ready: $log"
+`, shq(tempDir), rootSetup, sizes[0], sizes[2], readyTimeoutSec, shq(python), sizes[1], shq(runner.StartProgram()))
+}
+
+// spawnStdin is a spawn script's stdin: runner.Bootstrap, then runner.py,
+// the compiled runner (may be empty), kerneldeck_tools.py and the config
+// line, as spawnScript's sizes say.
+func spawnStdin(script, code, stubs, config []byte) []byte {
+	b := make([]byte, 0, len(runner.Bootstrap)+len(script)+len(code)+len(stubs)+len(config))
+	b = append(b, runner.Bootstrap...)
+	for _, part := range [][]byte{script, code, stubs, config} {
+		b = append(b, part...)
+	}
+	return b
 }
 
 // cellScript publishes a cell (when publish is set and the cell is not yet
@@ -348,7 +354,9 @@ for d in "$kd" "$kd/cells" "$kd/rpc"; do
 done
 if [ -r "/proc/$pid/cmdline" ]; then
   mapfile -d '' argv <"/proc/$pid/cmdline"
-  [ "${argv[1]-}" = "$kd/runner.py" ] || gone "pid $pid is not this kernel's runner"
+  # python -c <start program> <dir>/runner.py; an older engine's runner:
+  # python <dir>/runner.py.
+  [ "${argv[${#argv[@]}-1]-}" = "$kd/runner.py" ] || gone "pid $pid is not this kernel's runner"
 fi
 echo KD:ADOPT
 `, shq(dir), pid, aliveFn)

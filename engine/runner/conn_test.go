@@ -56,7 +56,7 @@ func startEngineSide(t *testing.T) *engineSide {
 	secret := strings.Repeat("ab", 32)
 	line, _, kd := startShipped(t, shipment{script: Source}, `{"secret": "`+secret+`", "idle_exit": 60}`+"\n")
 	if !strings.HasPrefix(line, "READY ") {
-		t.Fatalf("ready FIFO: %q, want READY ...", line)
+		t.Fatalf("ready pipe: %q, want READY ...", line)
 	}
 	c, br := dialAuthed(t, kd, secret)
 	c.SetDeadline(time.Now().Add(20 * time.Second))

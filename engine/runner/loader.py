@@ -24,8 +24,7 @@ while len(_code) < _n:
     _code += _more
 if _why or not _magic or _code[: len(_magic)] != _magic:
     try:
-        _fd = os.open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ready"), os.O_WRONLY | os.O_NONBLOCK)
-        os.write(_fd, _why or b"NOCODE\n")
+        os.write(3, _why or b"NOCODE\n")  # the spawn's ready channel
     finally:
         os._exit(2)
 _code = marshal.loads(memoryview(_code)[len(_magic) :])

@@ -2,7 +2,10 @@
 // on stdin; it is never installed on the host by hand.
 package runner
 
-import _ "embed"
+import (
+	_ "embed"
+	"fmt"
+)
 
 // Source is runner.py: one persistent Python namespace per kernel.
 //
@@ -15,6 +18,63 @@ var Source []byte
 //
 //go:embed loader.py
 var Loader []byte
+
+// Bootstrap is what a spawn's interpreter runs first: StartProgram reads
+// it from stdin. Its one argument is the runner's path, <kernel dir>/
+// runner.py. It reads runner.py (Source or Loader) from stdin, as many
+// bytes as the first size in KERNELDECK_STDIN says, writes it there (0600,
+// never through anything planted), leaves the other sizes for the runner,
+// and runs it as the script it would have been: in __main__, with __file__,
+// sys.argv and sys.path[0] as for "python3 <dir>/runner.py". What went
+// wrong is told on fd 3, the spawn's ready channel, as "FAILED <why>".
+// Writing runner.py here, not with head(1) in the spawn script, saves a
+// fork and an exec.
+const Bootstrap = `def _kd_boot():
+    import sys
+    p, s = sys.argv[1], os.environ.get("KERNELDECK_STDIN", "").split()
+    n, b = int(s[0]) if s and s[0].isdigit() else -1, bytearray()
+    while len(b) < n:
+        c = os.read(0, n - len(b))
+        if not c:
+            break
+        b += c
+    why = None
+    if n < 0:
+        why = "no size for runner.py in KERNELDECK_STDIN"
+    elif len(b) < n:
+        why = "runner.py was cut short: %d of %d bytes" % (len(b), n)
+    else:
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                v = memoryview(b)
+                while v:
+                    v = v[os.write(fd, v):]
+            finally:
+                os.close(fd)
+        except OSError as e:
+            why = "cannot write the runner files into %s: %s" % (os.path.dirname(p), e.strerror or e)
+    if why:
+        try:
+            os.write(3, ("FAILED " + why + "\n").encode())
+        finally:
+            os._exit(2)
+    os.environ["KERNELDECK_STDIN"] = " ".join(s[1:])
+    sys.argv[:] = [p]
+    sys.path[0] = os.path.dirname(p)
+    return p, compile(bytes(b), p, "exec", dont_inherit=True)
+__file__, _kd_code = _kd_boot()
+del _kd_boot, b
+exec(_kd_code)
+`
+
+// StartProgram is the program (for -c) a spawn starts the interpreter
+// with: it reads Bootstrap from stdin and runs it. It is kept short, as it
+// is what ps shows of every runner, before its path.
+func StartProgram() string {
+	n := len(Bootstrap)
+	return fmt.Sprintf(`import os;b=b"";exec("while len(b)<%d:b+=os.read(0,%d-len(b))or os._exit(2)");exec(b)`, n, n)
+}
 
 // CompileProgram is the Python program (for -c) that compiles Source, read
 // from stdin (as many bytes as its one argument says: some transports never

@@ -53,6 +53,7 @@ import sys
 import _thread  # the C module: threading.py weighs 270 KB in every kernel
 import time
 from stat import S_ISDIR as stat_is_dir
+from stat import S_ISFIFO as stat_is_fifo
 from stat import S_ISLNK as stat_is_link
 from stat import S_ISREG as stat_is_regular
 
@@ -1166,17 +1167,10 @@ class Runner:
             poller.unregister(fd)
 
     def signal_ready(self):
-        try:
-            fd = os.open(os.path.join(self.kdir, "ready"), os.O_WRONLY | os.O_NONBLOCK)
-        except OSError:
-            return
-        try:
-            # sys.executable lets the engine skip PATH wrappers (pyenv shims)
-            # on the next spawn; a path with blanks is not reported.
-            exe = sys.executable if sys.executable and " " not in sys.executable else "-"
-            os.write(fd, ("READY %d %s %s\n" % (os.getpid(), exe, self.confinement)).encode())
-        finally:
-            os.close(fd)
+        # sys.executable lets the engine skip PATH wrappers (pyenv shims)
+        # on the next spawn; a path with blanks is not reported.
+        exe = sys.executable if sys.executable and " " not in sys.executable else "-"
+        tell_spawn("READY %d %s %s" % (os.getpid(), exe, self.confinement))
 
     def exit_idle(self):
         # The spawn's watcher removes the dir once it has kept the exit status.
@@ -1905,6 +1899,7 @@ def on_sigint(signum, frame):
 
 
 RUNNER = None
+SPAWN_FD = None  # the spawn's ready channel until READY is told (see tell_spawn)
 
 
 def setup_streams():
@@ -1955,14 +1950,83 @@ def write_tools(kdir):
     return None
 
 
-def tell_spawn(kdir, line):
-    """Says line to the spawn waiting on the ready FIFO, instead of READY."""
+# The spawn's ready channel: a pipe on fd 3 that only this runner holds
+# (its watcher let go of it), read by the spawn until READY or EOF.
+READY_FD = 3
+
+
+def ready_channel():
+    """READY_FD if it is the spawn's pipe, else None (a runner started by
+    hand: fd 3 is then closed, or something else that must not be written)."""
     try:
-        fd = os.open(os.path.join(kdir, "ready"), os.O_WRONLY | os.O_NONBLOCK)
+        if not stat_is_fifo(os.fstat(READY_FD).st_mode):
+            return None
+        os.set_inheritable(READY_FD, False)
+        return READY_FD
+    except OSError:
+        return None
+
+
+def tell_spawn(line):
+    """Says line (READY, or why this runner cannot start) to the spawn, once:
+    the channel is closed after it, so no process a cell starts holds it."""
+    global SPAWN_FD
+    fd, SPAWN_FD = SPAWN_FD, None
+    if fd is None:
+        return
+    try:
         os.write(fd, line.encode("utf-8", "replace") + b"\n")
-        os.close(fd)
     except OSError:
         pass
+    finally:
+        os.close(fd)
+
+
+def make_private_dirs(kdir):
+    """Makes the kernel dir's cells/ and rpc/ dirs and its wake and done
+    FIFOs, and checks that the dirs, the kernel root's too, are owner-only
+    directories (700, this uid, no symlink), putting a mode right where
+    that is all that is wrong (a default ACL, a root made by hand). The
+    spawn made kdir itself. Returns why it could not, or None."""
+    try:
+        for d in ("cells", "rpc"):
+            os.mkdir(os.path.join(kdir, d), 0o700)
+    except OSError as e:
+        return "cannot create private dirs under %s: %s" % (kdir, e.strerror or e)
+    dirs = [kdir, os.path.join(kdir, "cells"), os.path.join(kdir, "rpc")]
+    if not os.path.basename(kdir).startswith("kerneldeck-once-"):
+        dirs.insert(0, os.path.dirname(kdir))  # a per-call kernel's is the shared temp dir
+    uid = os.geteuid()
+
+    def bad():
+        for d in dirs:
+            try:
+                st = os.lstat(d)
+            except OSError as e:
+                return "cannot check modes under %s: %s" % (dirs[0], e.strerror or e)
+            kind = "directory" if stat_is_dir(st.st_mode) else "symbolic link" if stat_is_link(st.st_mode) else "not a directory"
+            if kind != "directory" or st.st_uid != uid or st.st_mode & 0o7777 != 0o700:
+                return "not owner-only (want 700 %d directory): %o %d %s:%s" % (uid, st.st_mode & 0o7777, st.st_uid, kind, d)
+        return None
+
+    why = bad()
+    if why is not None:
+        for d in dirs:
+            try:
+                st = os.lstat(d)
+                if stat_is_dir(st.st_mode) and st.st_uid == uid:
+                    os.chmod(d, 0o700)
+            except OSError:
+                pass
+        why = bad()
+        if why is not None:
+            return why
+    try:
+        for f in ("wake", "done"):
+            os.mkfifo(os.path.join(kdir, f), 0o600)
+    except OSError as e:
+        return "cannot create FIFOs in %s: %s" % (kdir, e.strerror or e)
+    return None
 
 
 def read_config():
@@ -2127,16 +2191,17 @@ def not_dumpable(libc):
 
 
 def main():
-    global RUNNER
+    global RUNNER, SPAWN_FD
+    SPAWN_FD = ready_channel()
     if sys.version_info < (3, 8):
         sys.stderr.write("kerneldeck runner needs Python >= 3.8, found %s\n" % sys.version.split()[0])
         sys.exit(2)
     libc = load_libc()
     not_dumpable(libc)
     kdir = os.path.dirname(os.path.abspath(__file__))
-    problem = write_tools(kdir)
+    problem = make_private_dirs(kdir) or write_tools(kdir)
     if problem is not None:
-        tell_spawn(kdir, "FAILED " + only_chars(problem, PRINTABLE, "?"))
+        tell_spawn("FAILED " + only_chars(problem, PRINTABLE, "?"))
         sys.stderr.write("kerneldeck runner: %s; exiting\n" % problem)
         os._exit(2)
     cfg = read_config()
@@ -2159,7 +2224,7 @@ def main():
         # No config line (the engine ended in the middle of the spawn): a
         # runner nobody can drive, which would live the default idle_exit.
         # The spawn waits for READY; it is told instead, and ends at once.
-        tell_spawn(kdir, "NOCONFIG")
+        tell_spawn("NOCONFIG")
         sys.stderr.write("kerneldeck runner: no config line with a secret on stdin; exiting\n")
         os._exit(2)
     runner.auth = Auth(key)

@@ -11,74 +11,77 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
 
 // startRunner starts runner.py from source in a fresh kernel dir, with no
 // tool stubs and stdin as its config line, and returns the first line it
-// writes to the ready FIFO.
+// writes to the ready pipe.
 func startRunner(t *testing.T, stdin string) (string, *exec.Cmd) {
 	t.Helper()
 	line, cmd, _ := startShipped(t, shipment{script: Source}, stdin)
 	return line, cmd
 }
 
-// shipment is what a spawn ships: runner.py as a file, then on the runner's
-// stdin the compiled code (with the loader) and kerneldeck_tools.py.
+// shipment is what a spawn ships on the runner's stdin after Bootstrap:
+// runner.py, the compiled code (with the loader) and kerneldeck_tools.py.
 type shipment struct {
 	script, code, tools []byte
-	// sizes, when set, is KERNELDECK_STDIN as sent (else the true sizes).
-	sizes string
+	// sizes, when set, is KERNELDECK_STDIN as the runner sees it after
+	// Bootstrap took runner.py's (else the true sizes); scriptSize, when
+	// set, is runner.py's size as sent.
+	sizes, scriptSize string
 	// plant is called with the kernel dir before the runner starts.
 	plant func(kd string)
 }
 
 // startShipped starts s's runner.py as the spawn script does, stdin
-// following what it ships, and returns the ready FIFO's first line and the
-// kernel dir.
+// following what it ships, and returns the ready pipe's first line, the
+// command and the kernel dir.
 func startShipped(t *testing.T, s shipment, stdin string) (string, *exec.Cmd, string) {
 	t.Helper()
+	line, cmd, kd, _ := startShippedPipe(t, s, stdin)
+	return line, cmd, kd
+}
+
+// startShippedPipe is startShipped, also returning the ready pipe with its
+// first line read.
+func startShippedPipe(t *testing.T, s shipment, stdin string) (string, *exec.Cmd, string, *bufio.Reader) {
+	t.Helper()
 	kd := t.TempDir()
-	for _, d := range []string{"cells", "rpc"} {
-		if err := os.Mkdir(filepath.Join(kd, d), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, f := range []string{"wake", "done", "ready"} {
-		if err := syscall.Mkfifo(filepath.Join(kd, f), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(kd, "runner.py"), s.script, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	if s.plant != nil {
 		s.plant(kd)
 	}
-	ready, err := os.OpenFile(filepath.Join(kd, "ready"), os.O_RDWR, 0) // as the spawn script holds it
+	ready, w, err := os.Pipe() // as the spawn's watcher hands it over, as fd 3
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ready.Close() })
-	sizes := s.sizes
+	sizes, scriptSize := s.sizes, s.scriptSize
 	if sizes == "" {
 		sizes = fmt.Sprintf("%d %d", len(s.code), len(s.tools))
 	}
-	cmd := exec.Command("python3", filepath.Join(kd, "runner.py"))
-	cmd.Env = append(os.Environ(), "KERNELDECK_STDIN="+sizes)
-	cmd.Stdin = io.MultiReader(bytes.NewReader(s.code), bytes.NewReader(s.tools), strings.NewReader(stdin))
-	if err := cmd.Start(); err != nil {
+	if scriptSize == "" {
+		scriptSize = strconv.Itoa(len(s.script))
+	}
+	cmd := exec.Command("python3", "-c", StartProgram(), filepath.Join(kd, "runner.py"))
+	cmd.Env = append(os.Environ(), "KERNELDECK_STDIN="+scriptSize+" "+sizes)
+	cmd.Stdin = io.MultiReader(strings.NewReader(Bootstrap), bytes.NewReader(s.script), bytes.NewReader(s.code), bytes.NewReader(s.tools), strings.NewReader(stdin))
+	cmd.ExtraFiles = []*os.File{w}
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	ready.SetReadDeadline(time.Now().Add(30 * time.Second))
-	line, err := bufio.NewReader(ready).ReadString('\n')
+	br := bufio.NewReader(ready)
+	line, err := br.ReadString('\n')
 	if err != nil {
-		t.Fatalf("nothing on the ready FIFO: %v", err)
+		t.Fatalf("nothing on the ready pipe: %v", err)
 	}
-	return strings.TrimSpace(line), cmd, kd
+	return strings.TrimSpace(line), cmd, kd, br
 }
 
 // A runner whose config line did not arrive whole (the engine ended in the
@@ -94,7 +97,7 @@ func TestRunnerWithoutConfigExits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			line, cmd := startRunner(t, tc.stdin)
 			if line != "NOCONFIG" {
-				t.Fatalf("ready FIFO: %q, want NOCONFIG", line)
+				t.Fatalf("ready pipe: %q, want NOCONFIG", line)
 			}
 			if err := cmd.Wait(); !isExit(err, 2) {
 				t.Fatalf("the runner ended with %v, want exit status 2", err)
@@ -104,7 +107,7 @@ func TestRunnerWithoutConfigExits(t *testing.T) {
 	// The same start with a whole config line gets a working runner.
 	line, _ := startRunner(t, `{"secret": "`+strings.Repeat("ab", 32)+`", "idle_exit": 60}`+"\n")
 	if !strings.HasPrefix(line, "READY ") {
-		t.Fatalf("ready FIFO with a config line: %q, want READY ...", line)
+		t.Fatalf("ready pipe with a config line: %q, want READY ...", line)
 	}
 }
 
@@ -129,13 +132,13 @@ func TestLoaderRunsOnlyItsInterpretersCode(t *testing.T) {
 	}
 	config := `{"secret": "` + strings.Repeat("ab", 32) + `", "idle_exit": 60}` + "\n"
 	if line, _, _ := startShipped(t, shipment{script: Loader, code: code}, config); !strings.HasPrefix(line, "READY ") {
-		t.Fatalf("ready FIFO with the loader and its code: %q, want READY ...", line)
+		t.Fatalf("ready pipe with the loader and its code: %q, want READY ...", line)
 	}
 	other := bytes.Clone(code)
 	other[1] ^= 0x5a
 	line, cmd, _ := startShipped(t, shipment{script: Loader, code: other}, config)
 	if line != "NOCODE" {
-		t.Fatalf("ready FIFO with another interpreter's code: %q, want NOCODE", line)
+		t.Fatalf("ready pipe with another interpreter's code: %q, want NOCODE", line)
 	}
 	if err := cmd.Wait(); !isExit(err, 2) {
 		t.Fatalf("the loader of refused code ended with %v, want exit status 2", err)
@@ -143,7 +146,7 @@ func TestLoaderRunsOnlyItsInterpretersCode(t *testing.T) {
 	// Code cut short (the engine ended mid-spawn) is not run either.
 	line, cmd, _ = startShipped(t, shipment{script: Loader, code: code[:len(code)/2], sizes: fmt.Sprintf("%d 0", len(code))}, "")
 	if line != "FAILED the compiled runner was cut short" {
-		t.Fatalf("ready FIFO with half the code: %q, want FAILED ...", line)
+		t.Fatalf("ready pipe with half the code: %q, want FAILED ...", line)
 	}
 	if err := cmd.Wait(); !isExit(err, 2) {
 		t.Fatalf("the loader of cut code ended with %v, want exit status 2", err)
@@ -152,7 +155,7 @@ func TestLoaderRunsOnlyItsInterpretersCode(t *testing.T) {
 	// would leave the spawn to say only that the runner exited).
 	line, cmd, _ = startShipped(t, shipment{script: Loader, code: code, sizes: "nonsense"}, config)
 	if line != "FAILED no size for the compiled runner in KERNELDECK_STDIN" {
-		t.Fatalf("ready FIFO with no size for the code: %q, want FAILED ...", line)
+		t.Fatalf("ready pipe with no size for the code: %q, want FAILED ...", line)
 	}
 	if err := cmd.Wait(); !isExit(err, 2) {
 		t.Fatalf("the loader without a size ended with %v, want exit status 2", err)
@@ -168,7 +171,7 @@ func TestRunnerWritesTheShippedToolStubs(t *testing.T) {
 	stubs := []byte("TOOLS = ('noop',)\n")
 	line, _, kd := startShipped(t, shipment{script: Source, tools: stubs}, config)
 	if !strings.HasPrefix(line, "READY ") {
-		t.Fatalf("ready FIFO: %q, want READY ...", line)
+		t.Fatalf("ready pipe: %q, want READY ...", line)
 	}
 	p := filepath.Join(kd, "kerneldeck_tools.py")
 	got, err := os.ReadFile(p)
@@ -194,7 +197,7 @@ func TestRunnerWritesTheShippedToolStubs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			line, cmd, _ := startShipped(t, tc.s, tc.stdin)
 			if !strings.HasPrefix(line, tc.want) {
-				t.Fatalf("ready FIFO: %q, want %q...", line, tc.want)
+				t.Fatalf("ready pipe: %q, want %q...", line, tc.want)
 			}
 			if err := cmd.Wait(); !isExit(err, 2) {
 				t.Fatalf("the runner ended with %v, want exit status 2", err)

@@ -242,9 +242,9 @@ func TestHostToolCallWaitsAndInterrupts(t *testing.T) {
 		return fakeenv.Outcome{Calls: []fakeenv.ToolCall{{Tool: "t", Args: map[string]int{"n": 1}}}}
 	}
 	spawn := "# kerneldeck:spawn\npy=''\nt='/tmp'\n" + `kd="$t/kerneldeck-once-"'k1'` + "\n" +
-		`werr=$( { head -c 1 >"$kd/runner.py"; } 2>&1 )` + "\n" + `KERNELDECK_STDIN='0 1' "$py" "$kd/runner.py"` + "\n"
+		`KERNELDECK_STDIN='1 0 1' "$py" -c 'import os;b=b"";exec("while len(b)<2:...")' "$kd/runner.py"` + "\n"
 	tok := kernelauth.NewSecret()
-	res, err := run(t, env, spawn, `rt{"secret":"`+tok+`"}`+"\n")
+	res, err := run(t, env, spawn, `bbrt{"secret":"`+tok+`"}`+"\n")
 	if err != nil || res.Output != "KD:SPAWNED 4242 /tmp/kerneldeck-once-k1 /usr/bin/python3 landlock:6\n" {
 		t.Fatalf("transient spawn: %q %v", res.Output, err)
 	}

@@ -34,6 +34,7 @@ type SpawnArgs struct {
 	Transient bool
 	Python    string // interpreter learnt from an earlier spawn, or ""
 	Sizes     [3]int // byte lengths of runner.py, runner.code and kerneldeck_tools.py on stdin
+	Bootstrap []byte // what the start program reads first
 	Runner    []byte
 	Code      []byte // the compiled runner, or empty: Runner is then the source
 	Tools     []byte
@@ -81,9 +82,11 @@ var (
 	// ... a transient one's directly in the temp dir.
 	spawnOnceID = regexp.MustCompile(`(?m)^kd="\$t/kerneldeck-once-"` + quoted + `$`)
 	spawnPython = regexp.MustCompile(`(?m)^py=` + quoted + `$`)
-	// runner.py is written by the script; the code and the tool stubs are
-	// the runner's to read (KERNELDECK_STDIN).
-	spawnSizes = regexp.MustCompile(`(?s)head -c (\d+) >"\$kd/runner\.py";.*KERNELDECK_STDIN='(\d+) (\d+)' `)
+	// All of stdin is the runner's to read: the bootstrap (its size in the
+	// start program), then (KERNELDECK_STDIN) runner.py, the code and the
+	// tool stubs, then the config.
+	spawnSizes = regexp.MustCompile(`KERNELDECK_STDIN='(\d+) (\d+) (\d+)' `)
+	spawnBoot  = regexp.MustCompile(`while len\(b\)<(\d+):`)
 )
 
 // ParseSpawn reads a "# kerneldeck:spawn" script (either dir shape) and
@@ -95,17 +98,23 @@ func ParseSpawn(command string, stdin []byte) (SpawnArgs, error) {
 	}
 	t, id, onceID, py, sz := spawnTemp.FindStringSubmatch(command), spawnID.FindStringSubmatch(command),
 		spawnOnceID.FindStringSubmatch(command), spawnPython.FindStringSubmatch(command), spawnSizes.FindStringSubmatch(command)
+	boot := spawnBoot.FindStringSubmatch(command)
 	if (id == nil) == (onceID == nil) {
 		return a, fmt.Errorf("fakeenv: cannot parse spawn script: want exactly one kernel dir shape (root=%v once=%v)", id != nil, onceID != nil)
 	}
 	if onceID != nil {
 		id, a.Transient = onceID, true
 	}
-	if t == nil || py == nil || sz == nil {
-		return a, fmt.Errorf("fakeenv: cannot parse spawn script (t=%v py=%v sizes=%v)", t != nil, py != nil, sz != nil)
+	if t == nil || py == nil || sz == nil || boot == nil {
+		return a, fmt.Errorf("fakeenv: cannot parse spawn script (t=%v py=%v sizes=%v bootstrap=%v)", t != nil, py != nil, sz != nil, boot != nil)
 	}
 	a.TempDir, a.ID, a.Python = unq(t[1]), unq(id[1]), unq(py[1])
-	total := 0
+	total, _ := strconv.Atoi(boot[1])
+	if len(stdin) < total {
+		return a, fmt.Errorf("fakeenv: spawn stdin has %d bytes, the bootstrap alone %d", len(stdin), total)
+	}
+	a.Bootstrap, stdin = stdin[:total], stdin[total:]
+	total = 0
 	for i := range a.Sizes {
 		a.Sizes[i], _ = strconv.Atoi(sz[i+1])
 		total += a.Sizes[i]

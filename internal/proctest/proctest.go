@@ -71,7 +71,8 @@ func Using(dir string) []string {
 }
 
 // Runners lists the live (not zombie) processes running a kerneldeck
-// runner, <dir>/…/runner.py, under dir.
+// runner under dir: the last word of a runner's argv is its path,
+// <dir>/…/runner.py.
 func Runners(dir string) []int {
 	dir = strings.TrimSuffix(dir, "/")
 	procs, _ := os.ReadDir("/proc")
@@ -82,12 +83,23 @@ func Runners(dir string) []int {
 			continue
 		}
 		cmd, _ := os.ReadFile("/proc/" + p.Name() + "/cmdline")
-		argv := strings.Split(string(cmd), "\x00")
-		if len(argv) > 1 && strings.HasPrefix(argv[1], dir+"/") && strings.HasSuffix(argv[1], "/runner.py") && Alive(pid) {
+		if p, ok := RunnerPath(string(cmd)); ok && strings.HasPrefix(p, dir+"/") && Alive(pid) {
 			out = append(out, pid)
 		}
 	}
 	return out
+}
+
+// RunnerPath returns the runner's path (…/runner.py) from a process's
+// /proc/<pid>/cmdline: its last word, after the interpreter and its -c
+// start program; ok is false for any other process.
+func RunnerPath(cmdline string) (string, bool) {
+	argv := strings.Split(strings.TrimSuffix(cmdline, "\x00"), "\x00")
+	if len(argv) < 4 || argv[len(argv)-3] != "-c" {
+		return "", false
+	}
+	p := argv[len(argv)-1]
+	return p, strings.HasSuffix(p, "/runner.py")
 }
 
 // Mentioning lists the live processes other than this one whose command

@@ -1,0 +1,108 @@
+package runner
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// configLine is the config line a spawn ends the runner's stdin with.
+func configLine(secret string) string {
+	return `{"secret": "` + secret + `", "idle_exit": 60}` + "\n"
+}
+
+// Started as a spawn starts it, the runner's bootstrap writes runner.py
+// (0600) and the runner makes its private dirs (0700) and FIFOs (0600),
+// then lets go of the ready pipe: after READY the pipe ends, so nothing a
+// cell starts can hold it. A cell sees sys.argv and sys.path as under
+// "python3 <dir>/runner.py".
+func TestRunnerSetsUpItsDir(t *testing.T) {
+	secret := strings.Repeat("ab", 32)
+	line, _, kd, ready := startShippedPipe(t, shipment{script: Source}, configLine(secret))
+	if !strings.HasPrefix(line, "READY ") {
+		t.Fatalf("ready pipe: %q, want READY ...", line)
+	}
+	if more, err := ready.ReadString('\n'); !errors.Is(err, io.EOF) || more != "" {
+		t.Fatalf("after READY the ready pipe gave %q, %v; want its end", more, err)
+	}
+	for name, want := range map[string]os.FileMode{
+		"runner.py": 0o600, "cells": os.ModeDir | 0o700, "rpc": os.ModeDir | 0o700,
+		"wake": os.ModeNamedPipe | 0o600, "done": os.ModeNamedPipe | 0o600,
+	} {
+		if st, err := os.Lstat(filepath.Join(kd, name)); err != nil || st.Mode() != want {
+			t.Errorf("%s: %v %v, want %v", name, st.Mode(), err, want)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(kd, "runner.py")); err != nil || string(got) != string(Source) {
+		t.Errorf("runner.py is not what was shipped (%d bytes, %v)", len(got), err)
+	}
+	c, br := dialAuthed(t, kd, secret)
+	e := &engineSide{t: t, c: c, br: br, kd: kd, secret: secret}
+	e.write(cellFrame("argv", "import sys\nprint(sys.argv)\nprint(sys.path[:2])"))
+	want := "['" + filepath.Join(kd, "runner.py") + "']\n['', '" + kd + "']\n"
+	if f, _ := e.result(); f.Status != "ok" || f.Stdout != want {
+		t.Fatalf("a cell's argv and path: %s %q %s; want %q", f.Status, f.Stdout, f.Traceback, want)
+	}
+}
+
+// What a runner cannot set up fails its start with the cause, told on the
+// ready pipe, and it exits 2: runner.py cut short or without a size, a
+// planted runner.py or private dir (never written through), a kernel root
+// of another user. A root open to others is put right (mode 700).
+func TestRunnerRefusesADirItCannotMakePrivate(t *testing.T) {
+	config := configLine(strings.Repeat("ab", 32))
+	elsewhere := t.TempDir()
+	link := func(name string) func(kd string) {
+		return func(kd string) {
+			if err := os.Symlink(elsewhere, filepath.Join(kd, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		s    shipment
+		want string
+		root bool // needs root (chown)
+	}{
+		{"runner.py cut short", shipment{script: Source, scriptSize: strconv.Itoa(len(Source) + 100)},
+			"FAILED runner.py was cut short: ", false},
+		{"no size for runner.py", shipment{script: Source, scriptSize: "x"}, "FAILED no size for runner.py in KERNELDECK_STDIN", false},
+		{"a planted runner.py", shipment{script: Source, plant: link("runner.py")}, "FAILED cannot write the runner files into ", false},
+		{"a planted private dir", shipment{script: Source, plant: link("cells")}, "FAILED cannot create private dirs under ", false},
+		{"a root of another user", shipment{script: Source, plant: func(kd string) {
+			if err := os.Chown(filepath.Dir(kd), 4242, 4242); err != nil {
+				t.Fatal(err)
+			}
+		}}, "FAILED not owner-only (want 700 0 directory): 700 4242 directory:", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.root && os.Geteuid() != 0 {
+				t.Skip("needs root to give a dir away")
+			}
+			line, cmd, _ := startShipped(t, tc.s, config)
+			if !strings.HasPrefix(line, tc.want) {
+				t.Fatalf("ready pipe: %q, want %q...", line, tc.want)
+			}
+			if err := cmd.Wait(); !isExit(err, 2) {
+				t.Fatalf("the runner ended with %v, want exit status 2", err)
+			}
+		})
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Fatalf("the runner wrote through a planted link: %v", entries)
+	}
+	// A root open to its group is made owner-only, and the runner starts.
+	line, _, kd := startShipped(t, shipment{script: Source, plant: func(kd string) {
+		if err := os.Chmod(filepath.Dir(kd), 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}}, config)
+	if st, err := os.Stat(filepath.Dir(kd)); !strings.HasPrefix(line, "READY ") || err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("a root open to its group: %q, root %v %v; want READY and 0700", line, st.Mode(), err)
+	}
+}
