@@ -111,12 +111,12 @@ exec 5< <( exec 2>/dev/null
 # ppid_of sets ppid (no $(...): a fork on the spawn's path).
 ppid_of() { local s; ppid=; read -r s 2>/dev/null <"/proc/$1/stat" || return 1; s=${s##*) }; set -- $s; ppid=$2; }
 watcher=
-read -r -t %[5]d -u 5 word watcher && [ "$word" = W ] && [[ $watcher =~ ^[0-9]+$ ]] || fail "the runner's watcher did not start"
+read -r -t %[5]d -u 5 word watcher && [ "$word" = W ] && [[ $watcher =~ ^[0-9]+$ ]] || { rm -rf -- "$kd"; fail "the runner's watcher did not start"; }
 word=
 read -r -t %[5]d -u 5 word rpid exe conf; rc=$?
 # What a runner that failed wrote, read at once, with builtins: once it
 # has died, its watcher removes the dir.
-log=; [ "$rc" = 0 ] && [ "$word" = READY ] || { mapfile -t lines <"$kd/runner.log"; log="${lines[*]}"; [ ${#log} -gt 1500 ] && log=${log: -1500}; } 2>/dev/null
+log=; [ "$rc" = 0 ] && [ "$word" = READY ] || { lines=(); mapfile -t lines <"$kd/runner.log"; log="${lines[*]}"; [ ${#log} -gt 1500 ] && log=${log: -1500}; } 2>/dev/null
 if [ "$rc" = 0 ] && [ "$word" = READY ] && [[ $rpid =~ ^[0-9]+$ ]] &&
   { [ ! -r "/proc/$rpid/stat" ] || { ppid_of "$rpid" && [ "$ppid" = "$watcher" ]; }; }; then
   printf 'KD:SPAWNED %%s %%s %%s %%s\n' "$rpid" "$kd" "$exe" "$conf"

@@ -25,7 +25,8 @@ var Loader []byte
 // bytes as the first size in KERNELDECK_STDIN says, writes it there (0600,
 // never through anything planted), leaves the other sizes for the runner,
 // and runs it as the script it would have been: in __main__, with __file__,
-// sys.argv and sys.path[0] as for "python3 <dir>/runner.py". What went
+// sys.argv and sys.path[0] as for "python3 <dir>/runner.py" (runner.py's
+// own frames named by its path where it is the source). What went
 // wrong is told on fd 3, the spawn's ready channel, as "FAILED <why>".
 // Writing runner.py here, not with head(1) in the spawn script, saves a
 // fork and an exec.
@@ -62,7 +63,21 @@ const Bootstrap = `def _kd_boot():
     os.environ["KERNELDECK_STDIN"] = " ".join(s[1:])
     sys.argv[:] = [p]
     sys.path[0] = os.path.dirname(p)
-    return p, compile(bytes(b), p, "exec", dont_inherit=True)
+    # compile() would set up the AST's 119 Python types (~0.2 MB in every
+    # kernel) to check it was not handed an AST. The loader needs no name
+    # (the code it runs has its own); the source is compiled through the C
+    # API, as the interpreter compiles a script.
+    if s[1:2] != ["0"]:
+        return p, bytes(b)
+    try:
+        import _ctypes as c
+        class H:
+            _handle = c.dlopen(None, getattr(os, "RTLD_NOW", 2))
+        o = type("o", (c._SimpleCData,), {"_type_": "O"})
+        f = type("f", (c.CFuncPtr,), {"_flags_": c.FUNCFLAG_CDECL | c.FUNCFLAG_PYTHONAPI, "_restype_": o})
+        return p, f(("Py_CompileString", H))(bytes(b), p.encode(), 257)
+    except (ImportError, AttributeError, TypeError, OSError):
+        return p, compile(bytes(b), p, "exec", dont_inherit=True)
 __file__, _kd_code = _kd_boot()
 del _kd_boot, b
 exec(_kd_code)

@@ -34,6 +34,8 @@ type shipment struct {
 	sizes, scriptSize string
 	// plant is called with the kernel dir before the runner starts.
 	plant func(kd string)
+	// python is the interpreter (python3 from PATH when empty).
+	python string
 }
 
 // startShipped starts s's runner.py as the spawn script does, stdin
@@ -65,7 +67,11 @@ func startShippedPipe(t *testing.T, s shipment, stdin string) (string, *exec.Cmd
 	if scriptSize == "" {
 		scriptSize = strconv.Itoa(len(s.script))
 	}
-	cmd := exec.Command("python3", "-c", StartProgram(), filepath.Join(kd, "runner.py"))
+	python := s.python
+	if python == "" {
+		python = "python3"
+	}
+	cmd := exec.Command(python, "-c", StartProgram(), filepath.Join(kd, "runner.py"))
 	cmd.Env = append(os.Environ(), "KERNELDECK_STDIN="+scriptSize+" "+sizes)
 	cmd.Stdin = io.MultiReader(strings.NewReader(Bootstrap), bytes.NewReader(s.script), bytes.NewReader(s.code), bytes.NewReader(s.tools), strings.NewReader(stdin))
 	cmd.ExtraFiles = []*os.File{w}

@@ -1,9 +1,12 @@
 package runner
 
 import (
+	"bytes"
+	"encoding/base64"
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -104,5 +107,55 @@ func TestRunnerRefusesADirItCannotMakePrivate(t *testing.T) {
 	}}, config)
 	if st, err := os.Stat(filepath.Dir(kd)); !strings.HasPrefix(line, "READY ") || err != nil || st.Mode().Perm() != 0o700 {
 		t.Fatalf("a root open to its group: %q, root %v %v; want READY and 0700", line, st.Mode(), err)
+	}
+}
+
+// compiledFor is the runner compiled by python (CompileProgram's code).
+func compiledFor(t *testing.T, python string) []byte {
+	t.Helper()
+	compile := exec.Command(python, "-I", "-S", "-c", CompileProgram, strconv.Itoa(len(Source)))
+	compile.Stdin = bytes.NewReader(Source)
+	out, err := compile.Output()
+	first, _, _ := strings.Cut(string(out), "\n")
+	line, ok := strings.CutPrefix(first, "KD:CODE ")
+	code, derr := base64.StdEncoding.DecodeString(line)
+	if err != nil || !ok || derr != nil {
+		t.Fatalf("compile with %s: %v %v: %.200q", python, err, derr, out)
+	}
+	return code
+}
+
+// The start leaves the interpreter as a bare one is: compile() would set
+// up the AST's 119 Python types (~0.2 MB) in every kernel, so the loader
+// is run without it and the source compiled through the C API. Checked on
+// python3 from PATH and on /usr/bin/python3 where it exists (pyenv's 3.11
+// makes the types at start, so only an interpreter that does not can tell).
+func TestRunnerStartLeavesTheASTAlone(t *testing.T) {
+	const probe = "import gc, sys\nprint(sum(isinstance(o, type) and o.__module__ == 'ast' for o in gc.get_objects()), '_ast' in sys.modules)"
+	pythons := []string{"python3"}
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		pythons = append(pythons, "/usr/bin/python3")
+	}
+	secret := strings.Repeat("ab", 32)
+	for _, python := range pythons {
+		bare, err := exec.Command(python, "-c", probe).Output()
+		if err != nil {
+			t.Fatalf("a bare %s: %v", python, err)
+		}
+		for _, s := range []shipment{
+			{script: Source, python: python},
+			{script: Loader, code: compiledFor(t, python), python: python},
+		} {
+			line, _, kd := startShipped(t, s, configLine(secret))
+			if !strings.HasPrefix(line, "READY ") {
+				t.Fatalf("%s: ready pipe: %q, want READY ...", python, line)
+			}
+			c, br := dialAuthed(t, kd, secret)
+			e := &engineSide{t: t, c: c, br: br, kd: kd, secret: secret}
+			e.write(cellFrame("probe", probe))
+			if f, _ := e.result(); f.Stdout != string(bare) {
+				t.Errorf("%s, shipped compiled %v: AST types and _ast %q, a bare interpreter %q", python, s.code != nil, f.Stdout, bare)
+			}
+		}
 	}
 }
