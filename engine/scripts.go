@@ -27,10 +27,11 @@ var shq = backends.ShellQuote
 // or runner.Loader), the compiled runner (may be empty), kerneldeck_tools.py
 // and the config line with the kernel's secret, in that order (sizes: the
 // three after the bootstrap), and is all the runner's own: the interpreter
-// starts with runner.StartProgram, and the bootstrap writes runner.py, the
-// runner its private dirs, FIFOs and kerneldeck_tools.py, checking every
-// mode. The external commands the script ran for those (mkdir, stat, head,
-// mkfifo) were a fork and an exec each, 5-7 ms apiece on a small host. The
+// starts with runner.StartProgram, and the bootstrap makes the kernel dir
+// and writes runner.py, the runner its private dirs, FIFOs and
+// kerneldeck_tools.py, checking every mode. The external commands the
+// script ran for those (mkdir, stat, head, mkfifo) were a fork and an exec
+// each, 5-7 ms apiece on a small host. The
 // code and the secret never touch a file. It prints "KD:SPAWNED <pid> <dir>
 // <python> <confinement>", "KD:NOCODE" (the loader refused the code) or
 // "KD:ERR <reason>". python, learnt from an earlier spawn, skips PATH
@@ -70,11 +71,13 @@ py=%[6]s
 command -v "$py" >/dev/null 2>&1 || fail "python3 was not found on PATH on this host; install Python 3.8 or newer"
 t=%[1]s
 %[2]s
-# $kd is made here, atomically, so that everything below (the watcher's
-# rm -rf included) works only in a dir this spawn made: a planted $kd (a
-# symlink) fails it. The runner makes the rest and checks every mode (the
-# umask makes them 700; a root made by hand or a default ACL may not).
-mkdir "$kd" 2>/dev/null || fail "cannot create kernel dir $kd (it may already exist)"
+# The runner's bootstrap makes $kd (mkdir(2), atomically) and the runner
+# the rest, checking every mode (the umask makes them 700; a root made by
+# hand or a default ACL may not), so that everything below (the watcher's
+# rm -rf included) works only in a dir this spawn made. A $kd already
+# there (planted, a symlink) fails the spawn here, or, if it came since,
+# in the bootstrap: it says NODIR and exits 75, and nobody removes it.
+[ -e "$kd" ] || [ -L "$kd" ] && fail "cannot create kernel dir $kd (it already exists)"
 # The runner's parent, a watcher holding no output channel, keeps its exit
 # status in <root>/.exit-<id>, so that its death can be told apart (an exit
 # code, a signal). It goes beside the kernel dir, in the owner-only root,
@@ -89,18 +92,23 @@ exitf="${kd%%/*}/.exit-${kd##*/}"; [ "$root" = "$kd" ] && exitf=
 # The watcher's stdout is a pipe to this script (fd 5): it says its pid,
 # then hands the pipe to the runner as fd 3 and lets go of it, so the
 # runner's READY (or why it could not start) comes on a channel nobody
-# else holds, and its death before READY is EOF.
+# else holds, and its death before READY is EOF. The runner's fds 1 and 2
+# are that pipe too until its bootstrap points them at its runner.log: what
+# the interpreter says before that (it cannot start) comes here.
 exec 5< <( exec 2>/dev/null
   printf 'W %%s\n' "$BASHPID"
   trap '' HUP
   read -r up _ </proc/uptime; up=${up%%.*}
-  KERNELDECK_STDIN='%[3]d %[7]d %[4]d' PYTHONDONTWRITEBYTECODE=1 "$py" -c %[8]s "$kd/runner.py" <&0 3>&1 >>"$kd/runner.log" 2>&1 &
+  KERNELDECK_STDIN='%[3]d %[7]d %[4]d' PYTHONDONTWRITEBYTECODE=1 "$py" -c %[8]s "$kd/runner.py" <&0 3>&1 2>&1 &
   rp=$!; exec >/dev/null </dev/null
   oomf=; while IFS= read -r l; do case $l in *:memory:*) oomf=/sys/fs/cgroup/memory${l#*:memory:}/memory.oom_control;; 0::*) [ -z "$oomf" ] && oomf=/sys/fs/cgroup${l#0::}/memory.events;; esac; done <"/proc/$rp/cgroup"
   # Builtins only, no $(...): a subshell is a fork while the runner starts.
   oomn() { local k v; n=; while read -r k v; do [ "$k" = oom_kill ] && { n=$v; return; }; done <"$oomf"; }
   oomn; oom0=$n
   wait "$rp"; st=$?; why=
+  # 75: the bootstrap found $kd already there; it is not this spawn's. (A
+  # cell ending its runner with os._exit(75) leaves its dir behind.)
+  [ "$st" = 75 ] && exit 0
   if [ "$st" = 137 ]; then
     l=$(dmesg | grep -E "[Kk]illed process $rp " | tail -n 1); t=${l#*[}; t=${t%%%%]*}; t=${t// /}; t=${t%%%%.*}
     if [[ $t =~ ^[0-9]+$ && $up =~ ^[0-9]+$ ]] && [ "$t" -ge "$up" ]; then case $l in *"emory cgroup"*) why=oom-cgroup;; *) why=oom-host;; esac
@@ -112,11 +120,21 @@ exec 5< <( exec 2>/dev/null
 ppid_of() { local s; ppid=; read -r s 2>/dev/null <"/proc/$1/stat" || return 1; s=${s##*) }; set -- $s; ppid=$2; }
 watcher=
 read -r -t %[5]d -u 5 word watcher && [ "$word" = W ] && [[ $watcher =~ ^[0-9]+$ ]] || { rm -rf -- "$kd"; fail "the runner's watcher did not start"; }
-word=
-read -r -t %[5]d -u 5 word rpid exe conf; rc=$?
+# Lines before the runner's answer are what the interpreter said before
+# its bootstrap ran (a warning, or why it cannot start).
+word= log= rc=0 end=$((SECONDS + %[5]d))
+while :; do
+  left=$((end - SECONDS)); [ "$left" -gt 0 ] || { rc=142; break; }
+  word= rpid= exe= conf=
+  read -r -t "$left" -u 5 word rpid exe conf; rc=$?
+  [ "$rc" = 0 ] || { [ -n "$word" ] && log+="$word $rpid $exe $conf"; break; }
+  case $word in READY|NOCODE|FAILED|NODIR) break;; esac
+  [ ${#log} -lt 3000 ] && log+="$word $rpid $exe $conf "
+done
 # What a runner that failed wrote, read at once, with builtins: once it
 # has died, its watcher removes the dir.
-log=; [ "$rc" = 0 ] && [ "$word" = READY ] || { lines=(); mapfile -t lines <"$kd/runner.log"; log="${lines[*]}"; [ ${#log} -gt 1500 ] && log=${log: -1500}; } 2>/dev/null
+[ "$rc" = 0 ] && [ "$word" = READY ] || { lines=(); mapfile -t lines <"$kd/runner.log"; log="$log${lines[*]}"; } 2>/dev/null
+[ ${#log} -gt 1500 ] && log=${log: -1500}
 if [ "$rc" = 0 ] && [ "$word" = READY ] && [[ $rpid =~ ^[0-9]+$ ]] &&
   { [ ! -r "/proc/$rpid/stat" ] || { ppid_of "$rpid" && [ "$ppid" = "$watcher" ]; }; }; then
   printf 'KD:SPAWNED %%s %%s %%s %%s\n' "$rpid" "$kd" "$exe" "$conf"
@@ -124,6 +142,8 @@ if [ "$rc" = 0 ] && [ "$word" = READY ] && [[ $rpid =~ ^[0-9]+$ ]] &&
 fi
 for p in /proc/[0-9]*; do ppid_of "${p#/proc/}" && [ "$ppid" = "$watcher" ] && kill -KILL -- "-${p#/proc/}" "${p#/proc/}" 2>/dev/null; done
 kill -KILL "$watcher" 2>/dev/null
+# $kd was there before the runner could make it: not this spawn's.
+[ "$word" = NODIR ] && fail "${rpid-} ${exe-} ${conf-}"
 # The loader refused the code (made by another interpreter version): the
 # engine spawns again from source.
 [ "$word" = NOCODE ] && { rm -rf -- "$kd"; echo KD:NOCODE; exit 3; }

@@ -2,8 +2,11 @@ package engine
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,5 +54,99 @@ func TestSpawnSaysTheRunnerExitedBeforeItWasReady(t *testing.T) {
 	matches, _ := filepath.Glob(filepath.Join(env.TempDir(), "kerneldeck-*", "kdied"))
 	if len(matches) != 0 {
 		t.Fatalf("the failed spawn left %v", matches)
+	}
+}
+
+// spawnWith runs the spawn script of a kernel id on env with python as
+// the interpreter, shipping the runner's source, and kills a runner it
+// started when the test ends.
+func spawnWith(t *testing.T, env *backends.Local, id, python, root string) backends.Result {
+	t.Helper()
+	script := spawnScript(env.TempDir(), id, python, root, [3]int{len(runner.Source), 0, 0}, 20, false)
+	res, err := env.Execute(context.Background(), script, backends.ExecOptions{Stdin: spawnStdin(runner.Source, nil, nil, []byte(`{"secret": "`+strings.Repeat("ab", 32)+`"}`+"\n")), Timeout: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(res.Output); len(f) > 1 && f[0] == "KD:SPAWNED" {
+		if pid, err := strconv.Atoi(f[1]); err == nil {
+			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+		}
+	}
+	return res
+}
+
+// wrapper writes an executable shell script standing in for the
+// interpreter, which runs body before it execs python3 with its arguments
+// (-c <start> <kernel dir>/runner.py).
+func wrapper(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "python3")
+	if err := os.WriteFile(p, []byte("#!/bin/bash\n"+body+"\nexec python3 \"$@\"\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// What the interpreter says before the runner's bootstrap runs (a warning
+// of its own, or why it cannot start) comes on the ready pipe: a warning
+// does not fail the spawn, and a death names its cause.
+func TestSpawnReadsWhatTheInterpreterSaysFirst(t *testing.T) {
+	env := backends.NewLocal(t.TempDir())
+	res := spawnWith(t, env, "kwarns", wrapper(t, "echo 'a warning from the interpreter' >&2"), "")
+	if !strings.HasPrefix(res.Output, "KD:SPAWNED ") {
+		t.Fatalf("spawn by an interpreter that warns first: rc %d output %q, want KD:SPAWNED", res.ReturnCode, res.Output)
+	}
+	res = spawnWith(t, env, "kbroken", wrapper(t, "echo 'Fatal Python error: init_fs_encoding' >&2; exit 1"), "")
+	if !strings.Contains(res.Output, "KD:ERR runner exited before it was ready: Fatal Python error: init_fs_encoding") {
+		t.Fatalf("spawn by an interpreter that cannot start: rc %d output %q, want its words", res.ReturnCode, res.Output)
+	}
+}
+
+// A kernel dir already there is never used nor removed: found by the
+// script, or (made in the moment between) by the bootstrap's mkdir, when
+// the watcher must leave it alone too, whichever of it and the script
+// learns first.
+func TestSpawnLeavesAKernelDirAlreadyThere(t *testing.T) {
+	env := backends.NewLocal(t.TempDir())
+	root := filepath.Join(env.TempDir(), "kerneldeck-test")
+	if err := os.Mkdir(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	plant := func(kd string) {
+		if err := os.MkdirAll(kd, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(kd, "theirs"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	there := filepath.Join(root, "kthere")
+	plant(there)
+	res := spawnWith(t, env, "kthere", "", root)
+	if !strings.Contains(res.Output, "KD:ERR cannot create kernel dir "+there+" (it already exists)") {
+		t.Fatalf("spawn into a dir already there: rc %d output %q", res.ReturnCode, res.Output)
+	}
+	raced := filepath.Join(root, "kraced")
+	res = spawnWith(t, env, "kraced", wrapper(t, `d=${3%/runner.py}; mkdir "$d" && : >"$d/theirs"`), root)
+	if !strings.Contains(res.Output, "KD:ERR cannot create kernel dir "+raced+" (it may already exist): File exists") {
+		t.Fatalf("spawn racing a dir made in between: rc %d output %q", res.ReturnCode, res.Output)
+	}
+	// The same, where the watcher sees the runner's 75 long before the
+	// script reads its NODIR (which would kill the watcher): the watcher
+	// itself must leave the dir.
+	late := filepath.Join(root, "klate")
+	res = spawnWith(t, env, "klate", wrapper(t, `d=${3%/runner.py}; mkdir "$d" && : >"$d/theirs"
+{ sleep 0.5; echo "NODIR cannot create kernel dir $d (it may already exist): File exists" >&3; } &
+exit 75`), root)
+	if !strings.Contains(res.Output, "KD:ERR cannot create kernel dir "+late+" (it may already exist): File exists") {
+		t.Fatalf("spawn whose runner says NODIR late: rc %d output %q", res.ReturnCode, res.Output)
+	}
+	// The watcher has seen its runner end by now, or soon: give it the time
+	// a wrong rm -rf would take.
+	time.Sleep(500 * time.Millisecond)
+	for _, kd := range []string{there, raced, late} {
+		if _, err := os.Stat(filepath.Join(kd, "theirs")); err != nil {
+			t.Errorf("%s was removed or used: %v", kd, err)
+		}
 	}
 }

@@ -21,18 +21,38 @@ var Loader []byte
 
 // Bootstrap is what a spawn's interpreter runs first: StartProgram reads
 // it from stdin. Its one argument is the runner's path, <kernel dir>/
-// runner.py. It reads runner.py (Source or Loader) from stdin, as many
-// bytes as the first size in KERNELDECK_STDIN says, writes it there (0600,
-// never through anything planted), leaves the other sizes for the runner,
-// and runs it as the script it would have been: in __main__, with __file__,
-// sys.argv and sys.path[0] as for "python3 <dir>/runner.py" (runner.py's
-// own frames named by its path where it is the source). What went
-// wrong is told on fd 3, the spawn's ready channel, as "FAILED <why>".
-// Writing runner.py here, not with head(1) in the spawn script, saves a
-// fork and an exec.
+// runner.py. It makes the kernel dir (700; one already there, planted or
+// not, is never used: "NODIR <why>" on fd 3 and exit status 75, so that
+// nobody removes it), points fds 1 and 2 at its runner.log, reads
+// runner.py (Source or Loader) from stdin, as many bytes as the first size
+// in KERNELDECK_STDIN says, writes it there (0600), leaves the other sizes
+// for the runner, and runs it as the script it would have been: in
+// __main__, with __file__, sys.argv and sys.path[0] as for "python3
+// <dir>/runner.py" (runner.py's own frames named by its path where it is
+// the source). What else went wrong is told on fd 3, the spawn's ready
+// channel, as "FAILED <why>". Doing these here, not with mkdir(1) and
+// head(1) in the spawn script, saves two forks and execs.
 const Bootstrap = `def _kd_boot():
     import sys
     p, s = sys.argv[1], os.environ.get("KERNELDECK_STDIN", "").split()
+    d = os.path.dirname(p)
+    try:
+        os.mkdir(d, 0o700)
+    except OSError as e:
+        try:
+            os.write(3, ("NODIR cannot create kernel dir %s (it may already exist): %s\n" % (d, e.strerror or e)).encode())
+        finally:
+            os._exit(75)
+    try:
+        fd = os.open(os.path.join(d, "runner.log"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    except OSError as e:
+        try:
+            os.write(3, ("FAILED cannot open runner.log in %s: %s\n" % (d, e.strerror or e)).encode())
+        finally:
+            os._exit(2)
     n, b = int(s[0]) if s and s[0].isdigit() else -1, bytearray()
     while len(b) < n:
         c = os.read(0, n - len(b))

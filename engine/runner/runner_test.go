@@ -32,8 +32,13 @@ type shipment struct {
 	// Bootstrap took runner.py's (else the true sizes); scriptSize, when
 	// set, is runner.py's size as sent.
 	sizes, scriptSize string
-	// plant is called with the kernel dir before the runner starts.
+	// plant is called with the kernel dir's path before the runner starts
+	// (the bootstrap makes the dir; with inDir it is there already).
 	plant func(kd string)
+	// inDir starts runner.py as "python3 <kd>/runner.py" in a kernel dir
+	// made beforehand, without the bootstrap: what the runner checks
+	// itself, were something planted in its dir in a race.
+	inDir bool
 	// python is the interpreter (python3 from PATH when empty).
 	python string
 }
@@ -51,7 +56,19 @@ func startShipped(t *testing.T, s shipment, stdin string) (string, *exec.Cmd, st
 // first line read.
 func startShippedPipe(t *testing.T, s shipment, stdin string) (string, *exec.Cmd, string, *bufio.Reader) {
 	t.Helper()
-	kd := t.TempDir()
+	root := t.TempDir()
+	if err := os.Chmod(root, 0o700); err != nil { // as a kernel root is made
+		t.Fatal(err)
+	}
+	kd := filepath.Join(root, "k")
+	if s.inDir {
+		if err := os.Mkdir(kd, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(kd, "runner.py"), s.script, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if s.plant != nil {
 		s.plant(kd)
 	}
@@ -74,6 +91,11 @@ func startShippedPipe(t *testing.T, s shipment, stdin string) (string, *exec.Cmd
 	cmd := exec.Command(python, "-c", StartProgram(), filepath.Join(kd, "runner.py"))
 	cmd.Env = append(os.Environ(), "KERNELDECK_STDIN="+scriptSize+" "+sizes)
 	cmd.Stdin = io.MultiReader(strings.NewReader(Bootstrap), bytes.NewReader(s.script), bytes.NewReader(s.code), bytes.NewReader(s.tools), strings.NewReader(stdin))
+	if s.inDir {
+		cmd = exec.Command(python, filepath.Join(kd, "runner.py"))
+		cmd.Env = append(os.Environ(), "KERNELDECK_STDIN="+sizes)
+		cmd.Stdin = io.MultiReader(bytes.NewReader(s.code), bytes.NewReader(s.tools), strings.NewReader(stdin))
+	}
 	cmd.ExtraFiles = []*os.File{w}
 	err = cmd.Start()
 	w.Close()
@@ -194,7 +216,7 @@ func TestRunnerWritesTheShippedToolStubs(t *testing.T) {
 	}{
 		{"stubs cut short", shipment{script: Source, sizes: "0 100"}, "short", "FAILED kerneldeck_tools.py was cut short: 5 of 100 bytes"},
 		{"no sizes", shipment{script: Source, sizes: "nonsense"}, config, "FAILED no size for kerneldeck_tools.py in KERNELDECK_STDIN"},
-		{"a planted link", shipment{script: Source, tools: stubs, plant: func(kd string) {
+		{"a planted link", shipment{script: Source, tools: stubs, inDir: true, plant: func(kd string) {
 			if err := os.Symlink(elsewhere, filepath.Join(kd, "kerneldeck_tools.py")); err != nil {
 				t.Fatal(err)
 			}

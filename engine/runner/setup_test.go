@@ -54,8 +54,10 @@ func TestRunnerSetsUpItsDir(t *testing.T) {
 
 // What a runner cannot set up fails its start with the cause, told on the
 // ready pipe, and it exits 2: runner.py cut short or without a size, a
-// planted runner.py or private dir (never written through), a kernel root
-// of another user. A root open to others is put right (mode 700).
+// planted private dir (never written through), a kernel root of another
+// user. A kernel dir already there (planted, or a link) is never used: the
+// bootstrap says NODIR and exits 75, so that the spawn's watcher leaves it
+// alone. A root open to others is put right (mode 700).
 func TestRunnerRefusesADirItCannotMakePrivate(t *testing.T) {
 	config := configLine(strings.Repeat("ab", 32))
 	elsewhere := t.TempDir()
@@ -66,22 +68,34 @@ func TestRunnerRefusesADirItCannotMakePrivate(t *testing.T) {
 			}
 		}
 	}
+	planted := ""
 	for _, tc := range []struct {
-		name string
-		s    shipment
-		want string
-		root bool // needs root (chown)
+		name   string
+		s      shipment
+		want   string
+		root   bool // needs root (chown)
+		status int
 	}{
 		{"runner.py cut short", shipment{script: Source, scriptSize: strconv.Itoa(len(Source) + 100)},
-			"FAILED runner.py was cut short: ", false},
-		{"no size for runner.py", shipment{script: Source, scriptSize: "x"}, "FAILED no size for runner.py in KERNELDECK_STDIN", false},
-		{"a planted runner.py", shipment{script: Source, plant: link("runner.py")}, "FAILED cannot write the runner files into ", false},
-		{"a planted private dir", shipment{script: Source, plant: link("cells")}, "FAILED cannot create private dirs under ", false},
+			"FAILED runner.py was cut short: ", false, 2},
+		{"no size for runner.py", shipment{script: Source, scriptSize: "x"}, "FAILED no size for runner.py in KERNELDECK_STDIN", false, 2},
+		{"a kernel dir already there", shipment{script: Source, plant: func(kd string) {
+			if err := os.Mkdir(kd, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			planted = kd
+		}}, "NODIR cannot create kernel dir ", false, 75},
+		{"a planted kernel dir", shipment{script: Source, plant: func(kd string) {
+			if err := os.Symlink(elsewhere, kd); err != nil {
+				t.Fatal(err)
+			}
+		}}, "NODIR cannot create kernel dir ", false, 75},
+		{"a planted private dir", shipment{script: Source, inDir: true, plant: link("cells")}, "FAILED cannot create private dirs under ", false, 2},
 		{"a root of another user", shipment{script: Source, plant: func(kd string) {
 			if err := os.Chown(filepath.Dir(kd), 4242, 4242); err != nil {
 				t.Fatal(err)
 			}
-		}}, "FAILED not owner-only (want 700 0 directory): 700 4242 directory:", true},
+		}}, "FAILED not owner-only (want 700 0 directory): 700 4242 directory:", true, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.root && os.Geteuid() != 0 {
@@ -91,8 +105,15 @@ func TestRunnerRefusesADirItCannotMakePrivate(t *testing.T) {
 			if !strings.HasPrefix(line, tc.want) {
 				t.Fatalf("ready pipe: %q, want %q...", line, tc.want)
 			}
-			if err := cmd.Wait(); !isExit(err, 2) {
-				t.Fatalf("the runner ended with %v, want exit status 2", err)
+			if err := cmd.Wait(); !isExit(err, tc.status) {
+				t.Fatalf("the runner ended with %v, want exit status %d", err, tc.status)
+			}
+			if planted != "" {
+				dir := planted
+				planted = ""
+				if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+					t.Fatalf("the runner used a kernel dir that was already there: %v %v", entries, err)
+				}
 			}
 		})
 	}

@@ -238,7 +238,7 @@ func (h *Host) Spawn(_ context.Context, c Call) (backends.Result, error) {
 	}
 	dir := a.Dir(h.Login)
 	if k := h.kernels[dir]; k != nil && !k.DirGone {
-		return backends.Result{Output: "KD:ERR cannot create kernel dir " + dir + " (it may already exist)\n", ReturnCode: 3}, nil
+		return backends.Result{Output: "KD:ERR cannot create kernel dir " + dir + " (it already exists)\n", ReturnCode: 3}, nil
 	}
 	cfg, err := a.RunnerConfig()
 	if err != nil {
