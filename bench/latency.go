@@ -137,6 +137,7 @@ func latencyPhase(ctx context.Context, cfg config, env *setupEnv, res *results, 
 		ratio("ratio.local_jupyter.cold", "local.cold", "jupyter.cold")
 		ratio("ratio.local_bash.warm", "local.warm.p50", "floor.bash.warm.p50")
 		ratio("ratio.local_pyloop.warm", "local.warm.p50", "floor.pyloop.warm.p50")
+		ratio("ratio.local_pyloop.cold", "local.cold", "floor.pyloop.cold")
 		ratio("ratio.localtraced_local.warm", "local.traced.warm.p50", "local.warm.p50")
 		ratio("ratio.sshlight_streamlocal.warm", "ssh.light.warm.p50", "floor.ssh.streamlocal.warm.p50")
 		ratio("ratio.localspare_jupyter.cold", "local.spare.cold", "jupyter.cold")

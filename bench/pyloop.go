@@ -40,10 +40,12 @@ for line in c.makefile("rb"):
     c.sendall((json.dumps({"status": status, "stdout": out.getvalue()}) + "\n").encode())
 `
 
-// pyloopFloor is that loop, driven from Go: the floor of a warm cell.
+// pyloopFloor is that loop, driven from Go: the floor of a warm cell, and,
+// started anew, the floor of a cold start (an interpreter's start, a socket
+// and one cell).
 type pyloopFloor struct {
-	floor
-	cmd *exec.Cmd
+	cmd    *exec.Cmd
+	python string
 	lines
 }
 
@@ -68,41 +70,83 @@ func (l lines) roundTrips(n int, req []byte, what string, ok func(answer []byte)
 	})
 }
 
-func startPyloop(t *tb, python string) (*pyloopFloor, error) {
+// launchPyloop starts the exec loop on a socket in a new private dir and
+// connects to it; stop kills it and removes the dir.
+func launchPyloop(python string) (cmd *exec.Cmd, l lines, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "kdfloor")
 	if err != nil {
-		return nil, err
+		return nil, lines{}, nil, err
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	stops := []func(){func() { os.RemoveAll(dir) }}
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
 	sock := filepath.Join(dir, "s")
-	cmd := exec.Command(python, "-c", pyloopScript, sock)
+	cmd = exec.Command(python, "-c", pyloopScript, sock)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return nil, lines{}, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start the Python exec loop: %w", err)
+		return nil, lines{}, nil, fmt.Errorf("start the Python exec loop: %w", err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	stops = append(stops, func() { cmd.Process.Kill(); cmd.Wait() })
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
-		return nil, fmt.Errorf("the Python exec loop did not start: %q %v", line, err)
+		return nil, lines{}, nil, fmt.Errorf("the Python exec loop did not start: %q %v", line, err)
 	}
 	conn, err := net.DialTimeout("unix", sock, 5*time.Second)
 	if err != nil {
-		return nil, err
+		return nil, lines{}, nil, err
 	}
-	t.Cleanup(func() { conn.Close() })
-	return &pyloopFloor{cmd: cmd, lines: lines{conn, bufio.NewReader(conn)}}, nil
+	stops = append(stops, func() { conn.Close() })
+	return cmd, lines{conn, bufio.NewReader(conn)}, stop, nil
 }
 
-func (f *pyloopFloor) key() string     { return "floor.pyloop" }
-func (f *pyloopFloor) cpuRoots() []int { return []int{f.cmd.Process.Pid} }
+func startPyloop(t *tb, python string) (*pyloopFloor, error) {
+	cmd, l, stop, err := launchPyloop(python)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(stop)
+	return &pyloopFloor{cmd: cmd, python: python, lines: l}, nil
+}
+
+func (f *pyloopFloor) key() string              { return "floor.pyloop" }
+func (f *pyloopFloor) cpuRoots() []int          { return []int{f.cmd.Process.Pid} }
+func (f *pyloopFloor) trips() (tripCount, bool) { return tripCount{}, false }
 
 func (f *pyloopFloor) warm(_ context.Context, n int) ([]time.Duration, error) {
-	return f.roundTrips(n, []byte(`{"code": "1"}`+"\n"), "the Python exec loop", func(line []byte) bool {
+	return f.cell(f.lines, n)
+}
+
+// cell runs n cells of `1` on l.
+func (f *pyloopFloor) cell(l lines, n int) ([]time.Duration, error) {
+	return l.roundTrips(n, []byte(`{"code": "1"}`+"\n"), "the Python exec loop", func(line []byte) bool {
 		var ans struct{ Status, Stdout string }
 		return json.Unmarshal(line, &ans) == nil && ans.Stdout == "1\n"
 	})
+}
+
+// cold starts a new loop and runs its first cell: what a cold start of
+// this design cannot go under (the interpreter's own start included).
+func (f *pyloopFloor) cold(context.Context) (time.Duration, tripCount, error) {
+	start := time.Now()
+	_, l, stop, err := launchPyloop(f.python)
+	if err != nil {
+		return 0, tripCount{}, err
+	}
+	defer stop()
+	if _, err := f.cell(l, 1); err != nil {
+		return 0, tripCount{}, err
+	}
+	return time.Since(start), tripCount{}, nil
 }
 
 // echoScript answers every line it reads on a Unix socket with the same
