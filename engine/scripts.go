@@ -131,10 +131,11 @@ while :; do
   case $word in READY|NOCODE|FAILED|NODIR) break;; esac
   [ ${#log} -lt 3000 ] && log+="$word $rpid $exe $conf "
 done
-# What a runner that failed wrote, read at once, with builtins: once it
-# has died, its watcher removes the dir.
-[ "$rc" = 0 ] && [ "$word" = READY ] || { lines=(); mapfile -t lines <"$kd/runner.log"; log="$log${lines[*]}"; } 2>/dev/null
-[ ${#log} -gt 1500 ] && log=${log: -1500}
+# A runner that gave no answer (the loop ends with rc 0 only on one): what
+# it wrote, read at once, with builtins, as once it has died its watcher
+# removes the dir. An answer names its cause itself, and NODIR's dir is not
+# this spawn's to read.
+[ "$rc" = 0 ] || { lines=(); mapfile -t lines <"$kd/runner.log"; log="$log${lines[*]}"; [ ${#log} -gt 1500 ] && log=${log: -1500}; } 2>/dev/null
 if [ "$rc" = 0 ] && [ "$word" = READY ] && [[ $rpid =~ ^[0-9]+$ ]] &&
   { [ ! -r "/proc/$rpid/stat" ] || { ppid_of "$rpid" && [ "$ppid" = "$watcher" ]; }; }; then
   printf 'KD:SPAWNED %%s %%s %%s %%s\n' "$rpid" "$kd" "$exe" "$conf"

@@ -35,51 +35,43 @@ var Loader []byte
 const Bootstrap = `def _kd_boot():
     import sys
     p, s = sys.argv[1], os.environ.get("KERNELDECK_STDIN", "").split()
+    def fail(word, why, status=2):
+        try:
+            os.write(3, ("%s %s\n" % (word, why)).encode())
+        finally:
+            os._exit(status)
     d = os.path.dirname(p)
     try:
         os.mkdir(d, 0o700)
     except OSError as e:
-        try:
-            os.write(3, ("NODIR cannot create kernel dir %s (it may already exist): %s\n" % (d, e.strerror or e)).encode())
-        finally:
-            os._exit(75)
+        fail("NODIR", "cannot create kernel dir %s (it may already exist): %s" % (d, e.strerror or e), 75)
     try:
         fd = os.open(os.path.join(d, "runner.log"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
     except OSError as e:
-        try:
-            os.write(3, ("FAILED cannot open runner.log in %s: %s\n" % (d, e.strerror or e)).encode())
-        finally:
-            os._exit(2)
+        fail("FAILED", "cannot open runner.log in %s: %s" % (d, e.strerror or e))
     n, b = int(s[0]) if s and s[0].isdigit() else -1, bytearray()
     while len(b) < n:
         c = os.read(0, n - len(b))
         if not c:
             break
         b += c
-    why = None
     if n < 0:
-        why = "no size for runner.py in KERNELDECK_STDIN"
-    elif len(b) < n:
-        why = "runner.py was cut short: %d of %d bytes" % (len(b), n)
-    else:
+        fail("FAILED", "no size for runner.py in KERNELDECK_STDIN")
+    if len(b) < n:
+        fail("FAILED", "runner.py was cut short: %d of %d bytes" % (len(b), n))
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                v = memoryview(b)
-                while v:
-                    v = v[os.write(fd, v):]
-            finally:
-                os.close(fd)
-        except OSError as e:
-            why = "cannot write the runner files into %s: %s" % (os.path.dirname(p), e.strerror or e)
-    if why:
-        try:
-            os.write(3, ("FAILED " + why + "\n").encode())
+            v = memoryview(b)
+            while v:
+                v = v[os.write(fd, v):]
         finally:
-            os._exit(2)
+            os.close(fd)
+    except OSError as e:
+        fail("FAILED", "cannot write the runner files into %s: %s" % (d, e.strerror or e))
     os.environ["KERNELDECK_STDIN"] = " ".join(s[1:])
     sys.argv[:] = [p]
     sys.path[0] = os.path.dirname(p)
