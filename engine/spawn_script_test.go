@@ -20,12 +20,7 @@ import (
 // and nothing of the kernel is left on the host.
 func TestSpawnNamesWhyTheRunnerCouldNotWriteItsStubs(t *testing.T) {
 	env := backends.NewLocal(t.TempDir())
-	stdin := spawnStdin(runner.Source, nil, []byte("abc"), nil)
-	script := spawnScript(env.TempDir(), "kstubs", "", "", [3]int{len(runner.Source), 0, 100}, 20, false)
-	res, err := env.Execute(context.Background(), script, backends.ExecOptions{Stdin: stdin, Timeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runSpawn(t, env, spawnRun{id: "kstubs", stubs: []byte("abc"), stubsSize: 100, config: []byte{}})
 	want := "KD:ERR kerneldeck_tools.py was cut short: 3 of 100 bytes"
 	if !strings.Contains(res.Output, want) || res.ReturnCode == 0 {
 		t.Fatalf("spawn with stubs cut short: rc %d output %q, want %q", res.ReturnCode, res.Output, want)
@@ -42,12 +37,7 @@ func TestSpawnNamesWhyTheRunnerCouldNotWriteItsStubs(t *testing.T) {
 // wait for READY (whose message is another). Nothing is left.
 func TestSpawnSaysTheRunnerExitedBeforeItWasReady(t *testing.T) {
 	env := backends.NewLocal(t.TempDir())
-	bad := []byte("def (\n")
-	script := spawnScript(env.TempDir(), "kdied", "", "", [3]int{len(bad), 0, 0}, 20, false)
-	res, err := env.Execute(context.Background(), script, backends.ExecOptions{Stdin: spawnStdin(bad, nil, nil, []byte("{}\n")), Timeout: 60 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runSpawn(t, env, spawnRun{id: "kdied", script: []byte("def (\n")})
 	if !strings.Contains(res.Output, "KD:ERR runner exited before it was ready: ") || !strings.Contains(res.Output, "SyntaxError") || res.ReturnCode == 0 {
 		t.Fatalf("spawn of a runner that dies: rc %d output %q, want its exit and the SyntaxError", res.ReturnCode, res.Output)
 	}
@@ -57,13 +47,32 @@ func TestSpawnSaysTheRunnerExitedBeforeItWasReady(t *testing.T) {
 	}
 }
 
-// spawnWith runs the spawn script of a kernel id on env with python as
-// the interpreter, shipping the runner's source, and kills a runner it
-// started when the test ends.
-func spawnWith(t *testing.T, env *backends.Local, id, python, root string) backends.Result {
+// spawnRun is one run of the spawn script: the kernel id, the
+// interpreter and kernel root (spawnScript's defaults when empty),
+// runner.py (the runner's source when nil), the tool stubs and the size
+// the script is told they have (their own when 0), and the config line
+// (one with a secret when nil).
+type spawnRun struct {
+	id, python, root      string
+	script, stubs, config []byte
+	stubsSize             int
+}
+
+// runSpawn runs the spawn script on env and kills a runner it started when
+// the test ends.
+func runSpawn(t *testing.T, env *backends.Local, r spawnRun) backends.Result {
 	t.Helper()
-	script := spawnScript(env.TempDir(), id, python, root, [3]int{len(runner.Source), 0, 0}, 20, false)
-	res, err := env.Execute(context.Background(), script, backends.ExecOptions{Stdin: spawnStdin(runner.Source, nil, nil, []byte(`{"secret": "`+strings.Repeat("ab", 32)+`"}`+"\n")), Timeout: 60 * time.Second})
+	if r.script == nil {
+		r.script = runner.Source
+	}
+	if r.stubsSize == 0 {
+		r.stubsSize = len(r.stubs)
+	}
+	script := spawnScript(env.TempDir(), r.id, r.python, r.root, [3]int{len(r.script), 0, r.stubsSize}, 20, false)
+	if r.config == nil {
+		r.config = []byte(`{"secret": "` + strings.Repeat("ab", 32) + `"}` + "\n")
+	}
+	res, err := env.Execute(context.Background(), script, backends.ExecOptions{Stdin: spawnStdin(r.script, nil, r.stubs, r.config), Timeout: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,11 +101,11 @@ func wrapper(t *testing.T, body string) string {
 // does not fail the spawn, and a death names its cause.
 func TestSpawnReadsWhatTheInterpreterSaysFirst(t *testing.T) {
 	env := backends.NewLocal(t.TempDir())
-	res := spawnWith(t, env, "kwarns", wrapper(t, "echo 'a warning from the interpreter' >&2"), "")
+	res := runSpawn(t, env, spawnRun{id: "kwarns", python: wrapper(t, "echo 'a warning from the interpreter' >&2")})
 	if !strings.HasPrefix(res.Output, "KD:SPAWNED ") {
 		t.Fatalf("spawn by an interpreter that warns first: rc %d output %q, want KD:SPAWNED", res.ReturnCode, res.Output)
 	}
-	res = spawnWith(t, env, "kbroken", wrapper(t, "echo 'Fatal Python error: init_fs_encoding' >&2; exit 1"), "")
+	res = runSpawn(t, env, spawnRun{id: "kbroken", python: wrapper(t, "echo 'Fatal Python error: init_fs_encoding' >&2; exit 1")})
 	if !strings.Contains(res.Output, "KD:ERR runner exited before it was ready: Fatal Python error: init_fs_encoding") {
 		t.Fatalf("spawn by an interpreter that cannot start: rc %d output %q, want its words", res.ReturnCode, res.Output)
 	}
@@ -112,22 +121,19 @@ func TestSpawnLeavesAKernelDirAlreadyThere(t *testing.T) {
 	if err := os.Mkdir(root, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	plant := func(kd string) {
-		if err := os.MkdirAll(kd, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(kd, "theirs"), nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 	there := filepath.Join(root, "kthere")
-	plant(there)
-	res := spawnWith(t, env, "kthere", "", root)
+	if err := os.Mkdir(there, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(there, "theirs"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res := runSpawn(t, env, spawnRun{id: "kthere", root: root})
 	if !strings.Contains(res.Output, "KD:ERR cannot create kernel dir "+there+" (it already exists)") {
 		t.Fatalf("spawn into a dir already there: rc %d output %q", res.ReturnCode, res.Output)
 	}
 	raced := filepath.Join(root, "kraced")
-	res = spawnWith(t, env, "kraced", wrapper(t, `d=${3%/runner.py}; mkdir "$d" && : >"$d/theirs"`), root)
+	res = runSpawn(t, env, spawnRun{id: "kraced", python: wrapper(t, `d=${3%/runner.py}; mkdir "$d" && : >"$d/theirs"`), root: root})
 	if !strings.Contains(res.Output, "KD:ERR cannot create kernel dir "+raced+" (it may already exist): File exists") {
 		t.Fatalf("spawn racing a dir made in between: rc %d output %q", res.ReturnCode, res.Output)
 	}
@@ -135,9 +141,9 @@ func TestSpawnLeavesAKernelDirAlreadyThere(t *testing.T) {
 	// script reads its NODIR (which would kill the watcher): the watcher
 	// itself must leave the dir.
 	late := filepath.Join(root, "klate")
-	res = spawnWith(t, env, "klate", wrapper(t, `d=${3%/runner.py}; mkdir "$d" && : >"$d/theirs"
+	res = runSpawn(t, env, spawnRun{id: "klate", root: root, python: wrapper(t, `d=${3%/runner.py}; mkdir "$d" && : >"$d/theirs"
 { sleep 0.5; echo "NODIR cannot create kernel dir $d (it may already exist): File exists" >&3; } &
-exit 75`), root)
+exit 75`)})
 	if !strings.Contains(res.Output, "KD:ERR cannot create kernel dir "+late+" (it may already exist): File exists") {
 		t.Fatalf("spawn whose runner says NODIR late: rc %d output %q", res.ReturnCode, res.Output)
 	}

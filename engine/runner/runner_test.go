@@ -88,14 +88,15 @@ func startShippedPipe(t *testing.T, s shipment, stdin string) (string, *exec.Cmd
 	if python == "" {
 		python = "python3"
 	}
-	cmd := exec.Command(python, "-c", StartProgram(), filepath.Join(kd, "runner.py"))
-	cmd.Env = append(os.Environ(), "KERNELDECK_STDIN="+scriptSize+" "+sizes)
-	cmd.Stdin = io.MultiReader(strings.NewReader(Bootstrap), bytes.NewReader(s.script), bytes.NewReader(s.code), bytes.NewReader(s.tools), strings.NewReader(stdin))
+	// The bootstrap takes runner.py's size and bytes off the front.
+	args, env := []string{"-c", StartProgram(), filepath.Join(kd, "runner.py")}, scriptSize+" "+sizes
+	front := []io.Reader{strings.NewReader(Bootstrap), bytes.NewReader(s.script)}
 	if s.inDir {
-		cmd = exec.Command(python, filepath.Join(kd, "runner.py"))
-		cmd.Env = append(os.Environ(), "KERNELDECK_STDIN="+sizes)
-		cmd.Stdin = io.MultiReader(bytes.NewReader(s.code), bytes.NewReader(s.tools), strings.NewReader(stdin))
+		args, env, front = []string{filepath.Join(kd, "runner.py")}, sizes, nil
 	}
+	cmd := exec.Command(python, args...)
+	cmd.Env = append(os.Environ(), "KERNELDECK_STDIN="+env)
+	cmd.Stdin = io.MultiReader(append(front, bytes.NewReader(s.code), bytes.NewReader(s.tools), strings.NewReader(stdin))...)
 	cmd.ExtraFiles = []*os.File{w}
 	err = cmd.Start()
 	w.Close()
