@@ -28,6 +28,9 @@ func TestCauseOfDeath(t *testing.T) {
 			name, code, want string
 		}{
 			{"exit", "import os\nos._exit(3)", "it exited by itself with status 3"},
+			// 75 is also the status of a bootstrap that found its dir
+			// already there (NODIR); a cell's own 75 is an exit like any.
+			{"exit-75", "import os\nos._exit(75)", "it exited by itself with status 75"},
 			{"segfault", "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", "it crashed: SIGSEGV"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -53,7 +56,7 @@ func TestCauseOfDeath(t *testing.T) {
 			if !res.Kernel.StateLost || !strings.Contains(res.Kernel.Note, "killed by SIGKILL") || !strings.Contains(res.Kernel.Note, "possibly out of memory") {
 				t.Fatalf("after kill -9: kernel %+v", res.Kernel)
 			}
-			noExitFiles(t, h, res.Kernel.Dir)
+			noExitFiles(t, h, first.Kernel.Dir)
 		})
 		// Closed with the kernel dead while idle and never asked again, or
 		// alive: the engine's own kill finds the dir gone, or waits for the
@@ -113,12 +116,17 @@ func slowDmesg(t *testing.T) {
 }
 
 // noExitFiles fails the test when a dead kernel's exit status is still
-// kept beside the kernel dirs: once told, it goes.
+// kept beside the kernel dirs (once told, it goes), or when its dir and
+// the mark that its spawn made it (<root>/.made-<id>) do not go soon.
 func noExitFiles(t *testing.T, h *enginetest.Harness, kernelDir string) {
 	t.Helper()
-	if left := h.Host("cd " + path.Dir(kernelDir) + " && ls -a | grep '^\\.exit-'; true"); strings.TrimSpace(left) != "" {
-		t.Errorf("exit status files left in %s: %s", path.Dir(kernelDir), left)
+	root := path.Dir(kernelDir)
+	if left := h.Host("cd " + root + " && ls -a | grep '^\\.exit-'; true"); strings.TrimSpace(left) != "" {
+		t.Errorf("exit status files left in %s: %s", root, left)
 	}
+	h.WaitFor("the dead kernel's dir and its mark gone", 10e9, func() bool {
+		return strings.TrimSpace(h.Host("ls -d "+kernelDir+" "+root+"/.made-"+path.Base(kernelDir)+" 2>/dev/null; true")) == ""
+	})
 }
 
 // TestCauseOfDeathOOM: a kernel that the kernel's OOM killer ends at its

@@ -77,6 +77,9 @@ t=%[1]s
 # rm -rf included) works only in a dir this spawn made. A $kd already
 # there (planted, a symlink) fails the spawn here, or, if it came since,
 # in the bootstrap: it says NODIR and exits 75, and nobody removes it.
+# Once it made $kd, the bootstrap marks it so in <root>/.made-<id>, where
+# a confined kernel cannot write: the watcher removes only a marked dir,
+# so that a cell's own exit status (75 too) is kept like any other.
 [ -e "$kd" ] || [ -L "$kd" ] && fail "cannot create kernel dir $kd (it already exists)"
 # The runner's parent, a watcher holding no output channel, keeps its exit
 # status in <root>/.exit-<id>, so that its death can be told apart (an exit
@@ -85,7 +88,10 @@ t=%[1]s
 # its own dir): a dir gone means its status is kept or was already read. A
 # per-call kernel's dir sits in the shared temp dir, so its status is not
 # kept.
-exitf="${kd%%/*}/.exit-${kd##*/}"; [ "$root" = "$kd" ] && exitf=
+exitf="${kd%%/*}/.exit-${kd##*/}" madef="${kd%%/*}/.made-${kd##*/}"; [ "$root" = "$kd" ] && exitf= madef=
+# rmkd removes $kd if this spawn made it (marked; a per-call kernel's dir
+# has no mark).
+rmkd() { [ -z "$madef" ] || [ -e "$madef" ] || return 0; rm -rf -- "$kd" ${madef:+"$madef"}; }
 # A SIGKILL is told apart from the OOM killer by the kernel log (a line
 # naming the runner's pid, later than its start) or, where that is not
 # readable, by its memory cgroup's oom_kill counter having risen.
@@ -106,20 +112,20 @@ exec 5< <( exec 2>/dev/null
   oomn() { local k v; n=; while read -r k v; do [ "$k" = oom_kill ] && { n=$v; return; }; done <"$oomf"; }
   oomn; oom0=$n
   wait "$rp"; st=$?; why=
-  # 75: the bootstrap found $kd already there; it is not this spawn's. (A
-  # cell ending its runner with os._exit(75) leaves its dir behind.)
-  [ "$st" = 75 ] && exit 0
+  # Not this spawn's $kd (already there): unmarked, or, for a per-call
+  # kernel (no mark in the shared temp dir), the bootstrap's 75.
+  if [ -n "$madef" ]; then [ -e "$madef" ] || exit 0; else [ "$st" = 75 ] && exit 0; fi
   if [ "$st" = 137 ]; then
     l=$(dmesg | grep -E "[Kk]illed process $rp " | tail -n 1); t=${l#*[}; t=${t%%%%]*}; t=${t// /}; t=${t%%%%.*}
     if [[ $t =~ ^[0-9]+$ && $up =~ ^[0-9]+$ ]] && [ "$t" -ge "$up" ]; then case $l in *"emory cgroup"*) why=oom-cgroup;; *) why=oom-host;; esac
     else oomn; [[ $n =~ ^[0-9]+$ && $oom0 =~ ^[0-9]+$ ]] && [ "$n" -gt "$oom0" ] && why=oom-counter; fi
   fi
   [ -n "$exitf" ] && { { printf '%%s\n' "$st${why:+ $why}" >"$exitf.tmp" && mv -f -- "$exitf.tmp" "$exitf"; } || rm -f -- "$exitf.tmp"; }
-  rm -rf -- "$kd" )
+  rmkd )
 # ppid_of sets ppid (no $(...): a fork on the spawn's path).
 ppid_of() { local s; ppid=; read -r s 2>/dev/null <"/proc/$1/stat" || return 1; s=${s##*) }; set -- $s; ppid=$2; }
 watcher=
-read -r -t %[5]d -u 5 word watcher && [ "$word" = W ] && [[ $watcher =~ ^[0-9]+$ ]] || { rm -rf -- "$kd"; fail "the runner's watcher did not start"; }
+read -r -t %[5]d -u 5 word watcher && [ "$word" = W ] && [[ $watcher =~ ^[0-9]+$ ]] || { rmkd; fail "the runner's watcher did not start"; }
 # Lines before the runner's answer are what the interpreter said before
 # its bootstrap ran (a warning, or why it cannot start).
 word= log= rc=0 end=$((SECONDS + %[5]d))
@@ -145,13 +151,16 @@ for p in /proc/[0-9]*; do ppid_of "${p#/proc/}" && [ "$ppid" = "$watcher" ] && k
 kill -KILL "$watcher" 2>/dev/null
 # $kd was there before the runner could make it: not this spawn's.
 [ "$word" = NODIR ] && fail "${rpid-} ${exe-} ${conf-}"
+# The watcher may have kept the status of the runner, which never
+# started, before it was killed: once it is gone, nobody keeps it.
+wait "$watcher" 2>/dev/null; [ -n "$exitf" ] && rm -f -- "$exitf" "$exitf.tmp"
 # The loader refused the code (made by another interpreter version): the
 # engine spawns again from source.
-[ "$word" = NOCODE ] && { rm -rf -- "$kd"; echo KD:NOCODE; exit 3; }
+[ "$word" = NOCODE ] && { rmkd; echo KD:NOCODE; exit 3; }
 # The runner could not set its dir up or write what it was shipped (its
-# message names why).
-[ "$word" = FAILED ] && { rm -rf -- "$kd"; fail "${rpid-} ${exe-} ${conf-}"; }
-rm -rf -- "$kd"
+# message names why): it made $kd, marked or not.
+[ "$word" = FAILED ] && { rm -rf -- "$kd" ${madef:+"$madef"}; fail "${rpid-} ${exe-} ${conf-}"; }
+rmkd
 [ "$rc" -gt 128 ] && fail "runner did not start within %[5]ds: $log"
 fail "runner exited before it was ready: $log"
 `, shq(tempDir), rootSetup, sizes[0], sizes[2], readyTimeoutSec, shq(python), sizes[1], shq(runner.StartProgram()))
@@ -298,7 +307,7 @@ w() {
     exec 9<&-
   fi
   rm -f -- "${1%/*}/.exit-${1##*/}" "${1%/*}/.exit-${1##*/}.tmp"
-  rm -rf -- "$1"
+  rm -rf -- "$1"; rm -f -- "${1%/*}/.made-${1##*/}"
 }
 i=0
 `)
@@ -339,7 +348,7 @@ sweep() {
 for i in 1 2 3 4 5; do sweep; [ "$found" = 0 ] && break; done
 for d in "$t"/kerneldeck-*/"$id"; do
   [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && [ ! -L "${d%%/*}" ] && [ -O "${d%%/*}" ] || continue
-  rm -rf -- "$d"; rm -f -- "${d%%/*}/.exit-$id" "${d%%/*}/.exit-$id.tmp"
+  rm -rf -- "$d"; rm -f -- "${d%%/*}/.exit-$id" "${d%%/*}/.exit-$id.tmp" "${d%%/*}/.made-$id"
 done
 d="$t/kerneldeck-once-$id"
 [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && rm -rf -- "$d"

@@ -23,7 +23,9 @@ var Loader []byte
 // it from stdin. Its one argument is the runner's path, <kernel dir>/
 // runner.py. It makes the kernel dir (700; one already there, planted or
 // not, is never used: "NODIR <why>" on fd 3 and exit status 75, so that
-// nobody removes it), points fds 1 and 2 at its runner.log, reads
+// nobody removes it) and, but for a per-call kernel's, marks it as made
+// by this spawn in <root>/.made-<id> (the spawn's watcher removes only a
+// marked dir), points fds 1 and 2 at its runner.log, reads
 // runner.py (Source or Loader) from stdin, as many bytes as the first size
 // in KERNELDECK_STDIN says, writes it there (0600), leaves the other sizes
 // for the runner, and runs it as the script it would have been: in
@@ -45,6 +47,14 @@ const Bootstrap = `def _kd_boot():
         os.mkdir(d, 0o700)
     except OSError as e:
         fail("NODIR", "cannot create kernel dir %s (it may already exist): %s" % (d, e.strerror or e), 75)
+    r, i = os.path.split(d)
+    if not i.startswith("kerneldeck-once-"):
+        try:
+            os.close(os.open(os.path.join(r, ".made-" + i), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        except FileExistsError:
+            pass  # the mark is there, as the watcher needs it
+        except OSError as e:
+            fail("FAILED", "cannot mark kernel dir %s as made: %s" % (d, e.strerror or e))
     try:
         fd = os.open(os.path.join(d, "runner.log"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         os.dup2(fd, 1)

@@ -21,8 +21,9 @@ func configLine(secret string) string {
 // Started as a spawn starts it, the runner's bootstrap writes runner.py
 // (0600) and the runner makes its private dirs (0700) and FIFOs (0600),
 // then lets go of the ready pipe: after READY the pipe ends, so nothing a
-// cell starts can hold it. A cell sees sys.argv and sys.path as under
-// "python3 <dir>/runner.py".
+// cell starts can hold it. The bootstrap marks the dir as made by it
+// (<root>/.made-<id>, 0600), for the spawn's watcher. A cell sees sys.argv
+// and sys.path as under "python3 <dir>/runner.py".
 func TestRunnerSetsUpItsDir(t *testing.T) {
 	secret := strings.Repeat("ab", 32)
 	line, _, kd, ready := startShippedPipe(t, shipment{script: Source}, configLine(secret))
@@ -40,6 +41,10 @@ func TestRunnerSetsUpItsDir(t *testing.T) {
 			t.Errorf("%s: %v %v, want %v", name, st.Mode(), err, want)
 		}
 	}
+	mark := filepath.Join(filepath.Dir(kd), ".made-"+filepath.Base(kd))
+	if st, err := os.Lstat(mark); err != nil || st.Mode() != 0o600 {
+		t.Errorf("the mark %s: %v %v, want a 0600 file", mark, st, err)
+	}
 	if got, err := os.ReadFile(filepath.Join(kd, "runner.py")); err != nil || string(got) != string(Source) {
 		t.Errorf("runner.py is not what was shipped (%d bytes, %v)", len(got), err)
 	}
@@ -56,8 +61,9 @@ func TestRunnerSetsUpItsDir(t *testing.T) {
 // ready pipe, and it exits 2: runner.py cut short or without a size, a
 // planted private dir (never written through), a kernel root of another
 // user. A kernel dir already there (planted, or a link) is never used: the
-// bootstrap says NODIR and exits 75, so that the spawn's watcher leaves it
-// alone. A root open to others is put right (mode 700).
+// bootstrap says NODIR and exits 75, and does not mark it as made, so that
+// the spawn's watcher leaves it alone. A root open to others is put right
+// (mode 700).
 func TestRunnerRefusesADirItCannotMakePrivate(t *testing.T) {
 	config := configLine(strings.Repeat("ab", 32))
 	elsewhere := t.TempDir()
@@ -109,6 +115,9 @@ func TestRunnerRefusesADirItCannotMakePrivate(t *testing.T) {
 			if tc.status == 75 { // the dir, or where its link leads, stays as it was: empty
 				if entries, err := os.ReadDir(kd); err != nil || len(entries) != 0 {
 					t.Fatalf("the runner used a kernel dir that was already there: %v %v", entries, err)
+				}
+				if _, err := os.Lstat(filepath.Join(filepath.Dir(kd), ".made-"+filepath.Base(kd))); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("a kernel dir already there was marked as made by the spawn: %v", err)
 				}
 			}
 		})
