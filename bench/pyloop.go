@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/internal/pyecho"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -149,18 +150,6 @@ func (f *pyloopFloor) cold(context.Context) (time.Duration, tripCount, error) {
 	return time.Since(start), tripCount{}, nil
 }
 
-// echoScript answers every line it reads on a Unix socket with the same
-// line: the far end of the ssh streamlocal floor.
-const echoScript = `import socket, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.bind(sys.argv[1])
-s.listen(1)
-print("ready", flush=True)
-c, _ = s.accept()
-for line in c.makefile("rb"):
-    c.sendall(line)
-`
-
 // streamlocalFloor is one line echoed over a kept direct-streamlocal
 // channel of an open x/crypto/ssh connection: the least a warm cell costs
 // over ssh in this design (kerneldeck's ssh fast path is such a channel).
@@ -180,7 +169,7 @@ func startStreamlocal(t *tb, client *ssh.Client, dir string, roots func() []int)
 	if err != nil {
 		return nil, err
 	}
-	if err := sess.Start("exec python3 -c " + backends.ShellQuote(echoScript) + " " + backends.ShellQuote(sock)); err != nil {
+	if err := sess.Start("exec python3 -c " + backends.ShellQuote(pyecho.Script) + " " + backends.ShellQuote(sock)); err != nil {
 		return nil, fmt.Errorf("start the echo socket: %w", err)
 	}
 	t.Cleanup(func() { sess.Close() })

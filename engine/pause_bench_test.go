@@ -11,6 +11,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/enginetest"
+	"github.com/kerneldeck/kerneldeck/internal/pyecho"
 )
 
 // pauseEvery is how many warm cells run back to back between two pauses
@@ -68,22 +69,11 @@ func pausedLoop(b *testing.B, pause time.Duration, trip func()) {
 	rtReportPercentiles(b, lat)
 }
 
-// pyEcho answers every line it reads on a Unix socket with the same line.
-const pyEcho = `import socket, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.bind(sys.argv[1])
-s.listen(1)
-print("ready", flush=True)
-c, _ = s.accept()
-for line in c.makefile("rb"):
-    c.sendall(line)
-`
-
-// startPyEcho starts pyEcho and connects to it.
+// startPyEcho starts pyecho.Script and connects to it.
 func startPyEcho(b *testing.B) (net.Conn, *bufio.Reader) {
 	b.Helper()
 	sock := filepath.Join(enginetest.ShortTempDir(b), "echo")
-	cmd := exec.Command("python3", "-c", pyEcho, sock)
+	cmd := exec.Command("python3", "-c", pyecho.Script, sock)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
