@@ -306,8 +306,7 @@ w() {
     while [ -d "$1" ] && [ $i -lt 200 ]; do read -t 0.01 -u 9 _; i=$((i + 1)); done
     exec 9<&-
   fi
-  rm -f -- "${1%/*}/.exit-${1##*/}" "${1%/*}/.exit-${1##*/}.tmp"
-  rm -rf -- "$1"; rm -f -- "${1%/*}/.made-${1##*/}"
+  rm -rf -- "${1%/*}/.exit-${1##*/}" "${1%/*}/.exit-${1##*/}.tmp" "$1" "${1%/*}/.made-${1##*/}"
 }
 i=0
 `)
@@ -348,7 +347,7 @@ sweep() {
 for i in 1 2 3 4 5; do sweep; [ "$found" = 0 ] && break; done
 for d in "$t"/kerneldeck-*/"$id"; do
   [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && [ ! -L "${d%%/*}" ] && [ -O "${d%%/*}" ] || continue
-  rm -rf -- "$d"; rm -f -- "${d%%/*}/.exit-$id" "${d%%/*}/.exit-$id.tmp" "${d%%/*}/.made-$id"
+  rm -rf -- "$d" "${d%%/*}/.exit-$id" "${d%%/*}/.exit-$id.tmp" "${d%%/*}/.made-$id"
 done
 d="$t/kerneldeck-once-$id"
 [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && rm -rf -- "$d"
