@@ -17,8 +17,8 @@ import (
 // abandonScript, run by the real local backend, kills what a spawn left
 // behind, found by the kernel's id alone: a runner that setsid()ed out of
 // the spawn's process group, the spawn script and a forked copy of it (the
-// runner's watcher). It removes the kernel dir and the exit status beside
-// it, and leaves another kernel's processes and dir alone.
+// runner's watcher). It removes the kernel dir and the exit status and the
+// mark beside it, and leaves another kernel's processes and dir alone.
 func TestAbandonScriptKillsASpawnByItsID(t *testing.T) {
 	for _, transient := range []bool{false, true} {
 		name := map[bool]string{false: "kernel", true: "per-call kernel"}[transient]
@@ -38,8 +38,10 @@ func TestAbandonScriptKillsASpawnByItsID(t *testing.T) {
 			procs := map[string][]*exec.Cmd{}
 			for _, id := range []string{gone, kept} {
 				procs[id] = abStartSpawn(t, dirOf(id), id)
-				if err := os.WriteFile(filepath.Join(root, ".exit-"+id), []byte("0\n"), 0o600); err != nil {
-					t.Fatal(err)
+				for _, beside := range []string{".exit-" + id, ".made-" + id} {
+					if err := os.WriteFile(filepath.Join(root, beside), []byte("0\n"), 0o600); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 
@@ -58,8 +60,10 @@ func TestAbandonScriptKillsASpawnByItsID(t *testing.T) {
 			if _, err := os.Stat(dirOf(gone)); !os.IsNotExist(err) {
 				t.Fatalf("the abandoned kernel's dir %s: %v; want it gone", dirOf(gone), err)
 			}
-			if _, err := os.Stat(filepath.Join(root, ".exit-"+gone)); !transient && !os.IsNotExist(err) {
-				t.Fatalf("the abandoned kernel's exit status: %v; want it gone", err)
+			for _, beside := range []string{".exit-" + gone, ".made-" + gone} {
+				if _, err := os.Stat(filepath.Join(root, beside)); !transient && !os.IsNotExist(err) {
+					t.Fatalf("the abandoned kernel's %s: %v; want it gone", beside, err)
+				}
 			}
 			for _, c := range procs[kept] {
 				if !proctest.Alive(c.Process.Pid) {

@@ -44,7 +44,7 @@ func TestCauseOfDeath(t *testing.T) {
 				if len(lost) != 1 || !strings.Contains(lost[0].Detail, tc.want) {
 					t.Errorf("state_lost events %+v, want one saying %q", lost, tc.want)
 				}
-				noExitFiles(t, h, res.Kernel.Dir)
+				noDeadKernelLeft(t, h, res.Kernel.Dir)
 			})
 		}
 		t.Run("killed-from-outside", func(t *testing.T) {
@@ -56,22 +56,26 @@ func TestCauseOfDeath(t *testing.T) {
 			if !res.Kernel.StateLost || !strings.Contains(res.Kernel.Note, "killed by SIGKILL") || !strings.Contains(res.Kernel.Note, "possibly out of memory") {
 				t.Fatalf("after kill -9: kernel %+v", res.Kernel)
 			}
-			noExitFiles(t, h, first.Kernel.Dir)
+			noDeadKernelLeft(t, h, first.Kernel.Dir)
 		})
 		// Closed with the kernel dead while idle and never asked again, or
 		// alive: the engine's own kill finds the dir gone, or waits for the
 		// watcher to keep the status, and removes it either way, even when
 		// the watcher was slow (a slow dmesg, on the local backend, where
 		// the test sets PATH). It looks once the watcher is gone, so a
-		// status written late is seen.
+		// status written late is seen. A watcher killed first leaves the
+		// dir and its mark to the engine's kill.
 		for _, tc := range []struct {
-			name       string
-			deadBefore bool
-		}{{"dead-then-closed", true}, {"closed-alive", false}} {
+			name                      string
+			deadBefore, watcherKilled bool
+		}{{"dead-then-closed", true, false}, {"closed-alive", false, false}, {"watcher-killed-then-closed", false, true}} {
 			t.Run(tc.name, func(t *testing.T) {
 				h := enginetest.New(t, newEnv(t), nil)
 				first := h.Run("d", "x = 1", 0)
 				watcher, _ := strconv.Atoi(strings.TrimSpace(h.Host(fmt.Sprintf("ps -o ppid= -p %d", first.Kernel.PID))))
+				if tc.watcherKilled {
+					h.Host(fmt.Sprintf("kill -KILL %d", watcher))
+				}
 				if tc.deadBefore {
 					h.Host(fmt.Sprintf("kill -KILL %d", first.Kernel.PID))
 					h.WaitFor("the runner's dir gone", 10e9, func() bool {
@@ -84,7 +88,7 @@ func TestCauseOfDeath(t *testing.T) {
 					t.Fatal(err)
 				}
 				h.WaitFor("the runner's watcher gone", 10e9, func() bool { return !h.Alive(watcher) })
-				noExitFiles(t, h, first.Kernel.Dir)
+				noDeadKernelLeft(t, h, first.Kernel.Dir)
 			})
 		}
 	}
@@ -115,10 +119,10 @@ func slowDmesg(t *testing.T) {
 	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 }
 
-// noExitFiles fails the test when a dead kernel's exit status is still
+// noDeadKernelLeft fails the test when a dead kernel's exit status is still
 // kept beside the kernel dirs (once told, it goes), or when its dir and
 // the mark that its spawn made it (<root>/.made-<id>) do not go soon.
-func noExitFiles(t *testing.T, h *enginetest.Harness, kernelDir string) {
+func noDeadKernelLeft(t *testing.T, h *enginetest.Harness, kernelDir string) {
 	t.Helper()
 	root := path.Dir(kernelDir)
 	if left := h.Host("cd " + root + " && ls -a | grep '^\\.exit-'; true"); strings.TrimSpace(left) != "" {

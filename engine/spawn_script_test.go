@@ -114,7 +114,7 @@ func TestSpawnReadsWhatTheInterpreterSaysFirst(t *testing.T) {
 // A kernel dir already there is never used nor removed: found by the
 // script, or (made in the moment between) by the bootstrap's mkdir, when
 // the watcher must leave it alone too, whichever of it and the script
-// learns first.
+// learns first; or made after a runner died before its own mkdir.
 func TestSpawnLeavesAKernelDirAlreadyThere(t *testing.T) {
 	env := backends.NewLocal(t.TempDir())
 	root := filepath.Join(env.TempDir(), "kerneldeck-test")
@@ -147,10 +147,18 @@ exit 75`)})
 	if !strings.Contains(res.Output, "KD:ERR cannot create kernel dir "+late+" (it may already exist): File exists") {
 		t.Fatalf("spawn whose runner says NODIR late: rc %d output %q", res.ReturnCode, res.Output)
 	}
+	// A runner that died before its mkdir, the dir made meanwhile by
+	// someone else: no answer, and no mark, so neither the script nor the
+	// watcher removes it.
+	died := filepath.Join(root, "kdied")
+	res = runSpawn(t, env, spawnRun{id: "kdied", root: root, python: wrapper(t, `d=${3%/runner.py}; mkdir "$d" && : >"$d/theirs"; exit 1`)})
+	if !strings.Contains(res.Output, "KD:ERR runner exited before it was ready") {
+		t.Fatalf("spawn whose runner died before its mkdir: rc %d output %q", res.ReturnCode, res.Output)
+	}
 	// The watcher has seen its runner end by now, or soon: give it the time
 	// a wrong rm -rf would take.
 	time.Sleep(500 * time.Millisecond)
-	for _, kd := range []string{there, raced, late} {
+	for _, kd := range []string{there, raced, late, died} {
 		if _, err := os.Stat(filepath.Join(kd, "theirs")); err != nil {
 			t.Errorf("%s was removed or used: %v", kd, err)
 		}
