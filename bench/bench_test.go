@@ -102,6 +102,10 @@ func TestQuickBench(t *testing.T) {
 		"| nothing changes, the editor focused",
 		"| floor: a Python loop reading a JSON line", // its cold start too
 		"| kerneldeck local cold start without a spare ÷ the Python exec loop's cold start",
+		"| the same ratio from cells run back to back, one run per subject and round (the target", // local ÷ exec loop
+	}
+	if !cfg.SkipSSH {
+		complete = append(complete, "| the same ratio from cells run back to back, one run per subject and round (no pause") // ssh ÷ streamlocal
 	}
 	for _, line := range strings.Split(table, "\n") {
 		for _, c := range complete {
