@@ -200,7 +200,7 @@ func TestRunnerLeanImportsKeepCellSources(t *testing.T) {
 		// Only what a bare start of the same interpreter does not import
 		// already (a site or .pth file may import re or threading).
 		lean := codeRun(t, eng, owner, `import sys
-mine = [m for m in ("json", "re", "ctypes", "linecache", "tokenize", "threading", "signal", "enum", "types", "functools", "collections") if m in sys.modules]
+mine = [m for m in ("json", "re", "ctypes", "linecache", "tokenize", "threading", "signal", "enum", "types", "functools", "collections", "_queue") if m in sys.modules]
 import subprocess
 bare = subprocess.run([sys.executable, "-c", "import sys; print(' '.join(sys.modules))"], capture_output=True, text=True).stdout.split()
 print(sorted(m for m in mine if m not in bare))`)

@@ -126,7 +126,8 @@ func (e *engineSide) result() (resultFrame, string) {
 	}
 }
 
-// The runner reads its engine connection in chunks of RECV_CHUNK: a frame
+// The runner reads its engine connection in chunks of RECV_FIRST, then
+// RECV_CHUNK once a read filled the first (this frame is longer than both): a frame
 // is run whole however the writes cut it (a line longer than a chunk, a
 // newline alone, the end of one frame and the start of the next in one
 // write), and several frames in one read are each run, in order.

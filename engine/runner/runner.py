@@ -43,8 +43,7 @@ import builtins
 import codecs
 import io
 import os
-from _queue import Empty as QueueEmpty
-from _queue import SimpleQueue
+from _collections import deque  # builtin; _queue is a shared library of 28 KB resident
 import select
 import _signal as signal  # the C module: signal.py imports enum, functools and collections (8 ms, 0.6 MB)
 import _socket  # the C module: socket.py (enums and all) weighs 600 KB in every kernel
@@ -488,6 +487,7 @@ RPC_FILE_MAX = (1 << 20) + (64 << 10)  # bytes of one request file forwarded; th
 RPC_SLACK = 5.0  # seconds a tool call waits past its cell's timeout for the engine's interrupt
 TURN_MAIN, TURN_IO = "main", "io"  # which thread reads the doors (Runner.turn)
 RECV_CHUNK = 64 << 10  # bytes one read of an engine connection takes at most
+RECV_FIRST = 4 << 10  # bytes of a connection's first reads: its buffer grows to RECV_CHUNK once one fills it
 AUTH_LINE_MAX = 4 << 10  # bytes a peer may send before it answered the challenge
 IO_DELAY = 0.002  # seconds into a cell when the io thread takes the doors
 # The file the runner's own frames name: runner.py's path when it runs from
@@ -851,8 +851,10 @@ class Conn:
     def __init__(self, sock):
         self.sock = sock
         # Reads go into one buffer of the connection's: a new 1 MB object
-        # per read cost ~0.1 ms (mapped, faulted, unmapped).
-        self.rbuf = bytearray(RECV_CHUNK)
+        # per read cost ~0.1 ms (mapped, faulted, unmapped). It starts
+        # small, as a bytearray is resident whole, and grows to RECV_CHUNK
+        # on the first read that fills it (a large cell).
+        self.rbuf = bytearray(RECV_FIRST)
         self.view = memoryview(self.rbuf)
         self.parts = []  # the start of a line not yet ended
         self.pending = 0  # bytes received before authentication
@@ -998,7 +1000,9 @@ class Runner:
         # the old start sent the previous cell's last lines again.
         self.out_cell = None
         self.last = None  # (cell id, result frame) of the latest finished cell
-        self.work = SimpleQueue()
+        # Cells for the main thread, which takes them one by one (append and
+        # popleft are atomic); it sleeps in its poller, not on this.
+        self.work = deque()
         self.running = None
         self.pending_interrupt = None
         self.in_user_code = False
@@ -1070,7 +1074,7 @@ class Runner:
         main = self.pollers[TURN_MAIN]
         while True:
             try:
-                if self.work.empty():
+                if not self.work:
                     wait = self.idle_deadline() - time.monotonic()
                     if wait <= 0 and self.running is None:
                         self.exit_idle()
@@ -1078,7 +1082,7 @@ class Runner:
                     for data in main.select(max(wait, 0.01)):
                         self.on_ready(data)
                     continue
-                cell = self.work.get()
+                cell = self.work.popleft()
                 if cell is None:
                     continue  # a new idle timer (configure)
                 self.hand_over()
@@ -1273,6 +1277,9 @@ class Runner:
                 self.file_unfiled_locked()
             return
         data = bytes(conn.view[:n])
+        if n == len(conn.rbuf) < RECV_CHUNK:
+            conn.rbuf = bytearray(RECV_CHUNK)
+            conn.view = memoryview(conn.rbuf)
         if not conn.authed:
             # Until the peer proved it holds the secret, what it may make us
             # keep is bounded: an endless line would otherwise grow the
@@ -1484,7 +1491,7 @@ class Runner:
             self.idle_exit = value
             self.margin = min(30.0, max(1.0, value / 4))
             self.touch()
-            self.work.put(None)  # re-arm the main loop's idle timer
+            self.work.append(None)  # re-arm the main loop's idle timer
 
     def submit(self, cell, conn):
         with self.lock:
@@ -1528,7 +1535,7 @@ class Runner:
                 self.waiters.setdefault(cell.id, []).append(conn)
                 if cell.stream:
                     self.streamers.append(conn)
-            self.work.put(cell)
+            self.work.append(cell)
 
     def interrupt(self, cid):
         with self.lock:
