@@ -102,6 +102,8 @@ func TestQuickBench(t *testing.T) {
 		"| nothing changes, the editor focused",
 		"| floor: a Python loop reading a JSON line", // its cold start too
 		"| kerneldeck local cold start without a spare ÷ the Python exec loop's cold start",
+		"| the exec loop's cold start through a spawn's bash and watcher ÷ started from Go",
+		"| kerneldeck local cold start without a spare ÷ the exec loop's through a spawn's bash and watcher",
 		"| the same ratio from cells run back to back, one run per subject and round (the target", // local ÷ exec loop
 	}
 	if !cfg.SkipSSH {

@@ -99,19 +99,21 @@ func latencyPhase(ctx context.Context, cfg config, env *setupEnv, res *results, 
 		}
 		for _, s := range subs {
 			a, k := acc[s.key()], s.key()
-			if failed[k] || a.cells == 0 {
+			if failed[k] {
 				continue
 			}
-			x := msAll(a.lat)
-			res.add(k+".warm.p50", quantile(x, 0.5))
-			res.add(k+".warm.p90", quantile(x, 0.9))
-			res.add(k+".warm.p99", quantile(x, 0.99))
-			res.add(k+".cpu", ms(a.cpu)/float64(a.cells))
-			if a.hasTrips {
-				n := float64(a.cells)
-				res.add(k+".trips.warm", float64(a.trips.Commands+a.trips.Exchanges)/n)
-				res.add(k+".exec.warm", float64(a.trips.Commands)/n)
-				res.add(k+".counted.warm", float64(a.trips.Executes+a.trips.Frames)/n)
+			if a.cells > 0 { // a cold-only floor has none
+				x := msAll(a.lat)
+				res.add(k+".warm.p50", quantile(x, 0.5))
+				res.add(k+".warm.p90", quantile(x, 0.9))
+				res.add(k+".warm.p99", quantile(x, 0.99))
+				res.add(k+".cpu", ms(a.cpu)/float64(a.cells))
+				if a.hasTrips {
+					n := float64(a.cells)
+					res.add(k+".trips.warm", float64(a.trips.Commands+a.trips.Exchanges)/n)
+					res.add(k+".exec.warm", float64(a.trips.Commands)/n)
+					res.add(k+".counted.warm", float64(a.trips.Executes+a.trips.Frames)/n)
+				}
 			}
 			if len(a.colds) > 0 {
 				res.add(k+".cold", median(a.colds))
@@ -139,6 +141,8 @@ func latencyPhase(ctx context.Context, cfg config, env *setupEnv, res *results, 
 		ratio("ratio.local_bash.warm", "local.warm.p50", "floor.bash.warm.p50")
 		ratio("ratio.local_pyloop.warm", "local.warm.p50", "floor.pyloop.warm.p50")
 		ratio("ratio.local_pyloop.cold", "local.cold", "floor.pyloop.cold")
+		ratio("ratio.spawnchain_pyloop.cold", "floor.spawnchain.cold", "floor.pyloop.cold")
+		ratio("ratio.local_spawnchain.cold", "local.cold", "floor.spawnchain.cold")
 		ratio("ratio.localtraced_local.warm", "local.traced.warm.p50", "local.warm.p50")
 		ratio("ratio.sshlight_streamlocal.warm", "ssh.light.warm.p50", "floor.ssh.streamlocal.warm.p50")
 		ratio("ratio.localspare_jupyter.cold", "local.spare.cold", "jupyter.cold")

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
@@ -124,11 +125,11 @@ func (f *pyloopFloor) cpuRoots() []int          { return []int{f.cmd.Process.Pid
 func (f *pyloopFloor) trips() (tripCount, bool) { return tripCount{}, false }
 
 func (f *pyloopFloor) warm(_ context.Context, n int) ([]time.Duration, error) {
-	return f.cell(f.lines, n)
+	return pyloopCells(f.lines, n)
 }
 
-// cell runs n cells of `1` on l.
-func (f *pyloopFloor) cell(l lines, n int) ([]time.Duration, error) {
+// pyloopCells runs n cells of `1` on the exec loop l.
+func pyloopCells(l lines, n int) ([]time.Duration, error) {
 	return l.roundTrips(n, []byte(`{"code": "1"}`+"\n"), "the Python exec loop", func(line []byte) bool {
 		var ans struct{ Status, Stdout string }
 		return json.Unmarshal(line, &ans) == nil && ans.Stdout == "1\n"
@@ -144,7 +145,61 @@ func (f *pyloopFloor) cold(context.Context) (time.Duration, tripCount, error) {
 		return 0, tripCount{}, err
 	}
 	defer stop()
-	if _, err := f.cell(l, 1); err != nil {
+	if _, err := pyloopCells(l, 1); err != nil {
+		return 0, tripCount{}, err
+	}
+	return time.Since(start), tripCount{}, nil
+}
+
+// spawnChainScript starts the exec loop the way a spawn starts a runner:
+// bash, a watcher subshell that stays the interpreter's parent (the
+// spawn's keeps its exit status), the interpreter in the background, and
+// the answer once the loop says it is ready. $0 is the interpreter, $1 the
+// loop's program, $2 its socket.
+const spawnChainScript = `exec 5< <( exec 2>/dev/null
+  "$0" -c "$1" "$2" </dev/null &
+  wait )
+read -r -u 5 line && [ "$line" = ready ]`
+
+// spawnChainFloor is the exec loop's cold start through spawnChainScript:
+// what a cold start of this design costs before any of kerneldeck's own
+// work (the runner's setup, its confinement, the authentication), on this
+// machine, where a fork may cost milliseconds. It has no warm figure (its
+// cells are the exec loop's).
+type spawnChainFloor struct {
+	floor
+	python string
+}
+
+func (spawnChainFloor) key() string     { return "floor.spawnchain" }
+func (spawnChainFloor) cpuRoots() []int { return nil }
+
+func (spawnChainFloor) warm(context.Context, int) ([]time.Duration, error) { return nil, nil }
+
+func (f spawnChainFloor) cold(ctx context.Context) (time.Duration, tripCount, error) {
+	dir, err := os.MkdirTemp("", "kdfloor")
+	if err != nil {
+		return 0, tripCount{}, err
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "s")
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, "bash", "-c", spawnChainScript, f.python, pyloopScript, sock)
+	// The watcher and the loop stay in bash's group, killed whole below.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.CombinedOutput()
+	if cmd.Process != nil {
+		defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if err != nil {
+		return 0, tripCount{}, fmt.Errorf("the exec loop started through bash and a watcher: %w %q", err, out)
+	}
+	conn, err := net.DialTimeout("unix", sock, 5*time.Second)
+	if err != nil {
+		return 0, tripCount{}, err
+	}
+	defer conn.Close()
+	if _, err := pyloopCells(lines{conn, bufio.NewReader(conn)}, 1); err != nil {
 		return 0, tripCount{}, err
 	}
 	return time.Since(start), tripCount{}, nil

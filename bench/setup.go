@@ -167,7 +167,7 @@ func (e *setupEnv) setup(ctx context.Context, t *tb, cfg config, log io.Writer) 
 	if err != nil {
 		return err
 	}
-	e.subjects = append(e.subjects, floor)
+	e.subjects = append(e.subjects, floor, spawnChainFloor{python: cfg.Python})
 
 	if !cfg.SkipSSH {
 		if err := e.setupSSH(ctx, t, log); err != nil {
