@@ -316,7 +316,10 @@ func testTimeout(t *testing.T, env backends.Env) {
 	timeouts := []time.Duration{3 * time.Second, 10 * time.Second, 30 * time.Second}
 	for i, timeout := range timeouts {
 		d := hostDir(t, env)
-		cmd := fmt.Sprintf("d=%s; echo $$ >\"$d/shell\"; sleep 60 & echo $! >\"$d/child\"; sleep 60; echo finished", Shq(d))
+		// The child's pid is written aside and moved into place: a kill
+		// between the redirect's truncation and the write would leave an
+		// empty file, read as "no child" on the last attempt.
+		cmd := fmt.Sprintf("d=%s; echo $$ >\"$d/shell\"; sleep 60 & echo $! >\"$d/child.tmp\"; mv \"$d/child.tmp\" \"$d/child\"; sleep 60; echo finished", Shq(d))
 		res, err := env.Execute(guardCtx(t, hangGuard), cmd, backends.ExecOptions{Timeout: timeout})
 		if err == nil {
 			t.Fatalf("sleep 60 with Timeout %v returned no error (rc %d, output %q)", timeout, res.ReturnCode, res.Output)
