@@ -73,8 +73,10 @@ func (l lines) roundTrips(n int, req []byte, what string, ok func(answer []byte)
 }
 
 // launchPyloop starts the exec loop on a socket in a new private dir and
-// connects to it; stop kills it and removes the dir.
-func launchPyloop(python string) (cmd *exec.Cmd, l lines, stop func(), err error) {
+// connects to it; stop kills it and removes the dir. With chain it is
+// started through spawnChainScript, as a spawn starts a runner, and cmd is
+// the bash that has ended; else Go starts the interpreter itself.
+func launchPyloop(python string, chain bool) (cmd *exec.Cmd, l lines, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "kdfloor")
 	if err != nil {
 		return nil, lines{}, nil, err
@@ -91,17 +93,30 @@ func launchPyloop(python string) (cmd *exec.Cmd, l lines, stop func(), err error
 		}
 	}()
 	sock := filepath.Join(dir, "s")
-	cmd = exec.Command(python, "-c", pyloopScript, sock)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, lines{}, nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, lines{}, nil, fmt.Errorf("start the Python exec loop: %w", err)
-	}
-	stops = append(stops, func() { cmd.Process.Kill(); cmd.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
-		return nil, lines{}, nil, fmt.Errorf("the Python exec loop did not start: %q %v", line, err)
+	if chain {
+		cmd = exec.Command("bash", "-c", spawnChainScript, python, pyloopScript, sock)
+		// The watcher and the loop stay in bash's group, killed whole.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		out, err := cmd.CombinedOutput() // bash ends once the loop said it is ready
+		if cmd.Process != nil {
+			stops = append(stops, func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+		}
+		if err != nil {
+			return nil, lines{}, nil, fmt.Errorf("the exec loop started through bash and a watcher: %w %q", err, out)
+		}
+	} else {
+		cmd = exec.Command(python, "-c", pyloopScript, sock)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, lines{}, nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, lines{}, nil, fmt.Errorf("start the Python exec loop: %w", err)
+		}
+		stops = append(stops, func() { cmd.Process.Kill(); cmd.Wait() })
+		if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+			return nil, lines{}, nil, fmt.Errorf("the Python exec loop did not start: %q %v", line, err)
+		}
 	}
 	conn, err := net.DialTimeout("unix", sock, 5*time.Second)
 	if err != nil {
@@ -112,7 +127,7 @@ func launchPyloop(python string) (cmd *exec.Cmd, l lines, stop func(), err error
 }
 
 func startPyloop(t *tb, python string) (*pyloopFloor, error) {
-	cmd, l, stop, err := launchPyloop(python)
+	cmd, l, stop, err := launchPyloop(python, false)
 	if err != nil {
 		return nil, err
 	}
@@ -139,8 +154,14 @@ func pyloopCells(l lines, n int) ([]time.Duration, error) {
 // cold starts a new loop and runs its first cell: what a cold start of
 // this design cannot go under (the interpreter's own start included).
 func (f *pyloopFloor) cold(context.Context) (time.Duration, tripCount, error) {
+	return pyloopCold(f.python, false)
+}
+
+// pyloopCold times a new exec loop's start (see launchPyloop) and first
+// cell.
+func pyloopCold(python string, chain bool) (time.Duration, tripCount, error) {
 	start := time.Now()
-	_, l, stop, err := launchPyloop(f.python)
+	_, l, stop, err := launchPyloop(python, chain)
 	if err != nil {
 		return 0, tripCount{}, err
 	}
@@ -176,33 +197,8 @@ func (spawnChainFloor) cpuRoots() []int { return nil }
 
 func (spawnChainFloor) warm(context.Context, int) ([]time.Duration, error) { return nil, nil }
 
-func (f spawnChainFloor) cold(ctx context.Context) (time.Duration, tripCount, error) {
-	dir, err := os.MkdirTemp("", "kdfloor")
-	if err != nil {
-		return 0, tripCount{}, err
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "s")
-	start := time.Now()
-	cmd := exec.CommandContext(ctx, "bash", "-c", spawnChainScript, f.python, pyloopScript, sock)
-	// The watcher and the loop stay in bash's group, killed whole below.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := cmd.CombinedOutput()
-	if cmd.Process != nil {
-		defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
-	if err != nil {
-		return 0, tripCount{}, fmt.Errorf("the exec loop started through bash and a watcher: %w %q", err, out)
-	}
-	conn, err := net.DialTimeout("unix", sock, 5*time.Second)
-	if err != nil {
-		return 0, tripCount{}, err
-	}
-	defer conn.Close()
-	if _, err := pyloopCells(lines{conn, bufio.NewReader(conn)}, 1); err != nil {
-		return 0, tripCount{}, err
-	}
-	return time.Since(start), tripCount{}, nil
+func (f spawnChainFloor) cold(context.Context) (time.Duration, tripCount, error) {
+	return pyloopCold(f.python, true)
 }
 
 // streamlocalFloor is one line echoed over a kept direct-streamlocal
