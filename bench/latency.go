@@ -19,6 +19,40 @@ type latencyAcc struct {
 	coldTrips tripCount
 }
 
+// addWarm records the round's warm figures of subject k, if it ran warm
+// cells (a cold-only floor runs none).
+func (a *latencyAcc) addWarm(res *results, k string) {
+	if a.cells == 0 {
+		return
+	}
+	x := msAll(a.lat)
+	res.add(k+".warm.p50", quantile(x, 0.5))
+	res.add(k+".warm.p90", quantile(x, 0.9))
+	res.add(k+".warm.p99", quantile(x, 0.99))
+	res.add(k+".cpu", ms(a.cpu)/float64(a.cells))
+	if a.hasTrips {
+		n := float64(a.cells)
+		res.add(k+".trips.warm", float64(a.trips.Commands+a.trips.Exchanges)/n)
+		res.add(k+".exec.warm", float64(a.trips.Commands)/n)
+		res.add(k+".counted.warm", float64(a.trips.Executes+a.trips.Frames)/n)
+	}
+}
+
+// addCold records the round's cold-start figures of subject k, if it has
+// a cold start.
+func (a *latencyAcc) addCold(res *results, k string) {
+	if len(a.colds) == 0 {
+		return
+	}
+	res.add(k+".cold", median(a.colds))
+	if a.hasTrips {
+		n := float64(len(a.colds))
+		res.add(k+".trips.cold", float64(a.coldTrips.Commands+a.coldTrips.Exchanges)/n)
+		res.add(k+".exec.cold", float64(a.coldTrips.Commands)/n)
+		res.add(k+".counted.cold", float64(a.coldTrips.Executes+a.coldTrips.Frames)/n)
+	}
+}
+
 // latencyPhase measures the warm trivial cell and the cold start of every
 // subject, round by round. Within a round the warm cells run in blocks, the
 // subjects taking turns block by block (and cold start by cold start), in
@@ -102,28 +136,8 @@ func latencyPhase(ctx context.Context, cfg config, env *setupEnv, res *results, 
 			if failed[k] {
 				continue
 			}
-			if a.cells > 0 { // a cold-only floor has none
-				x := msAll(a.lat)
-				res.add(k+".warm.p50", quantile(x, 0.5))
-				res.add(k+".warm.p90", quantile(x, 0.9))
-				res.add(k+".warm.p99", quantile(x, 0.99))
-				res.add(k+".cpu", ms(a.cpu)/float64(a.cells))
-				if a.hasTrips {
-					n := float64(a.cells)
-					res.add(k+".trips.warm", float64(a.trips.Commands+a.trips.Exchanges)/n)
-					res.add(k+".exec.warm", float64(a.trips.Commands)/n)
-					res.add(k+".counted.warm", float64(a.trips.Executes+a.trips.Frames)/n)
-				}
-			}
-			if len(a.colds) > 0 {
-				res.add(k+".cold", median(a.colds))
-				if a.hasTrips {
-					n := float64(len(a.colds))
-					res.add(k+".trips.cold", float64(a.coldTrips.Commands+a.coldTrips.Exchanges)/n)
-					res.add(k+".exec.cold", float64(a.coldTrips.Commands)/n)
-					res.add(k+".counted.cold", float64(a.coldTrips.Executes+a.coldTrips.Frames)/n)
-				}
-			}
+			a.addWarm(res, k)
+			a.addCold(res, k)
 		}
 		// Ratios, pair by pair within this round.
 		ratio := func(name, num, den string) {
