@@ -854,7 +854,7 @@ class Conn:
         # per read cost ~0.1 ms (mapped, faulted, unmapped). It starts
         # small, as a bytearray is resident whole, and grows to RECV_CHUNK
         # on the first read that fills it (a large cell).
-        self.read_into(RECV_FIRST)
+        self.new_read_buffer(RECV_FIRST)
         self.parts = []  # the start of a line not yet ended
         self.pending = 0  # bytes received before authentication
         self.wlock = _thread.allocate_lock()
@@ -863,7 +863,7 @@ class Conn:
         self.nonce = os.urandom(16).hex()
         self.watch_next = None  # a cell id watched before it came
 
-    def read_into(self, size):
+    def new_read_buffer(self, size):
         """A new read buffer of size bytes, and the view reads are cut from."""
         self.rbuf = bytearray(size)
         self.view = memoryview(self.rbuf)
@@ -1282,7 +1282,7 @@ class Runner:
             return
         data = bytes(conn.view[:n])
         if n == len(conn.rbuf) < RECV_CHUNK:
-            conn.read_into(RECV_CHUNK)
+            conn.new_read_buffer(RECV_CHUNK)
         if not conn.authed:
             # Until the peer proved it holds the secret, what it may make us
             # keep is bounded: an endless line would otherwise grow the
