@@ -35,7 +35,10 @@ var shq = backends.ShellQuote
 // code and the secret never touch a file. It prints "KD:SPAWNED <pid> <dir>
 // <python> <confinement>", "KD:NOCODE" (the loader refused the code) or
 // "KD:ERR <reason>". python, learnt from an earlier spawn, skips PATH
-// wrappers such as pyenv shims, which cost more than the spawn; root,
+// wrappers such as pyenv shims, which cost more than the spawn. The
+// interpreter starts isolated (-I: no PYTHON* variables, user site dir or
+// cwd on the path), without site (-S: the runner does its work, skipping
+// code this login can write) and writing no bytecode (-B); root,
 // learnt too, skips asking for the login. A transient kernel gets an
 // unpredictable dir of its own outside the root (the fallback when the
 // root is unusable): mkdir fails on anything planted.
@@ -105,7 +108,7 @@ exec 5< <( exec 2>/dev/null
   printf 'W %%s\n' "$BASHPID"
   trap '' HUP
   read -r up _ </proc/uptime; up=${up%%.*}
-  KERNELDECK_STDIN='%[3]d %[7]d %[4]d' PYTHONDONTWRITEBYTECODE=1 "$py" -c %[8]s "$kd/runner.py" <&0 3>&1 2>&1 &
+  KERNELDECK_STDIN='%[3]d %[7]d %[4]d' "$py" -I -S -B -c %[8]s "$kd/runner.py" <&0 3>&1 2>&1 &
   rp=$!; exec >/dev/null </dev/null
   oomf=; while IFS= read -r l; do case $l in *:memory:*) oomf=/sys/fs/cgroup/memory${l#*:memory:}/memory.oom_control;; 0::*) [ -z "$oomf" ] && oomf=/sys/fs/cgroup${l#0::}/memory.events;; esac; done <"/proc/$rp/cgroup"
   # Builtins only, no $(...): a subshell is a fork while the runner starts.

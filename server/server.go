@@ -67,6 +67,7 @@ type Server struct {
 	lock    *os.File
 	gid     int // of AllowGroup, or -1
 	uid     int
+	ns      userNS // the engine's own user namespace
 	closing chan struct{}
 	kill    context.CancelFunc
 	connCtx context.Context
@@ -89,6 +90,11 @@ func Listen(eng *engine.Engine, o Options) (*Server, error) {
 		return nil, fmt.Errorf("listen: the socket path %s is %d bytes, over the 103 a Unix socket allows; pick a shorter --listen path", o.Path, len(o.Path))
 	}
 	s := &Server{eng: eng, opts: o, gid: -1, uid: os.Geteuid(), closing: make(chan struct{}), conns: map[*conn]struct{}{}}
+	ns, err := ownUserNS()
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	s.ns = ns
 	dirMode, sockMode := os.FileMode(0o700), os.FileMode(0o600)
 	if o.AllowGroup != "" {
 		gid, err := lookupGroup(o.AllowGroup)
@@ -190,6 +196,13 @@ func (s *Server) admit(uc *net.UnixConn) {
 		peer.Owner = peer.Login
 	default:
 		s.refuse(uc, peer, "it is neither the engine's user nor in its --allow-group")
+		return
+	}
+	if err := checkPeerNS(uc, int(cred.Pid), s.ns); errors.Is(err, errOtherNamespace) {
+		s.refuse(uc, peer, "it runs in a kernel (or in another user namespace, such as a container's): code in a kernel may not act on the engine")
+		return
+	} else if err != nil {
+		s.refuse(uc, peer, fmt.Sprintf("cannot tell whether it runs in a kernel: %v", err))
 		return
 	}
 	s.mu.Lock()

@@ -84,7 +84,7 @@ const Bootstrap = `def _kd_boot():
         fail("FAILED", "cannot write the runner files into %s: %s" % (d, e.strerror or e))
     os.environ["KERNELDECK_STDIN"] = " ".join(s[1:])
     sys.argv[:] = [p]
-    sys.path[0] = os.path.dirname(p)
+    sys.path.insert(0, os.path.dirname(p))
     # compile() would set up the AST's 119 Python types (~0.2 MB in every
     # kernel) to check it was not handed an AST. The loader needs no name
     # (the code it runs has its own); the source is compiled through the C

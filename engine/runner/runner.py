@@ -1923,7 +1923,10 @@ def setup_streams():
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
                                   errors="backslashreplace", write_through=True)
     sys.stdin = open(os.devnull)
-    sys.path.insert(0, "")  # like the interactive interpreter: the cwd is importable
+    # The cwd is importable, as in the interactive interpreter, but last:
+    # it is shared by every kernel of the login, so a module another
+    # kernel writes there cannot stand in for one the interpreter has.
+    sys.path.append("")
 
 
 def read_exactly(fd, n):
@@ -2194,6 +2197,102 @@ def set_limits(cfg, runner):
     runner.log("limits: %s" % " ".join(limits))
 
 
+def trusted_site():
+    """What the interpreter's site module does at start (the runner starts
+    with -I -S), but code that this login can write is not run: a .pth
+    file's import lines and a sitecustomize module in a place the runner
+    could change, where another kernel of the login could have planted
+    them, are skipped (a .pth file's paths are still added). -I already
+    keeps out PYTHON* variables, the user site dir with its
+    usercustomize, and the cwd. Returns what was skipped, for runner.log."""
+    import site
+
+    skipped = []
+    add_package, exec_sitecustomize = site.addpackage, site.execsitecustomize
+
+    def ours(path):
+        return os.access(path, os.W_OK) or os.access(os.path.dirname(path) or ".", os.W_OK)
+
+    def addpackage(sitedir, name, known_paths):
+        full = os.path.join(sitedir, name)
+        if not ours(full):
+            return add_package(sitedir, name, known_paths)
+        reset = known_paths is None
+        if reset:
+            known_paths = set(site._init_pathinfo())
+        try:
+            with open(full, encoding="utf-8", errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return None if reset else known_paths
+        for line in lines:
+            if line.startswith("#") or not line.strip():
+                continue
+            if line.startswith(("import ", "import\t")):
+                skipped.append(full)
+                continue
+            d, case = site.makepath(sitedir, line.rstrip())
+            if case not in known_paths and os.path.exists(d):
+                sys.path.append(d)
+                known_paths.add(case)
+        return None if reset else known_paths
+
+    def execsitecustomize():
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize")
+        if spec is None or not spec.origin:
+            return
+        if ours(spec.origin):
+            skipped.append(spec.origin)
+            return
+        exec_sitecustomize()
+
+    site.addpackage, site.execsitecustomize = addpackage, execsitecustomize
+    try:
+        site.main()
+    finally:
+        site.addpackage, site.execsitecustomize = add_package, exec_sitecustomize
+    return skipped
+
+
+CLONE_NEWUSER = 0x10000000
+
+
+def own_user_namespace(libc):
+    """Moves this runner into a user namespace of its own that maps only its
+    own uid and gid, before any thread exists and while it is still
+    dumpable (its /proc files are its own to write). Nothing it or anything
+    it starts does, however it detaches, can leave the namespace: an engine
+    socket tells it from the engine's user by that (and refuses it), and no
+    process outside can be ptraced or have its fds taken from in here.
+    Returns "+userns", or "" where the host allows none (a container's
+    seccomp profile): the engine then cannot tell this kernel's processes
+    from its user's."""
+    if libc is None:
+        return ""
+    uid, gid = os.geteuid(), os.getegid()
+    try:
+        unshare = libc.func("unshare")
+    except AttributeError:
+        return ""
+    if unshare(CLONE_NEWUSER) != 0:
+        return ""
+    for name, line in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)), ("gid_map", "%d %d 1" % (gid, gid))):
+        try:
+            fd = os.open("/proc/self/" + name, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        except OSError as e:
+            if name != "setgroups":  # older kernels have no setgroups file
+                # Unmapped, this process is nobody to itself: it cannot go on.
+                tell_spawn("FAILED cannot map uid %d in the runner's user namespace: %s" % (uid, e.strerror or e))
+                os._exit(2)
+    return "+userns"
+
+
 def not_dumpable(libc):
     """Other processes of this login may not read this runner's memory, fds
     or environment, nor ptrace it."""
@@ -2210,7 +2309,9 @@ def main():
         sys.stderr.write("kerneldeck runner needs Python >= 3.8, found %s\n" % sys.version.split()[0])
         sys.exit(2)
     libc = load_libc()
+    userns = own_user_namespace(libc)
     not_dumpable(libc)
+    untrusted = trusted_site()
     kdir = os.path.dirname(os.path.abspath(__file__))
     problem = make_private_dirs(kdir) or write_tools(kdir)
     if problem is not None:
@@ -2241,11 +2342,14 @@ def main():
         sys.stderr.write("kerneldeck runner: no config line with a secret on stdin; exiting\n")
         os._exit(2)
     runner.auth = Auth(key)
+    for path in untrusted:
+        runner.log("did not run the code in %s: this login can change it, so another kernel could have put it there" % path)
     runner.libc = libc
     if cfg.get("confine", True) is False:
         runner.confinement = _unconfined("turned off by the engine")
     else:
         runner.confinement = confine(kdir, libc)
+    runner.confinement += userns
     set_limits(cfg, runner)
     tmp = os.path.join(kdir, "tmp")
     try:
