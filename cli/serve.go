@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/headless"
 	"github.com/kerneldeck/kerneldeck/internal/english"
 	"github.com/kerneldeck/kerneldeck/server"
 )
@@ -28,8 +29,13 @@ Who may connect is checked on every connection by the kernel's account of
 the peer: the engine's own user may do anything; with --allow-group GROUP,
 members of GROUP connect too, but each acts only as the owner named by its
 login: it cannot run cells in, list, interrupt, kill or watch another
-owner's kernels, change the limits or answer approvals. Anyone else is
-refused, and the refusal is an event.
+owner's kernels, change the limits or answer approvals. Its kernels run
+only on backends that give each kernel a container of its own
+(docker-image://), never as the engine's user; serve says at start where
+members may run them. Anyone else is refused, and the refusal is an event.
+Code running in a kernel is refused too, whatever user it runs as: every
+runner lives in a user namespace of its own, which nothing it starts can
+leave.
 
 On SIGTERM or SIGINT it stops accepting, tells every client (a goodbye
 line), lets running cells finish within --cell-timeout, interrupts what is
@@ -128,6 +134,9 @@ func (c *serveCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	go func() { served <- srv.Serve() }()
 	fmt.Fprintf(std.err, "%s: serving the engine at %s\n  dashboard: kerneldeck --attach %s\n  agents:    kerneldeck headless --connect %s\n",
 		prog, path, path, path)
+	if c.allowGroup != "" {
+		fmt.Fprintf(std.err, "  group %s: %s\n", c.allowGroup, headless.MemberBackends(eng.HostPerKernel()))
+	}
 
 	var why string
 	var serveErr error

@@ -279,6 +279,19 @@ func (e *Engine) Backends() []string {
 	return out
 }
 
+// HostPerKernel lists the configured backends that give each kernel a host
+// of its own (a container per kernel): there the OS keeps kernels away
+// from the engine's user and from each other, not kerneldeck alone.
+func (e *Engine) HostPerKernel() []string {
+	var out []string
+	for _, b := range e.cfg.Backends {
+		if _, ok := backends.Find[backends.Provisioner](b); ok {
+			out = append(out, b.URI())
+		}
+	}
+	return out
+}
+
 // CellTimeout is the timeout of a cell whose request gives none.
 func (e *Engine) CellTimeout() time.Duration { return e.cfg.CellTimeout }
 

@@ -1,8 +1,11 @@
 package headless
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/kerneldeck/kerneldeck/engine"
 )
@@ -41,10 +44,30 @@ func (s *server) allowedOwner(r *request) bool {
 	switch r.exec.Owner {
 	case "", s.peer.Owner:
 		r.exec.Owner = s.peer.Owner
-		return true
+	default:
+		s.deny(r, fmt.Sprintf("execute as owner %q", r.exec.Owner))
+		return false
 	}
-	s.deny(r, fmt.Sprintf("execute as owner %q", r.exec.Owner))
-	return false
+	// Elsewhere its kernel would run as the engine's user, which the OS
+	// does not keep from the engine's other kernels, files and socket.
+	backend := cmp.Or(r.exec.Backend, s.eng.DefaultBackend())
+	isolated := s.eng.HostPerKernel()
+	if !slices.Contains(isolated, backend) {
+		s.deny(r, fmt.Sprintf("run a kernel on %s, where it would run as the engine's user; %s", backend, MemberBackends(isolated)))
+		return false
+	}
+	return true
+}
+
+// MemberBackends says where members of an --allow-group may run kernels:
+// only on backends that give each kernel a host of its own (isolated).
+func MemberBackends(isolated []string) string {
+	if len(isolated) == 0 {
+		return "members of the engine's --allow-group may run kernels only on backends that give each kernel a container of its own, " +
+			"and this engine has none: start it with --backend docker-image://IMAGE as well"
+	}
+	return "members of the engine's --allow-group may run kernels only on " + strings.Join(isolated, ", ") +
+		" (give it as the request's backend)"
 }
 
 // ownsKernel reports whether the peer may act on kernel id: restricted

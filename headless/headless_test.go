@@ -35,7 +35,9 @@ func TestMain(m *testing.M) {
 // runner killed) when the test ends.
 func newEngine(t *testing.T, cfg engine.Config) *engine.Engine {
 	t.Helper()
-	cfg.Backends = []backends.Env{backends.NewLocal(t.TempDir())}
+	if cfg.Backends == nil {
+		cfg.Backends = []backends.Env{backends.NewLocal(t.TempDir())}
+	}
 	cfg.StateDir = t.TempDir()
 	eng, err := engine.New(cfg)
 	if err != nil {

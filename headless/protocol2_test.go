@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
 )
 
@@ -188,25 +189,41 @@ func TestCellsOfAnotherClient(t *testing.T) {
 	}
 }
 
+// ownHost is the local backend posing as one that gives each kernel a host
+// of its own, for the access rules alone: the OS isolation itself is
+// docker-image's, tested with a real member in server's TestSecondUser.
+type ownHost struct{ *backends.Local }
+
+func (o ownHost) URI() string { return "own-host" }
+
+func (o ownHost) Provision(context.Context, string) (backends.Env, error) { return o, nil }
+
 // A restricted peer acts only as its own owner, sees only its own kernels
-// and events, and each refusal is an error answer and an event.
+// and events, runs kernels only where each has a host of its own, and each
+// refusal is an error answer and an event.
 func TestRestrictedPeer(t *testing.T) {
-	eng := newEngine(t, engine.Config{})
+	eng := newEngine(t, engine.Config{Backends: []backends.Env{backends.NewLocal(t.TempDir()), ownHost{backends.NewLocal(t.TempDir())}}})
 	watch := eng.Subscribe(1 << 12)
 	defer watch.Close()
 	op := start(t, eng, Options{})
 	alice := op.call(execReq("a", "secret = 42", "owner", "alice"))
 	aliceK := kernelOf(t, alice)["id"].(string)
 	bob := start(t, eng, Options{Peer: &Peer{UID: 4242, Login: "bob", Owner: "bob"}})
-	mine := bob.call(execReq("b", "print('bob here')"))
+	mine := bob.call(execReq("b", "print('bob here')", "backend", "own-host"))
 	if mine["op"] != "result" || mine["stdout"] != "bob here\n" {
 		t.Fatalf("bob's own cell: %v", mine)
+	}
+	// On the local backend his kernel would run as the engine's user.
+	local := bob.call(execReq("b-local", "print('bob here')"))
+	if local["op"] != "error" || !strings.Contains(local["error"].(string), "run a kernel on local, where it would run as the engine's user") ||
+		!strings.Contains(local["error"].(string), "only on own-host") {
+		t.Fatalf("bob's cell on the local backend: %v, want a refusal naming where he may run kernels", local)
 	}
 	if ks := bob.call(line{"id": "k", "op": "kernels"}); ks["count"] != float64(1) || ks["kernels"].([]any)[0].(line)["owner"] != "bob" {
 		t.Fatalf("bob's kernels listing: %v, want his kernel only", ks)
 	}
 	refusals := []line{
-		execReq("r1", "print(secret)", "owner", "alice"),
+		execReq("r1", "print(secret)", "owner", "alice", "backend", "own-host"),
 		{"id": "r2", "op": "kill", "kernel": aliceK},
 		{"id": "r3", "op": "interrupt", "kernel": aliceK},
 		{"id": "r4", "op": "cells", "kernel": aliceK},
@@ -223,7 +240,7 @@ func TestRestrictedPeer(t *testing.T) {
 	}
 	notices := 0
 	deadline := time.After(10 * time.Second)
-	for notices < len(refusals) {
+	for notices < len(refusals)+1 {
 		select {
 		case ev := <-watch.C:
 			if ev.Type == engine.EventNotice && strings.Contains(ev.Detail, "refused user bob (uid 4242)") {
@@ -240,7 +257,7 @@ func TestRestrictedPeer(t *testing.T) {
 	// Bob's subscription shows only his owner's events.
 	bob.until(bob.sendID(line{"id": "s", "op": "subscribe", "since": 3600, "output": true}))
 	op.call(execReq("a3", "print('alice again')", "owner", "alice"))
-	bob.call(execReq("b2", "print('bob again')"))
+	bob.call(execReq("b2", "print('bob again')", "backend", "own-host"))
 	bob.finish()
 	for _, ev := range bob.events {
 		if ev["owner"] != "bob" && ev["type"] != "missed" {

@@ -17,12 +17,14 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/dockertest"
 	"github.com/kerneldeck/kerneldeck/server"
 )
 
-func newEngine(t *testing.T) *engine.Engine {
+// newEngine is an engine on the local backend, and the others given.
+func newEngine(t *testing.T, more ...backends.Env) *engine.Engine {
 	t.Helper()
-	eng, err := engine.New(engine.Config{Backends: []backends.Env{backends.NewLocal(t.TempDir())}, StateDir: t.TempDir()})
+	eng, err := engine.New(engine.Config{Backends: append([]backends.Env{backends.NewLocal(t.TempDir())}, more...), StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +262,13 @@ func needRoot(t *testing.T) {
 func TestSecondUser(t *testing.T) {
 	needRoot(t)
 	users := 100 // Debian's "users" group
-	eng := newEngine(t)
+	box, err := backends.NewImageSandbox("docker-image://"+dockertest.Image(t), backends.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { box.Close() })
+	sandbox := box.URI()
+	eng := newEngine(t, box)
 	watch := eng.Subscribe(1 << 10)
 	defer watch.Close()
 
@@ -299,6 +307,7 @@ func TestSecondUser(t *testing.T) {
 		lines, err := clientAs(t, path, nobody, nobody, []uint32{uint32(users)},
 			`{"id":"h","op":"hello"}`,
 			`{"id":"mine","op":"execute","code":"print('mine')"}`,
+			`{"id":"sandboxed","op":"execute","backend":"`+sandbox+`","code":"import os; print('mine', os.getpid())"}`,
 			`{"id":"steal","op":"execute","owner":"alice","code":"print(secret)"}`,
 			fmt.Sprintf(`{"id":"kill","op":"kill","kernel":%q}`, aliceK),
 			fmt.Sprintf(`{"id":"cells","op":"cells","kernel":%q}`, aliceK),
@@ -315,8 +324,14 @@ func TestSecondUser(t *testing.T) {
 		if you := byID["h"]["you"].(map[string]any); you["owner"] != "nobody" || you["uid"] != float64(nobody) {
 			t.Fatalf("hello to a group member: %v", byID["h"])
 		}
-		if byID["mine"]["stdout"] != "mine\n" {
-			t.Fatalf("the member's own cell: %v", byID["mine"])
+		// On the local backend its kernel would run as the engine's user;
+		// in a container of its own it runs.
+		if m := byID["mine"]; m["op"] != "error" || !strings.Contains(m["error"].(string), "where it would run as the engine's user") ||
+			!strings.Contains(m["error"].(string), "only on "+sandbox) {
+			t.Fatalf("the member's own cell on the local backend: %v, want a refusal naming %s", m, sandbox)
+		}
+		if m := byID["sandboxed"]; !strings.HasPrefix(fmt.Sprint(m["stdout"]), "mine ") || m["kernel"].(map[string]any)["backend"] != sandbox {
+			t.Fatalf("the member's own cell in a container: %v", m)
 		}
 		for _, id := range []string{"steal", "kill", "cells"} {
 			if byID[id]["op"] != "error" || !strings.Contains(byID[id]["error"].(string), "not allowed") {
