@@ -52,10 +52,14 @@ func (c *headlessCmd) bridge(std stdio) int {
 			return c.handOver(std, conn.Where, uc, in, out, sigs)
 		}
 	}
+	// A connection silent for long is closed by the engine, and a person
+	// at a terminal may take their time: a blank line (no request) speaks.
+	first := "\n"
 	if c.events {
-		if _, err := fmt.Fprintf(conn, `{"id":%q,"op":"subscribe"}`+"\n", eventsSubscription); err != nil {
-			return fail(fmt.Errorf("subscribe to the events of %s: %w", conn.Where, err))
-		}
+		first = fmt.Sprintf(`{"id":%q,"op":"subscribe"}`+"\n", eventsSubscription)
+	}
+	if _, err := io.WriteString(conn, first); err != nil {
+		return fail(fmt.Errorf("speak to the engine at %s: %w", conn.Where, err))
 	}
 	inDone := make(chan error, 1)
 	go func() {

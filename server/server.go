@@ -6,6 +6,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +29,23 @@ const SocketName = "engine.sock"
 
 // MaxConns bounds the connections served at once; more are refused.
 const MaxConns = 256
+
+// Members of the --allow-group share what the engine serves: each uid may
+// hold MaxConnsPerMember connections, and all of them together leave
+// ownReserve for the engine's own user, so no member can lock it out.
+const (
+	MaxConnsPerMember = 32
+	ownReserve        = 32
+)
+
+// defaultSilentTimeout is how long a new connection may stay silent: one
+// that has sent nothing by then is closed, so idle connections cannot pile
+// up. Every client of kerneldeck's speaks at once.
+const defaultSilentTimeout = 10 * time.Second
+
+// closeWait is how long Shutdown waits, once it has cut every connection,
+// for their goroutines: a client cannot keep the engine from stopping.
+const closeWait = 5 * time.Second
 
 // writeTimeout is how long a client may leave its answers unread before
 // it counts as gone (its cells still finish).
@@ -57,6 +75,9 @@ type Options struct {
 	AllowGroup string
 	// Version is what hello reports.
 	Version string
+	// SilentTimeout is how long a new connection may send nothing before
+	// it is closed (default 10 s).
+	SilentTimeout time.Duration
 }
 
 // Server is an engine served on a socket.
@@ -74,6 +95,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	conns   map[*conn]struct{}
+	byUID   map[int]int // connections of each peer uid
 	wg      sync.WaitGroup
 	goodbye string
 }
@@ -89,7 +111,7 @@ func Listen(eng *engine.Engine, o Options) (*Server, error) {
 	if len(o.Path) >= 104 {
 		return nil, fmt.Errorf("listen: the socket path %s is %d bytes, over the 103 a Unix socket allows; pick a shorter --listen path", o.Path, len(o.Path))
 	}
-	s := &Server{eng: eng, opts: o, gid: -1, uid: os.Geteuid(), closing: make(chan struct{}), conns: map[*conn]struct{}{}}
+	s := &Server{eng: eng, opts: o, gid: -1, uid: os.Geteuid(), closing: make(chan struct{}), conns: map[*conn]struct{}{}, byUID: map[int]int{}}
 	ns, err := ownUserNS()
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
@@ -205,12 +227,13 @@ func (s *Server) admit(uc *net.UnixConn) {
 		s.refuse(uc, peer, fmt.Sprintf("cannot tell whether it runs in a kernel: %v", err))
 		return
 	}
+	c := &conn{uc: uc, uid: peer.UID}
 	s.mu.Lock()
-	full := len(s.conns) >= MaxConns
+	full := s.fullLocked(peer.UID)
 	closed := s.goodbye != ""
-	c := &conn{uc: uc}
-	if !full && !closed {
+	if full == "" && !closed {
 		s.conns[c] = struct{}{}
+		s.byUID[c.uid]++
 		s.wg.Add(1)
 	}
 	s.mu.Unlock()
@@ -218,8 +241,8 @@ func (s *Server) admit(uc *net.UnixConn) {
 	case closed:
 		s.refuse(uc, nil, "the engine is shutting down")
 		return
-	case full:
-		s.refuse(uc, nil, fmt.Sprintf("%d clients are connected, the most one engine serves", MaxConns))
+	case full != "":
+		s.refuse(uc, nil, full)
 		return
 	}
 	go func() {
@@ -227,11 +250,32 @@ func (s *Server) admit(uc *net.UnixConn) {
 		defer func() {
 			s.mu.Lock()
 			delete(s.conns, c)
+			if s.byUID[c.uid]--; s.byUID[c.uid] == 0 {
+				delete(s.byUID, c.uid)
+			}
 			s.mu.Unlock()
-			uc.Close()
+			c.close()
 		}()
-		s.serveConn(uc, peer)
+		s.serveConn(c, peer)
 	}()
+}
+
+// fullLocked says why one more connection of uid is refused, or "".
+func (s *Server) fullLocked(uid int) string {
+	if len(s.conns) >= MaxConns {
+		return fmt.Sprintf("%d clients are connected, the most one engine serves", MaxConns)
+	}
+	if uid == s.uid {
+		return ""
+	}
+	if s.byUID[uid] >= MaxConnsPerMember {
+		return fmt.Sprintf("this user has %d connections open, the most one member of the group may have; close some", MaxConnsPerMember)
+	}
+	members := len(s.conns) - s.byUID[s.uid]
+	if members >= MaxConns-ownReserve {
+		return fmt.Sprintf("members of the group hold %d connections, the most they may share (the rest is kept for the engine's user)", members)
+	}
+	return ""
 }
 
 // A client that hands the engine its own stdin and stdout (SCM_RIGHTS)
@@ -243,21 +287,39 @@ func (s *Server) admit(uc *net.UnixConn) {
 
 // serveConn serves one admitted connection: the headless protocol on the
 // socket, or on the pipes a stdio client handed over.
-func (s *Server) serveConn(uc *net.UnixConn, peer *headless.Peer) {
+func (s *Server) serveConn(c *conn, peer *headless.Peer) {
+	uc := c.uc
 	opts := headless.Options{Peer: peer, Version: s.opts.Version, Drain: s.closing, Goodbye: s.goodbyeReason}
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, syscall.CmsgSpace(2*4))
+	silent := cmp.Or(s.opts.SilentTimeout, defaultSilentTimeout)
+	uc.SetReadDeadline(time.Now().Add(silent))
 	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+	fds := receivedFDs(oob[:oobn])
 	if err != nil {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			uc.SetWriteDeadline(time.Now().Add(time.Second))
+			fmt.Fprintf(uc, "{\"id\":null,\"op\":\"error\",\"error\":%q}\n",
+				fmt.Sprintf("closed: the connection sent nothing for %v; send a request (or a blank line) once connected", silent))
+		}
 		return
 	}
-	fds := receivedFDs(oob[:oobn])
+	uc.SetReadDeadline(time.Time{})
 	first := buf[:n]
 	if events, rest, ok := parseHandover(first, len(fds)); ok {
 		opts.Events = events
+		// Polled, so that a client that never reads its stdout (or hands
+		// over a blocking pipe) cannot hold a write, or Shutdown, forever.
+		syscall.SetNonblock(fds[0], true)
+		syscall.SetNonblock(fds[1], true)
 		in, out := os.NewFile(uintptr(fds[0]), "client stdin"), os.NewFile(uintptr(fds[1]), "client stdout")
-		defer in.Close()
-		defer out.Close()
+		if !c.hold(in, out) {
+			return // Shutdown has already cut this connection
+		}
 		// The client's end of the control socket closing (it was killed)
 		// ends the reading, as the end of its input would.
 		go func() {
@@ -361,10 +423,14 @@ func (s *Server) Shutdown(ctx context.Context, reason string) error {
 		s.kill()
 		s.mu.Lock()
 		for c := range s.conns {
-			c.uc.Close()
+			c.close()
 		}
 		s.mu.Unlock()
-		<-done
+		select {
+		case <-done:
+		case <-time.After(closeWait):
+			err = fmt.Errorf("shut down %s: %w; the cells still running were interrupted, and some connections did not end in %v", s.opts.Path, ctx.Err(), closeWait)
+		}
 	}
 	s.kill()
 	// The lock file stays: removing it could let two engines each lock a
@@ -373,7 +439,43 @@ func (s *Server) Shutdown(ctx context.Context, reason string) error {
 	return err
 }
 
-type conn struct{ uc *net.UnixConn }
+// conn is one admitted connection, with the pipes its client handed over.
+type conn struct {
+	uc  *net.UnixConn
+	uid int
+
+	mu     sync.Mutex
+	files  []*os.File
+	closed bool
+}
+
+// hold keeps files to close with the connection, or closes them at once
+// (and says false) when it is already closed.
+func (c *conn) hold(files ...*os.File) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		for _, f := range files {
+			f.Close()
+		}
+		return false
+	}
+	c.files = append(c.files, files...)
+	return true
+}
+
+// close ends the connection and the pipes it handed over, which unblocks
+// whatever reads or writes them.
+func (c *conn) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.uc.Close()
+	for _, f := range c.files {
+		f.Close()
+	}
+	c.files = nil
+}
 
 // deadlineWriter gives every write writeTimeout: a client that stops
 // reading counts as gone instead of stalling its cells' output.
