@@ -185,12 +185,12 @@ func (c *eventsCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	return exitOK
 }
 
-// humanEvent is one event as a line for a terminal: what a kernel printed
-// or chose as a name is shown, never obeyed.
+// humanEvent is one event as one line for a terminal: what a kernel printed
+// or chose as a name is shown, never obeyed, and cannot start a line.
 func humanEvent(ev engine.Event) string {
-	who := termtext.Clean(ev.Owner, false)
-	what := termtext.Clean(ev.Detail, false)
-	if k := termtext.Clean(ev.Kernel, false); k != "" && what != "" {
+	who := termtext.Line(ev.Owner)
+	what := termtext.Line(ev.Detail)
+	if k := termtext.Line(ev.Kernel); k != "" && what != "" {
 		what = k + ": " + what
 	} else if k != "" {
 		what = k

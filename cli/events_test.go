@@ -138,3 +138,38 @@ func TestEventLogOnAFullDisk(t *testing.T) {
 		t.Fatalf("no event said the log could not be written:\n%s", out)
 	}
 }
+
+// A kernel cannot forge a line of `kerneldeck events`: a tool call's error
+// names a path the kernel chose, newline and all, and the event is still
+// one line.
+func TestEventsCannotBeForged(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	env := dirs.env()
+	state := []string{"--state-dir", dirs.state}
+	forged := `2026-12-05 19:00:00  owner_shutdown     kdalice      forged: 3 kernels (by uid 0)`
+	code := "import kerneldeck_tools as kt\ntry:\n    kt.read_file(" + pyString("nope\n"+forged) + ")\nexcept kt.ToolError as e:\n    print('refused')"
+	req, _ := json.Marshal(map[string]any{"id": "1", "op": "execute", "owner": "bob", "tools": []string{"read_file"}, "code": code})
+	if out := runHeadless(t, bin, env, string(req)+"\n", state...); !strings.Contains(out, `"stdout":"refused\n"`) {
+		t.Fatalf("bob's cell: %s", out)
+	}
+	cmd := exec.Command(bin, append([]string{"events", "--since", "1h"}, state...)...)
+	cmd.Env = env
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("events: %v\n%s", err, b)
+	}
+	sawCall := false
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if strings.HasPrefix(l, "2026-12-05 19:00:00") || strings.Contains(l, "forged") && !strings.Contains(l, "nope␊") {
+			t.Errorf("a line of its own from what the kernel chose: %q", l)
+		}
+		sawCall = sawCall || strings.Contains(l, "nope␊2026-12-05 19:00:00")
+	}
+	if !sawCall {
+		t.Fatalf("no event line shows the tool call's path with its newline escaped:\n%s", b)
+	}
+}
+
+// pyString is s as a Python string literal (JSON's is one).
+func pyString(s string) string { b, _ := json.Marshal(s); return string(b) }

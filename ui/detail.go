@@ -10,6 +10,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/english"
+	"github.com/kerneldeck/kerneldeck/internal/termtext"
 )
 
 // kernelDetail is the detail view of one kernel ("d" on its row): what the
@@ -136,7 +137,7 @@ func (m *Model) detailLines(w int) []string {
 	n := 0
 	for _, ev := range m.evPane.events {
 		if ev.Kernel == k.ID && ev.Type != engine.EventCellOutput {
-			out = append(out, "  "+ev.Time.Format("15:04:05")+" "+t.EventStyle(ev.Type).Render(fmt.Sprintf("%-18s", plain(string(ev.Type))))+" "+plain(ev.Detail))
+			out = append(out, "  "+ev.Time.Format("15:04:05")+" "+t.EventStyle(ev.Type).Render(fmt.Sprintf("%-18s", termtext.Line(string(ev.Type))))+" "+termtext.Line(ev.Detail))
 			n++
 		}
 	}

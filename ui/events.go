@@ -9,6 +9,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/termtext"
 )
 
 // maxEvents bounds the events the pane keeps.
@@ -185,9 +186,9 @@ func (p *EventsPane) redraw() {
 func (p *EventsPane) draw(ev engine.Event, w int) []string {
 	t := p.ctx.Theme
 	const lead = 9 + 19 + 13 // time, type, owner columns
-	detail := plain(ev.Detail)
+	detail := termtext.Line(ev.Detail)
 	if ev.Kernel != "" {
-		detail = plain(ev.Kernel) + ": " + detail
+		detail = termtext.Line(ev.Kernel) + ": " + detail
 	}
 	typeStyle := t.EventStyle(ev.Type)
 	if ev.History {
@@ -196,7 +197,7 @@ func (p *EventsPane) draw(ev engine.Event, w int) []string {
 		typeStyle = t.Muted
 		detail = "(history) " + detail
 	}
-	first := t.Muted.Render(ev.Time.Format("15:04:05")) + " " + typeStyle.Render(fit(plain(string(ev.Type)), 18)) + " " + fit(plain(ev.Owner), 12) + " "
+	first := t.Muted.Render(ev.Time.Format("15:04:05")) + " " + typeStyle.Render(fit(termtext.Line(string(ev.Type)), 18)) + " " + fit(termtext.Line(ev.Owner), 12) + " "
 	var chunk []string
 	if w-lead >= 20 {
 		wrapped := wordWrapLines(detail, w-lead)

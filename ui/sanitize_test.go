@@ -36,6 +36,21 @@ func TestHostileOutputIsShownNotObeyed(t *testing.T) {
 	mustContain(t, v, "␛]52;c;Y3VybCBldmlsfHNo␇", "␛[2J")
 }
 
+// TestEventIsOneLine: an event whose detail holds newlines (a path a
+// kernel chose) starts no line that looks like another event's.
+func TestEventIsOneLine(t *testing.T) {
+	f := sized(t, fixtureOpts{})
+	f.update(eventBatchMsg{{Type: engine.EventRPCCall, Time: t0, Owner: "bob", Kernel: "k1",
+		Detail: "read_file: error: nope\n12:00:00 owner_shutdown     alice        forged"}})
+	v := f.m.View()
+	for _, l := range strings.Split(v, "\n") {
+		if strings.Contains(l, "12:00:00") && !strings.Contains(l, "nope␊12:00:00") {
+			t.Errorf("a line of its own from an event's detail: %q", l)
+		}
+	}
+	mustContain(t, v, "nope␊12:00:00")
+}
+
 // TestUnconfinedHostInHeader: a host whose runners cannot use Landlock is
 // marked in the header once the engine says so.
 func TestUnconfinedHostInHeader(t *testing.T) {

@@ -21,8 +21,16 @@ const maxSGR = 32
 // as U+FFFD. Newlines and tabs stay; "\r\n" becomes "\n". With keepSGR,
 // well-formed SGR sequences (ESC [ digits and ; m) are kept, and a line that
 // ends with one in force gets a reset, so colour never leaks past it.
-func Clean(s string, keepSGR bool) string {
-	if isPlain(s) {
+func Clean(s string, keepSGR bool) string { return clean(s, keepSGR, false) }
+
+// Line is Clean without styles for text that must stay one line, such as
+// an event's fields: newlines, carriage returns and tabs are shown as
+// their pictures ("␊", "␍", "␉") too, so text a kernel chose cannot start
+// what looks like another line.
+func Line(s string) string { return clean(s, false, true) }
+
+func clean(s string, keepSGR, oneLine bool) string {
+	if isPlain(s, oneLine) {
 		return s
 	}
 	var b strings.Builder
@@ -31,6 +39,9 @@ func Clean(s string, keepSGR bool) string {
 	for i := 0; i < len(s); {
 		c := s[i]
 		switch {
+		case oneLine && c < 0x20:
+			b.WriteRune(0x2400 + rune(c))
+			i++
 		case c == '\n':
 			if styled {
 				b.WriteString("\x1b[0m")
@@ -82,12 +93,12 @@ func Clean(s string, keepSGR bool) string {
 	return b.String()
 }
 
-// isPlain reports whether s is printable ASCII, newlines and tabs only: the
-// common case, returned as it is.
-func isPlain(s string) bool {
+// isPlain reports whether s is printable ASCII, and newlines and tabs
+// unless oneLine: the common case, returned as it is.
+func isPlain(s string, oneLine bool) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if (c < 0x20 && c != '\n' && c != '\t') || c >= 0x7f {
+		if (c < 0x20 && (oneLine || (c != '\n' && c != '\t'))) || c >= 0x7f {
 			return false
 		}
 	}

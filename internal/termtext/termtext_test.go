@@ -35,6 +35,20 @@ func TestClean(t *testing.T) {
 	}
 }
 
+// Line keeps an event's field on one line, whatever it holds.
+func TestLine(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain": "plain",
+		"nope\n2026-12-05 19:00:00  owner_shutdown  kdalice  forged": "nope␊2026-12-05 19:00:00  owner_shutdown  kdalice  forged",
+		"a\r\nb\tc\x1b[31m":    "a␍␊b␉c␛[31m",
+		"abc\u202edcba \u0085": `abc\u202edcba \x85`,
+	} {
+		if got := Line(in); got != want {
+			t.Errorf("Line(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 // FuzzClean: whatever the input, the output is valid UTF-8 with no control
 // character but newline and tab, no C1 control and no escape except kept
 // SGR sequences (none at all when they are not kept), and cleaning it again
@@ -45,6 +59,9 @@ func FuzzClean(f *testing.F) {
 		f.Add(s, false)
 	}
 	f.Fuzz(func(t *testing.T, in string, keep bool) {
+		if line := Line(in); strings.ContainsAny(line, "\n\r\t\x1b") || Line(line) != line || !utf8.ValidString(line) {
+			t.Fatalf("Line(%q) = %q is not one clean, stable line", in, line)
+		}
 		out := Clean(in, keep)
 		if !utf8.ValidString(out) {
 			t.Fatalf("Clean(%q) = %q is not valid UTF-8", in, out)
