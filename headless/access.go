@@ -30,8 +30,7 @@ var errDenied = errors.New("not allowed")
 // deny refuses r, says so in an event, and answers with an error.
 func (s *server) deny(r *request, what string) {
 	p := s.peer
-	s.eng.Publish(engine.Event{Type: engine.EventNotice, Owner: p.Owner,
-		Detail: fmt.Sprintf("refused user %s (uid %d), who may act only as owner %s: %s", p.Login, p.UID, p.Owner, what)})
+	s.refusals.Refused(fmt.Sprintf("refused user %s (uid %d), who may act only as owner %s: %s", p.Login, p.UID, p.Owner, what))
 	s.w.writeError(&r.id, fmt.Sprintf("%v: %s; connections of user %s act only as owner %q", errDenied, what, p.Login, p.Owner))
 }
 

@@ -20,6 +20,8 @@ type server struct {
 	pump    *pump
 	peer    *Peer
 	version string
+	// refusals says a restricted peer's refused requests, a few at a time.
+	refusals *engine.Refusals
 }
 
 func (s *server) handle(ctx context.Context, r *request) {

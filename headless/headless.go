@@ -70,6 +70,10 @@ func Serve(ctx context.Context, eng *engine.Engine, in io.Reader, out io.Writer,
 	defer stopLoop(nil)
 	w := &lineWriter{w: out, fail: stopLoop}
 	s := &server{eng: eng, w: w, peer: opts.Peer, version: opts.Version}
+	if p := opts.Peer; p.restricted() {
+		s.refusals = eng.NewRefusals(fmt.Sprintf("user %s (uid %d)", p.Login, p.UID), p.Owner)
+		defer s.refusals.Close()
+	}
 	p := newPump(eng, w, opts.Peer, opts.Events, cmp.Or(opts.EventBuffer, DefaultEventBuffer))
 	s.pump = p
 	var pumping sync.WaitGroup

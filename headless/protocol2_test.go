@@ -238,16 +238,17 @@ func TestRestrictedPeer(t *testing.T) {
 			t.Errorf("bob's %v: %v, want a refusal", req, got)
 		}
 	}
+	// Each refusal is a notice, or counted in one past the first few.
 	notices := 0
 	deadline := time.After(10 * time.Second)
 	for notices < len(refusals)+1 {
 		select {
 		case ev := <-watch.C:
 			if ev.Type == engine.EventNotice && strings.Contains(ev.Detail, "refused user bob (uid 4242)") {
-				notices++
+				notices += refusalsIn(ev)
 			}
 		case <-deadline:
-			t.Fatalf("%d refusal events, want %d", notices, len(refusals))
+			t.Fatalf("%d refusals told, want %d", notices, len(refusals)+1)
 		}
 	}
 	// Alice's kernel is untouched and her state kept.
@@ -348,4 +349,73 @@ func TestExecuteStreamDisplay(t *testing.T) {
 	if ds, _ := res["displays"].([]any); res["op"] != "result" || len(ds) != 1 {
 		t.Fatalf("result %v, want it to list the display again", res)
 	}
+}
+
+// A restricted peer refused 20,000 times in a burst leaves a few notices
+// and one count, not 20,000 events: the operator's history of the other
+// owners stays.
+func TestRefusalFloodKeepsTheHistory(t *testing.T) {
+	eng := newEngine(t, engine.Config{})
+	op := start(t, eng, Options{})
+	if r := op.call(execReq("a", "1", "owner", "alice")); r["status"] != "success" {
+		t.Fatalf("alice: %v", r)
+	}
+	watch := eng.Subscribe(1 << 16)
+	defer watch.Close()
+	bob := start(t, eng, Options{Peer: &Peer{UID: 4242, Login: "bob", Owner: "bob"}})
+	const n = 20000
+	var flood strings.Builder
+	for i := range n {
+		fmt.Fprintf(&flood, `{"id":"r%d","op":"limits","max_kernels":1}`+"\n", i)
+	}
+	bob.sendRaw(flood.String())
+	for got := 0; got < n; {
+		if l := bob.next(); l["op"] == "error" {
+			got++
+		}
+	}
+	bob.finish() // its connection ends: what is still counted is said
+	said, counted := 0, 0
+	deadline := time.After(10 * time.Second)
+	for said+counted < n {
+		select {
+		case ev := <-watch.C:
+			if ev.Type != engine.EventNotice || ev.Owner != "bob" {
+				continue
+			}
+			if n := refusalsIn(ev); n > 1 || strings.Contains(ev.Detail, " more request") {
+				counted += n
+			} else {
+				said++
+			}
+		case <-deadline:
+			t.Fatalf("after the flood: %d notices said and %d refusals counted, want %d in all", said, counted, n)
+		}
+	}
+	if said > 20 {
+		t.Errorf("%d notices for one peer's %d refusals in a burst, want a few and a count", said, n)
+	}
+	// Alice's cell is still in the engine's history.
+	sub := eng.SubscribeWith(engine.SubscribeOptions{Buffer: 16, Since: time.Now().Add(-time.Hour)})
+	defer sub.Close()
+	found := false
+	for _, ev := range sub.History {
+		found = found || ev.Owner == "alice" && ev.Type == engine.EventCellFinished
+	}
+	if !found {
+		t.Error("alice's cell_finished is gone from the history after bob's flood")
+	}
+}
+
+// refusalsIn is how many refusals a notice tells: one, or the count of
+// one that sums them up ("refused user bob (uid 4242): 19995 more requests
+// in 1.00s").
+func refusalsIn(ev engine.Event) int {
+	var n int
+	if i := strings.Index(ev.Detail, "): "); i >= 0 {
+		if _, err := fmt.Sscanf(ev.Detail[i+3:], "%d more request", &n); err == nil {
+			return n
+		}
+	}
+	return 1
 }

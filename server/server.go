@@ -93,9 +93,11 @@ type Server struct {
 	kill    context.CancelFunc
 	connCtx context.Context
 
-	mu      sync.Mutex
-	conns   map[*conn]struct{}
-	byUID   map[int]int // connections of each peer uid
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+	byUID map[int]int // connections of each peer uid
+	// refused says the refused connections of each uid, a few at a time.
+	refused map[int]*engine.Refusals
 	wg      sync.WaitGroup
 	goodbye string
 }
@@ -111,7 +113,7 @@ func Listen(eng *engine.Engine, o Options) (*Server, error) {
 	if len(o.Path) >= 104 {
 		return nil, fmt.Errorf("listen: the socket path %s is %d bytes, over the 103 a Unix socket allows; pick a shorter --listen path", o.Path, len(o.Path))
 	}
-	s := &Server{eng: eng, opts: o, gid: -1, uid: os.Geteuid(), closing: make(chan struct{}), conns: map[*conn]struct{}{}, byUID: map[int]int{}}
+	s := &Server{eng: eng, opts: o, gid: -1, uid: os.Geteuid(), closing: make(chan struct{}), conns: map[*conn]struct{}{}, byUID: map[int]int{}, refused: map[int]*engine.Refusals{}}
 	ns, err := ownUserNS()
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
@@ -371,10 +373,16 @@ func (w deadlineFile) Write(p []byte) (int, error) {
 }
 
 func (s *Server) refuse(uc *net.UnixConn, peer *headless.Peer, why string) {
-	who := "a client"
 	if peer != nil {
-		who = fmt.Sprintf("user %s (uid %d)", peer.Login, peer.UID)
-		s.eng.Publish(engine.Event{Type: engine.EventNotice, Detail: fmt.Sprintf("refused a connection from %s on %s: %s", who, s.opts.Path, why)})
+		who := fmt.Sprintf("user %s (uid %d)", peer.Login, peer.UID)
+		s.mu.Lock()
+		r := s.refused[peer.UID]
+		if r == nil {
+			r = s.eng.NewRefusals(who+" on "+s.opts.Path, "")
+			s.refused[peer.UID] = r
+		}
+		s.mu.Unlock()
+		r.Refused(fmt.Sprintf("refused a connection from %s on %s: %s", who, s.opts.Path, why))
 	}
 	uc.SetWriteDeadline(time.Now().Add(time.Second))
 	fmt.Fprintf(uc, "{\"id\":null,\"op\":\"error\",\"error\":%q}\n", "refused: "+why)
@@ -433,6 +441,11 @@ func (s *Server) Shutdown(ctx context.Context, reason string) error {
 		}
 	}
 	s.kill()
+	s.mu.Lock()
+	for _, r := range s.refused {
+		r.Close()
+	}
+	s.mu.Unlock()
 	// The lock file stays: removing it could let two engines each lock a
 	// file of that name.
 	s.lock.Close()
