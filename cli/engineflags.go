@@ -20,6 +20,7 @@ import (
 type engineFlags struct {
 	backends     []string
 	maxKernels   int
+	perOwner     int
 	idleExit     time.Duration
 	cellTimeout  time.Duration
 	trace        string
@@ -58,6 +59,9 @@ func (f *engineFlags) register(fs *flagSet) {
 		})
 	fs.Func("max-kernels", "at most `N` kernels at once; beyond that the least recently used idle kernel is killed (default 4)",
 		wholeNumber(&f.maxKernels, 1, math.MaxInt, "it must be a whole number >= 1, e.g. --max-kernels 4"))
+	fs.Func("max-kernels-per-owner", "at most `N` kernels of one owner; an owner at it gives up its own least recently used idle "+
+		"kernel for a new one (default 0: no bound, but an --allow-group member's owner gets a quarter of --max-kernels)",
+		wholeNumber(&f.perOwner, 0, math.MaxInt32, "it must be a whole number >= 0 (0: no bound), e.g. --max-kernels-per-owner 2"))
 	fs.Func("idle-exit", "kill kernels idle for longer than this, as a Go `DURATION` such as 30m or 1h; at least 1s (default 30m)",
 		durationAtLeast(&f.idleExit, time.Second, "--idle-exit 30m"))
 	fs.Func("cell-timeout", "timeout of a cell whose request gives none, as a Go `DURATION` such as 300s or 5m; the cell is "+

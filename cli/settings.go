@@ -39,6 +39,9 @@ func resolve(f *engineFlags) (*settings, error) {
 	if f.set["max-kernels"] {
 		cfg.MaxKernels = f.maxKernels
 	}
+	if f.set["max-kernels-per-owner"] {
+		cfg.MaxKernelsPerOwner = f.perOwner
+	}
 	if f.set["idle-exit"] {
 		cfg.IdleExit = f.idleExit
 	}
@@ -238,13 +241,14 @@ func openEngine(f *engineFlags, s *settings) (eng *engine.Engine, cleanup func()
 		return fail(exitFail, fmt.Errorf("state dir: %w", err))
 	}
 	eng, err = engine.New(engine.Config{
-		Preload:     preload,
-		Backends:    envs,
-		MaxKernels:  s.cfg.MaxKernels,
-		IdleExit:    s.cfg.IdleExit,
-		CellTimeout: s.cfg.CellTimeout,
-		StateDir:    s.stateDir,
-		Tracer:      tracer,
+		Preload:            preload,
+		Backends:           envs,
+		MaxKernels:         s.cfg.MaxKernels,
+		MaxKernelsPerOwner: s.cfg.MaxKernelsPerOwner,
+		IdleExit:           s.cfg.IdleExit,
+		CellTimeout:        s.cfg.CellTimeout,
+		StateDir:           s.stateDir,
+		Tracer:             tracer,
 
 		Tools:           tools,
 		ToolOutput:      toolOutput,

@@ -41,9 +41,12 @@ func ValidApprove(s string) bool {
 
 // Config is the merged configuration: defaults, then the file.
 type Config struct {
-	MaxKernels  int
-	IdleExit    time.Duration
-	CellTimeout time.Duration
+	MaxKernels int
+	// MaxKernelsPerOwner bounds each owner's kernels; 0 is no bound (a
+	// member's owner then gets a quarter of MaxKernels).
+	MaxKernelsPerOwner int
+	IdleExit           time.Duration
+	CellTimeout        time.Duration
 	// MaxToolCalls is how many host tool calls one cell may make; 0 allows
 	// none.
 	MaxToolCalls int
@@ -135,6 +138,7 @@ func xdgPath(envVar, homeRel string, rest ...string) (string, error) {
 // of the wrong type gets a message naming the key, not a reflection error.
 type file struct {
 	MaxKernels      any            `toml:"max_kernels"`
+	PerOwner        any            `toml:"max_kernels_per_owner"`
 	IdleExit        any            `toml:"idle_exit"`
 	CellTimeout     any            `toml:"cell_timeout"`
 	MaxToolCalls    any            `toml:"max_tool_calls"`
@@ -158,7 +162,7 @@ type file struct {
 	SpareKernels    any            `toml:"spare_kernels"`
 }
 
-const knownKeys = "max_kernels, idle_exit, cell_timeout, max_tool_calls, theme, default_backend, " +
+const knownKeys = "max_kernels, max_kernels_per_owner, idle_exit, cell_timeout, max_tool_calls, theme, default_backend, " +
 	"workspace, approve, approval_timeout, http_allow, tool_output_max_mb, tool_output_retention, keep_tool_output, " +
 	"event_log_max_mb, event_log_retention, " +
 	"confine_kernels, kernel_memory, kernel_cpu_time, kernel_max_procs, spare_kernels, [backends], [approvals]"
@@ -225,6 +229,13 @@ func parse(data, path string, cfg *Config) error {
 			return fail("max_kernels", "= %s is invalid: it must be a whole number >= 1, e.g. max_kernels = 4", tomlValue(f.MaxKernels))
 		}
 		cfg.MaxKernels = int(n)
+	}
+	if f.PerOwner != nil {
+		n, ok := f.PerOwner.(int64)
+		if !ok || n < 0 || n > 1<<20 {
+			return fail("max_kernels_per_owner", "= %s is invalid: it must be a whole number >= 0 (0: no bound), e.g. max_kernels_per_owner = 2", tomlValue(f.PerOwner))
+		}
+		cfg.MaxKernelsPerOwner = int(n)
 	}
 	if f.IdleExit != nil {
 		d, err := duration(f.IdleExit)

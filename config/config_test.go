@@ -26,6 +26,7 @@ func writeFile(t *testing.T, body string) string {
 func TestLoadGoodFile(t *testing.T) {
 	p := writeFile(t, `
 max_kernels = 7
+max_kernels_per_owner = 2
 idle_exit = "45m"
 cell_timeout = "90s"
 max_tool_calls = 12
@@ -42,6 +43,9 @@ box = "docker://box"
 	}
 	want := Config{MaxKernels: 7, IdleExit: 45 * time.Minute, CellTimeout: 90 * time.Second, MaxToolCalls: 12,
 		Theme: "dark", DefaultBackend: "gpu", Path: p}
+	if cfg.MaxKernelsPerOwner != 2 {
+		t.Errorf("max_kernels_per_owner = %d, want 2", cfg.MaxKernelsPerOwner)
+	}
 	if cfg.MaxKernels != want.MaxKernels || cfg.IdleExit != want.IdleExit || cfg.CellTimeout != want.CellTimeout ||
 		cfg.MaxToolCalls != want.MaxToolCalls || cfg.Theme != want.Theme || cfg.DefaultBackend != want.DefaultBackend || cfg.Path != p {
 		t.Errorf("Load = %+v, want %+v", cfg, want)
@@ -257,6 +261,7 @@ func TestLoadRejects(t *testing.T) {
 		{"spare_kernels text", "spare_kernels = \"one\"\n", []string{"spare_kernels = \"one\" is invalid"}},
 		{"max_kernels zero", "max_kernels = 0\n", []string{"max_kernels = 0 is invalid", ">= 1"}},
 		{"max_kernels string", `max_kernels = "4"` + "\n", []string{`max_kernels = "4" is invalid`}},
+		{"max_kernels_per_owner negative", "max_kernels_per_owner = -1\n", []string{"max_kernels_per_owner = -1 is invalid", ">= 0 (0: no bound)"}},
 		{"negative tool calls", "max_tool_calls = -1\n", []string{"max_tool_calls = -1 is invalid"}},
 		{"theme not a string", "theme = 3\n", []string{"theme = 3 is invalid"}},
 		{"backend not a string", "[backends]\ngpu = 3\n", []string{"backends.gpu = 3 is invalid", "URI"}},

@@ -33,6 +33,10 @@ type Request struct {
 	Timeout time.Duration
 	// Reset kills the kernel first and runs the cell in a fresh one.
 	Reset bool
+	// Member marks a request of a member of the engine's group, held to
+	// its owner: its owner's kernels are bounded even when
+	// MaxKernelsPerOwner is 0, so that it cannot evict everyone else's.
+	Member bool
 	// OnOutput, when set, receives output while the cell runs (fast path
 	// only); it must not block.
 	OnOutput func(stream, text string)
@@ -113,7 +117,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 			reaped = fmt.Sprintf("kernel %s was %s; state from earlier calls was lost", v.id, v.goneReason)
 		}
 	}
-	k, created, err := e.acquire(ctx, key, env, deadline, req.OnQueued)
+	k, created, err := e.acquire(ctx, key, env, deadline, req.Member, req.OnQueued)
 	if errors.Is(err, ErrQueueTimeout) {
 		return &Result{Status: StatusTimeout, Duration: time.Since(start),
 			Traceback: fmt.Sprintf("the cell never started: kernel %s was busy for the whole timeout of %v", key, timeout)}, nil

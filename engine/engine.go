@@ -46,11 +46,16 @@ func runnerIdleMargin(idle time.Duration) time.Duration {
 type Config struct {
 	// Backends are the hosts kernels may run on, addressed by URI; the first
 	// one is the default.
-	Backends       []backends.Env
-	MaxKernels     int
-	IdleExit       time.Duration
-	CellTimeout    time.Duration
-	InterruptGrace time.Duration
+	Backends   []backends.Env
+	MaxKernels int
+	// MaxKernelsPerOwner bounds each owner's kernels (0: no bound, but
+	// for members, see Request.Member): an owner at it gives up its own
+	// least recently used idle kernel for a new one, never another
+	// owner's.
+	MaxKernelsPerOwner int
+	IdleExit           time.Duration
+	CellTimeout        time.Duration
+	InterruptGrace     time.Duration
 	// StateDir receives spill files (0700 dirs, 0600 files).
 	StateDir  string
 	Tracer    *backends.Tracer
@@ -113,6 +118,7 @@ type Engine struct {
 	// came, went or changed id since (orderDirty).
 	order    []*Kernel
 	max      int
+	perOwner int // max_kernels_per_owner, 0: none
 	idleExit time.Duration
 	closed   bool
 	overCap  bool // an evict_skipped_busy was reported for the current overflow
@@ -168,6 +174,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxKernelsPerOwner < 0 {
+		return nil, fmt.Errorf("engine: max_kernels_per_owner must be >= 0 (0: no bound), got %d", cfg.MaxKernelsPerOwner)
+	}
 	if cfg.MaxKernels < 1 || cfg.IdleExit < time.Second || cfg.CellTimeout <= 0 {
 		return nil, fmt.Errorf("engine: max_kernels must be >= 1, idle_exit >= 1s and cell_timeout > 0 (got %d, %v, %v)",
 			cfg.MaxKernels, cfg.IdleExit, cfg.CellTimeout)
@@ -189,6 +198,7 @@ func New(cfg Config) (*Engine, error) {
 		grants:     map[string]bool{},
 		spareSets:  map[string]*spareBackend{},
 		max:        cfg.MaxKernels,
+		perOwner:   cfg.MaxKernelsPerOwner,
 		idleExit:   cfg.IdleExit,
 		stop:       make(chan struct{}),
 	}
@@ -294,6 +304,36 @@ func (e *Engine) HostPerKernel() []string {
 
 // CellTimeout is the timeout of a cell whose request gives none.
 func (e *Engine) CellTimeout() time.Duration { return e.cfg.CellTimeout }
+
+// OwnerQuota is max_kernels_per_owner in force (0: no bound), and the
+// bound a member's owner has when it is 0.
+func (e *Engine) OwnerQuota() (perOwner, member int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.perOwner, e.quotaLocked(true)
+}
+
+// SetOwnerQuota changes max_kernels_per_owner (0: no bound); it applies to
+// the next kernel an owner starts.
+func (e *Engine) SetOwnerQuota(n int) error {
+	if n < 0 {
+		return fmt.Errorf("max_kernels_per_owner must be >= 0 (0: no bound), got %d", n)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.perOwner = n
+	e.emit(Event{Type: EventLimits, Detail: fmt.Sprintf("max_kernels_per_owner %d (members: %d)", n, e.quotaLocked(true))})
+	return nil
+}
+
+// quotaLocked is how many kernels an owner may have (0: no bound): the
+// configured bound, or, for a member's owner, a quarter of the cap.
+func (e *Engine) quotaLocked(member bool) int {
+	if e.perOwner > 0 || !member {
+		return e.perOwner
+	}
+	return max(1, e.max/4)
+}
 
 // Limits reports the cap and idle_exit in force.
 func (e *Engine) Limits() (maxKernels int, idleExit time.Duration) {
@@ -553,6 +593,37 @@ func (e *Engine) busyNamesLocked() []string {
 	}
 	slices.Sort(busy)
 	return busy
+}
+
+// makeRoomForOwnerLocked keeps owner within its quota before it gets a new
+// kernel: at the quota, its own least recently used idle kernel goes
+// (removed here; the caller kills it), never another owner's. With every
+// one of its kernels busy, the new one is refused (ErrOwnerQuota).
+func (e *Engine) makeRoomForOwnerLocked(owner string, member bool) (*Kernel, error) {
+	quota := e.quotaLocked(member)
+	if quota == 0 {
+		return nil, nil
+	}
+	var mine []*Kernel
+	for _, k := range e.kernels {
+		if k.key.Owner == owner {
+			mine = append(mine, k)
+		}
+	}
+	if len(mine) < quota {
+		return nil, nil
+	}
+	for _, k := range e.lruLocked() {
+		if k.key.Owner != owner {
+			continue
+		}
+		e.removeLocked(k, "evicted by its owner's quota")
+		e.emit(kernelEvent(EventEvictedCap, k, fmt.Sprintf("owner %s at its quota of %s (max_kernels_per_owner): its least recently used idle kernel, idle %s, made room for a new one",
+			owner, english.Count(quota, "kernel"), english.Duration(e.cfg.Now().Sub(k.lastUsed)))))
+		return k, nil
+	}
+	return nil, fmt.Errorf("%w: owner %q has %s, its quota (max_kernels_per_owner), each running or queueing a cell; wait for one to finish, or close one",
+		ErrOwnerQuota, owner, english.Count(len(mine), "kernel"))
 }
 
 // lruLocked lists the evictable kernels, least recently used first.

@@ -4,6 +4,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -300,3 +301,71 @@ func TestBusyKernelNeverEvicted(t *testing.T) {
 }
 
 // ---- serialization and snapshots -------------------------------------------
+
+// An owner at its quota gives up its own least recently used idle kernel
+// for a new one, never another owner's; with all of its kernels busy, the
+// new one is refused. A member's owner has a quarter of the cap when no
+// quota is set; other owners then have none.
+func TestOwnerQuota(t *testing.T) {
+	r := newRig(t, func(c *engine.Config) { c.MaxKernels = 8 })
+	alice := r.exec(engine.Request{Owner: "alice", Code: "1"})
+	for i := range 3 {
+		r.clock.Advance(time.Second)
+		r.exec(engine.Request{Owner: "carol", Task: fmt.Sprint("t", i), Code: "1"}) // no quota for the engine's user's owners
+	}
+	r.clock.Advance(time.Second)
+	b1 := r.exec(engine.Request{Owner: "bob", Task: "t1", Code: "1", Member: true})
+	r.clock.Advance(time.Second)
+	r.exec(engine.Request{Owner: "bob", Task: "t2", Code: "1", Member: true})
+	r.clock.Advance(time.Second)
+	// bob's quota is 8/4 = 2: his third kernel costs his first, though
+	// alice's is older.
+	r.exec(engine.Request{Owner: "bob", Task: "t3", Code: "1", Member: true})
+	ids := map[string]bool{}
+	for _, k := range r.eng.Kernels() {
+		ids[k.ID] = true
+	}
+	if !ids[alice.Kernel.ID] || ids[b1.Kernel.ID] || len(ids) != 6 {
+		t.Fatalf("kernels after bob's third: %v; want alice's kept and bob's first gone", r.eng.Kernels())
+	}
+	ev := r.ev.of(engine.EventEvictedCap)
+	if len(ev) != 1 || ev[0].Kernel != b1.Kernel.ID || !strings.Contains(ev[0].Detail, "owner bob at its quota of 2 kernels (max_kernels_per_owner)") {
+		t.Fatalf("evicted_cap events %+v, want bob's first kernel, naming his quota", ev)
+	}
+
+	// Both of bob's kernels busy: a third is refused, and nothing is evicted.
+	gate := fakeenv.NewGate()
+	r.env.Prepend(fakeenv.On("cell", gate.Wrap(r.host.Cell)).If(fakeenv.StdinContains("hold()")))
+	var wg sync.WaitGroup
+	t.Cleanup(func() { gate.Open(); wg.Wait() })
+	for _, task := range []string{"t2", "t3"} {
+		wg.Go(func() {
+			r.eng.Execute(context.Background(), engine.Request{Owner: "bob", Task: task, Code: "hold()", Member: true})
+		})
+		<-gate.Entered()
+	}
+	_, err := r.eng.Execute(context.Background(), engine.Request{Owner: "bob", Task: "t4", Code: "1", Member: true})
+	if !errors.Is(err, engine.ErrOwnerQuota) || !strings.Contains(err.Error(), `owner "bob" has 2 kernels`) {
+		t.Fatalf("bob's third kernel while two are busy: %v, want ErrOwnerQuota", err)
+	}
+	if n := len(r.ev.of(engine.EventEvictedCap)); n != 1 {
+		t.Fatalf("%d evictions, want none more", n)
+	}
+	gate.Open()
+	wg.Wait()
+
+	// A quota set for all applies to every owner.
+	if err := r.eng.SetOwnerQuota(1); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(time.Second)
+	r.exec(engine.Request{Owner: "alice", Task: "other", Code: "1"})
+	for _, k := range r.eng.Kernels() {
+		if k.ID == alice.Kernel.ID {
+			t.Fatal("alice's first kernel stayed past a quota of 1")
+		}
+	}
+	if err := r.eng.SetOwnerQuota(-1); err == nil {
+		t.Fatal("a negative quota was taken")
+	}
+}

@@ -181,7 +181,7 @@ func newKernelID() string { return "k" + randomHex(6) }
 // most until deadline. created reports a new registry entry that the caller
 // must spawn. onQueued (if set) runs once the call holds its place in line,
 // before any backend work, so callers can order their calls.
-func (e *Engine) acquire(ctx context.Context, key Key, env backends.Env, deadline time.Time, onQueued func()) (k *Kernel, created bool, err error) {
+func (e *Engine) acquire(ctx context.Context, key Key, env backends.Env, deadline time.Time, member bool, onQueued func()) (k *Kernel, created bool, err error) {
 	notify := func() {
 		if onQueued != nil {
 			onQueued()
@@ -196,6 +196,14 @@ func (e *Engine) acquire(ctx context.Context, key Key, env backends.Env, deadlin
 		}
 		k = e.kernels[key]
 		if k == nil {
+			victim, err := e.makeRoomForOwnerLocked(key.Owner, member)
+			if err != nil {
+				e.mu.Unlock()
+				return nil, false, err
+			}
+			if victim != nil {
+				e.killAsync([]*Kernel{victim})
+			}
 			now := e.cfg.Now()
 			k = &Kernel{key: key, env: env, backend: env, id: newKernelID(), state: phaseStarting, holding: true, lastUsed: now, lostNote: e.lost[key]}
 			delete(e.lost, key)

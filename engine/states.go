@@ -44,4 +44,6 @@ var (
 	ErrUnknownApproval = errors.New("no pending approval request")
 	// ErrQueueTimeout: a call waited its whole timeout for a busy kernel.
 	ErrQueueTimeout = errors.New("timed out waiting for the kernel")
+	// ErrOwnerQuota: the owner has as many kernels as it may, all busy.
+	ErrOwnerQuota = errors.New("no room for another kernel of this owner")
 )

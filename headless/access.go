@@ -42,7 +42,7 @@ func (s *server) allowedOwner(r *request) bool {
 	}
 	switch r.exec.Owner {
 	case "", s.peer.Owner:
-		r.exec.Owner = s.peer.Owner
+		r.exec.Owner, r.exec.Member = s.peer.Owner, true
 	default:
 		s.deny(r, fmt.Sprintf("execute as owner %q", r.exec.Owner))
 		return false

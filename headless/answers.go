@@ -38,9 +38,17 @@ func (s *server) handle(ctx context.Context, r *request) {
 			s.deny(r, "change the limits")
 			return
 		}
-		if err := s.eng.SetLimits(r.maxKernels, r.idleExit); err != nil {
-			s.w.writeError(&r.id, err.Error())
-			return
+		if r.perOwner != nil {
+			if err := s.eng.SetOwnerQuota(*r.perOwner); err != nil {
+				s.w.writeError(&r.id, err.Error())
+				return
+			}
+		}
+		if r.maxKernels != nil || r.idleExit != nil {
+			if err := s.eng.SetLimits(r.maxKernels, r.idleExit); err != nil {
+				s.w.writeError(&r.id, err.Error())
+				return
+			}
 		}
 		s.w.write(okLine{ID: r.id, Op: "ok"})
 	case opInterrupt:

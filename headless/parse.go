@@ -35,7 +35,7 @@ const (
 var opFields = map[op][]string{
 	opExecute:       {"code", "owner", "task", "backend", "child", "tools", "reset", "timeout", "stream"},
 	opKernels:       {"unless_version"},
-	opLimits:        {"max_kernels", "idle_exit"},
+	opLimits:        {"max_kernels", "idle_exit", "max_kernels_per_owner"},
 	opInterrupt:     {"kernel"},
 	opKill:          {"kernel"},
 	opShutdownOwner: {"owner"},
@@ -57,6 +57,7 @@ type request struct {
 	stream     bool // execute: output lines while the cell runs
 	maxKernels *int
 	idleExit   *time.Duration
+	perOwner   *int // limits: max_kernels_per_owner
 	kernel     string
 	owner      string
 	approval   string // the approval request id (approve)
@@ -226,8 +227,17 @@ func parseLimits(f fields, r *request) error {
 		d := time.Duration(secs * float64(time.Second))
 		r.idleExit = &d
 	}
-	if r.maxKernels == nil && r.idleExit == nil {
-		return errors.New(`limits needs "max_kernels" (whole number >= 1) and/or "idle_exit" (seconds >= 1)`)
+	if n, ok, err := f.number("max_kernels_per_owner"); err != nil {
+		return err
+	} else if ok {
+		if n != math.Trunc(n) || n < 0 || n > math.MaxInt32 {
+			return fmt.Errorf(`"max_kernels_per_owner" must be a whole number >= 0 (0: no bound), got %g`, n)
+		}
+		v := int(n)
+		r.perOwner = &v
+	}
+	if r.maxKernels == nil && r.idleExit == nil && r.perOwner == nil {
+		return errors.New(`limits needs "max_kernels" (whole number >= 1), "idle_exit" (seconds >= 1) and/or "max_kernels_per_owner" (whole number >= 0)`)
 	}
 	return nil
 }
