@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,6 +30,8 @@ type KeptKernel struct {
 	Token          string    `json:"token"`
 	ExecutionCount int       `json:"execution_count"`
 	LastUsed       time.Time `json:"last_used"`
+	// Confinement is how the runner confined itself, as it said at start.
+	Confinement string `json:"confinement,omitempty"`
 }
 
 // Kept lists the registered kernels that are ready, for SaveKept before
@@ -43,7 +46,7 @@ func (e *Engine) Kept() []KeptKernel {
 		}
 		out = append(out, KeptKernel{ID: k.id, Owner: k.key.Owner, Task: k.key.Task, Backend: k.key.Backend,
 			Child: k.key.Child, Tools: k.key.ToolList(), PID: k.pid, Dir: k.dir, Token: k.token,
-			ExecutionCount: k.execCount, LastUsed: k.lastUsed})
+			ExecutionCount: k.execCount, LastUsed: k.lastUsed, Confinement: k.confinement})
 	}
 	return out
 }
@@ -221,8 +224,10 @@ func (e *Engine) adoptOne(ctx context.Context, kk KeptKernel) error {
 	if last.IsZero() || last.After(e.cfg.Now()) {
 		last = e.cfg.Now()
 	}
+	// A record from before the runner's own word was kept says so.
+	confinement := cmp.Or(kk.Confinement, "none:not-recorded")
 	k := &Kernel{key: key, env: env, id: kk.ID, pid: kk.PID, dir: kk.Dir, token: kk.Token, state: phaseReady,
-		lastUsed: last, execCount: kk.ExecutionCount}
+		lastUsed: last, execCount: kk.ExecutionCount, confinement: confinement}
 	e.kernels[key] = k
 	e.byID[k.id] = k
 	e.orderDirty()

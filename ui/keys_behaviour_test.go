@@ -1128,11 +1128,11 @@ func TestCopyOutput(t *testing.T) {
 		fmt.Fprintf(&first, "line %d\n", i)
 	}
 	runCell(1, first.String())
-	runCell(2, "second \x1b]2;pwned\x07cell\n")
+	runCell(2, "second \x1b]2;pwned\x07cell\nrm -rf /tmp/\u202ex\u200bfiles\ufeff\n")
 	f.keys(keyTab, keyTab) // the output pane
 	f.run(t, f.update(runes("y")))
-	if got := decode(); got != "second ]2;pwnedcell\n" {
-		t.Errorf("copied %q, want the last cell's output without its control characters", got)
+	if got := decode(); got != "second ]2;pwnedcell\nrm -rf /tmp/xfiles\n" {
+		t.Errorf("copied %q, want the last cell's output without its control, bidirectional and zero-width characters", got)
 	}
 	mustContain(t, f.m.View(), "copied the output of [2]")
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/english"
+	"github.com/kerneldeck/kerneldeck/internal/termtext"
 )
 
 // cellRun is one cell and what came of it: started here, or (foreign) by
@@ -163,7 +164,9 @@ func (p *OutputPane) copySelected() tea.Cmd {
 var errNoClipboard = errors.New("no terminal to copy to")
 
 // copyText is a run's output as copied: stdout, stderr and traceback,
-// with control characters other than newline and tab dropped.
+// with control characters other than newline and tab dropped, and the
+// bidirectional and zero-width ones, which would make the pasted text
+// read otherwise than it showed.
 func copyText(r *cellRun) string {
 	var text string
 	if r.res == nil {
@@ -172,7 +175,7 @@ func copyText(r *cellRun) string {
 		text = r.res.Stdout + r.res.Stderr + r.res.Traceback
 	}
 	return strings.Map(func(c rune) rune {
-		if c == '\n' || c == '\t' || (c >= 0x20 && c != 0x7f && (c < 0x80 || c > 0x9f)) {
+		if c == '\n' || c == '\t' || (c >= 0x20 && c != 0x7f && (c < 0x80 || c > 0x9f) && !termtext.Hidden(c)) {
 			return c
 		}
 		return -1

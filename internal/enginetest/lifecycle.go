@@ -613,6 +613,14 @@ func Lifecycle(t *testing.T, newEnv func(t *testing.T) backends.Env) {
 		if ev := second.EventsOf(engine.EventAdopted); len(ev) != 1 || ev[0].Kernel != a.Kernel.ID {
 			t.Fatalf("adopted events: %+v", ev)
 		}
+		// It says how its runner is confined, as the first engine knew.
+		for _, k := range second.Eng.Kernels() {
+			for _, kk := range loaded {
+				if k.ID == a.Kernel.ID && kk.ID == k.ID && (k.Confinement == "" || k.Confinement != kk.Confinement) {
+					t.Fatalf("the adopted kernel's confinement %q, want %q, as its runner said", k.Confinement, kk.Confinement)
+				}
+			}
+		}
 		if len(second.EventsOf(engine.EventSpawned)) != 0 {
 			t.Fatal("adopting spawned a kernel")
 		}

@@ -129,3 +129,15 @@ func sgrAt(s string) (n int, reset bool) {
 func bidi(r rune) bool {
 	return (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || r == 0x200e || r == 0x200f || r == 0x061c
 }
+
+// Hidden reports the characters a screen does not show as themselves but
+// that change what text means where it is pasted: the bidirectional
+// controls (shown escaped here) and the zero-width ones, which show as
+// nothing.
+func Hidden(r rune) bool {
+	switch r {
+	case 0x200b, 0x200c, 0x200d, 0x2060, 0xfeff, 0x180e:
+		return true
+	}
+	return bidi(r)
+}
