@@ -43,7 +43,7 @@ func TestConnectionFloodLeavesRoomForTheEngine(t *testing.T) {
 	needRoot(t)
 	eng := newEngine(t)
 	path := filepath.Join(shared(t), "run", server.SocketName)
-	serve(t, eng, server.Options{Path: path, AllowGroup: "users"})
+	serve(t, eng, server.Options{Path: path, AllowGroup: "users", SilentTimeout: time.Minute})
 	const n = server.MaxConnsPerMember + 8
 	cmd := exec.Command("/usr/bin/python3", "-c", flooder, path, fmt.Sprint(n))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{100}}}
@@ -83,7 +83,7 @@ func TestConnectionFloodLeavesRoomForTheEngine(t *testing.T) {
 func TestSilentConnectionIsClosed(t *testing.T) {
 	eng := newEngine(t)
 	path := filepath.Join(t.TempDir(), "run", server.SocketName)
-	serve(t, eng, server.Options{Path: path})
+	serve(t, eng, server.Options{Path: path, SilentTimeout: 300 * time.Millisecond})
 	c, err := net.Dial("unix", path)
 	if err != nil {
 		t.Fatal(err)
