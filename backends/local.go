@@ -8,13 +8,73 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
+	"strconv"
 	"syscall"
 	"time"
 )
 
-// Local runs commands with bash as the current user on this machine.
+// Local runs commands with bash on this machine: as the current user, or,
+// made by AsUser on a root engine, as another OS user.
 type Local struct {
 	tempDir string
+	as      *osUser // nil: the engine's own user
+}
+
+// osUser is the OS user a Local made by AsUser runs commands as.
+type osUser struct {
+	login    string
+	uid, gid uint32
+	groups   []uint32
+	home     string
+}
+
+// UserSwitcher is a backend that can run kernels as another OS user of its
+// host, so that the OS keeps them from the engine's user and from each
+// other: a root engine gives each member of its group kernels of their
+// own uid there.
+type UserSwitcher interface {
+	// AsUser returns the backend as the OS user uid, whose URI says so.
+	AsUser(uid int) (Env, error)
+}
+
+// ErrNotRoot means the engine cannot run commands as another user.
+var ErrNotRoot = errors.New("only an engine running as root can run kernels as other users")
+
+// AsUser implements UserSwitcher: commands run as uid, with its groups,
+// its HOME and a plain PATH, none of the engine's environment. Kernel
+// roots go in the shared temp dir: the engine's own may be closed to
+// others.
+func (l *Local) AsUser(uid int) (Env, error) {
+	if os.Geteuid() != 0 {
+		return nil, ErrNotRoot
+	}
+	if l.as != nil || uid <= 0 {
+		return nil, fmt.Errorf("local: no kernels as uid %d from %s", uid, l.URI())
+	}
+	u, err := user.LookupId(strconv.Itoa(uid))
+	if err != nil {
+		return nil, fmt.Errorf("local: uid %d: %w", uid, err)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("local: user %s: group id %q: %w", u.Username, u.Gid, err)
+	}
+	as := &osUser{login: u.Username, uid: uint32(uid), gid: uint32(gid), home: u.HomeDir}
+	ids, err := u.GroupIds()
+	if err != nil {
+		return nil, fmt.Errorf("local: the groups of user %s: %w", u.Username, err)
+	}
+	for _, g := range ids {
+		if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+			as.groups = append(as.groups, uint32(n))
+		}
+	}
+	temp := l.tempDir
+	if st, err := os.Stat(temp); err != nil || st.Mode().Perm()&0o002 == 0 || st.Mode()&os.ModeSticky == 0 {
+		temp = "/tmp"
+	}
+	return &Local{tempDir: temp, as: as}, nil
 }
 
 // NewLocal returns the local backend. tempDir is where kernel roots go; empty
@@ -26,8 +86,13 @@ func NewLocal(tempDir string) *Local {
 	return &Local{tempDir: tempDir}
 }
 
-// URI implements Env.
-func (l *Local) URI() string { return "local" }
+// URI implements Env: local, or local?user=LOGIN for another OS user.
+func (l *Local) URI() string {
+	if l.as != nil {
+		return "local?user=" + l.as.login
+	}
+	return "local"
+}
 
 // TempDir implements Env.
 func (l *Local) TempDir() string { return l.tempDir }
@@ -43,6 +108,15 @@ func (l *Local) Execute(ctx context.Context, command string, opts ExecOptions) (
 	}
 	cmd := exec.CommandContext(ctx, "bash", "-c", command)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if u := l.as; u != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}
+		cmd.Env = []string{"HOME=" + u.home, "USER=" + u.login, "LOGNAME=" + u.login, "SHELL=/bin/bash",
+			"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C.UTF-8"}
+		cmd.Dir = "/"
+		if st, err := os.Stat(u.home); err == nil && st.IsDir() {
+			cmd.Dir = u.home
+		}
+	}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	// A detached grandchild that kept our pipe open must not hold Wait forever.
 	cmd.WaitDelay = 500 * time.Millisecond

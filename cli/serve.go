@@ -135,7 +135,7 @@ func (c *serveCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	fmt.Fprintf(std.err, "%s: serving the engine at %s\n  dashboard: kerneldeck --attach %s\n  agents:    kerneldeck headless --connect %s\n",
 		prog, path, path, path)
 	if c.allowGroup != "" {
-		fmt.Fprintf(std.err, "  group %s: %s\n", c.allowGroup, headless.MemberBackends(eng.HostPerKernel()))
+		fmt.Fprintf(std.err, "  group %s: %s\n", c.allowGroup, headless.MemberBackends(eng.MemberBackends()))
 	}
 
 	var why string

@@ -191,7 +191,7 @@ func (e *Engine) Adopt(ctx context.Context, kept []KeptKernel) (adopted int, ski
 }
 
 func (e *Engine) adoptOne(ctx context.Context, kk KeptKernel) error {
-	env, ok := e.backends[kk.Backend]
+	env, ok := e.env(kk.Backend)
 	if !ok {
 		return fmt.Errorf("backend %s is not configured here", kk.Backend)
 	}

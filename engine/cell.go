@@ -97,7 +97,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 	req.Task = cmp.Or(req.Task, "default")
 	req.Owner = cmp.Or(req.Owner, req.Task)
 	req.Backend = cmp.Or(req.Backend, e.DefaultBackend())
-	env, ok := e.backends[req.Backend]
+	env, ok := e.env(req.Backend)
 	if !ok {
 		return nil, fmt.Errorf("%w %q; configured backends: %s", ErrUnknownBackend, req.Backend, strings.Join(e.Backends(), ", "))
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -106,10 +107,13 @@ type Config struct {
 // Engine is the in-process kernel host. All its methods are safe for
 // concurrent use.
 type Engine struct {
-	cfg      Config
-	backends map[string]backends.Env
-	bus      *bus
-	cells    *cellLog
+	cfg Config
+	// backends are the configured backends and the ones made for members
+	// (MemberBackend), by URI; read through env.
+	backendsMu sync.RWMutex
+	backends   map[string]backends.Env
+	bus        *bus
+	cells      *cellLog
 
 	mu      sync.Mutex
 	kernels map[Key]*Kernel
@@ -289,13 +293,53 @@ func (e *Engine) Backends() []string {
 	return out
 }
 
-// HostPerKernel lists the configured backends that give each kernel a host
-// of its own (a container per kernel): there the OS keeps kernels away
-// from the engine's user and from each other, not kerneldeck alone.
-func (e *Engine) HostPerKernel() []string {
+// env is the backend of uri, configured or made for a member.
+func (e *Engine) env(uri string) (backends.Env, bool) {
+	e.backendsMu.RLock()
+	defer e.backendsMu.RUnlock()
+	env, ok := e.backends[uri]
+	return env, ok
+}
+
+// MemberBackend is the backend URI on which a member of the engine's group
+// (OS user uid) runs kernels it asks for on uri: uri itself where each
+// kernel gets a host of its own; where the engine can run commands as the
+// member's own OS user (it is root, on this machine), that host as that
+// user ("local?user=bob"). Elsewhere its kernels would run as the engine's
+// user, and it is refused: the error says where members may run kernels.
+func (e *Engine) MemberBackend(uri string, uid int) (string, error) {
+	env, ok := e.env(uri)
+	if !ok {
+		return "", fmt.Errorf("%w %q; configured backends: %s", ErrUnknownBackend, uri, strings.Join(e.Backends(), ", "))
+	}
+	if _, ok := backends.Find[backends.Provisioner](env); ok {
+		return uri, nil
+	}
+	sw, ok := backends.Find[backends.UserSwitcher](env)
+	if !ok || os.Geteuid() != 0 {
+		return "", fmt.Errorf("%w: on %s a kernel would run as the engine's user", ErrMemberBackend, uri)
+	}
+	mine, err := sw.AsUser(uid)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrMemberBackend, err)
+	}
+	e.backendsMu.Lock()
+	defer e.backendsMu.Unlock()
+	if _, ok := e.backends[mine.URI()]; !ok {
+		e.backends[mine.URI()] = mine
+	}
+	return mine.URI(), nil
+}
+
+// MemberBackends lists where members of the engine's group may run
+// kernels: the backends that give each kernel a host of its own, and, on a
+// root engine, those that run kernels as the member's own OS user.
+func (e *Engine) MemberBackends() []string {
 	var out []string
 	for _, b := range e.cfg.Backends {
-		if _, ok := backends.Find[backends.Provisioner](b); ok {
+		_, own := backends.Find[backends.Provisioner](b)
+		_, sw := backends.Find[backends.UserSwitcher](b)
+		if own || (sw && os.Geteuid() == 0) {
 			out = append(out, b.URI())
 		}
 	}

@@ -89,7 +89,7 @@ func (e *Engine) forgetRunnerCode(env backends.Env, python string) {
 func (e *Engine) compileRunner(env backends.Env, python string) {
 	key := codeKey(env, python)
 	e.mu.Lock()
-	_, configured := e.backends[env.URI()]
+	_, configured := e.env(env.URI())
 	if e.closed || !configured || e.codes[key] != nil {
 		e.mu.Unlock()
 		return

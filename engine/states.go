@@ -44,6 +44,9 @@ var (
 	ErrUnknownApproval = errors.New("no pending approval request")
 	// ErrQueueTimeout: a call waited its whole timeout for a busy kernel.
 	ErrQueueTimeout = errors.New("timed out waiting for the kernel")
+	// ErrMemberBackend: a member of the engine's group asked for a kernel
+	// on a backend where it would run as the engine's user.
+	ErrMemberBackend = errors.New("members of the group get no kernels there")
 	// ErrOwnerQuota: the owner has as many kernels as it may, all busy.
 	ErrOwnerQuota = errors.New("no room for another kernel of this owner")
 )

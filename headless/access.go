@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/kerneldeck/kerneldeck/engine"
@@ -50,23 +49,30 @@ func (s *server) allowedOwner(r *request) bool {
 	// Elsewhere its kernel would run as the engine's user, which the OS
 	// does not keep from the engine's other kernels, files and socket.
 	backend := cmp.Or(r.exec.Backend, s.eng.DefaultBackend())
-	isolated := s.eng.HostPerKernel()
-	if !slices.Contains(isolated, backend) {
-		s.deny(r, fmt.Sprintf("run a kernel on %s, where it would run as the engine's user; %s", backend, MemberBackends(isolated)))
+	mine, err := s.eng.MemberBackend(backend, s.peer.UID)
+	if errors.Is(err, engine.ErrUnknownBackend) {
+		s.w.writeError(&r.id, err.Error())
 		return false
 	}
+	if err != nil {
+		s.deny(r, fmt.Sprintf("run a kernel on %s: %v; %s", backend, err, MemberBackends(s.eng.MemberBackends())))
+		return false
+	}
+	r.exec.Backend = mine
 	return true
 }
 
 // MemberBackends says where members of an --allow-group may run kernels:
-// only on backends that give each kernel a host of its own (isolated).
-func MemberBackends(isolated []string) string {
-	if len(isolated) == 0 {
-		return "members of the engine's --allow-group may run kernels only on backends that give each kernel a container of its own, " +
-			"and this engine has none: start it with --backend docker-image://IMAGE as well"
+// on backends that give each kernel a host of its own, and, on a root
+// engine, as their own OS users.
+func MemberBackends(where []string) string {
+	if len(where) == 0 {
+		return "members of the engine's --allow-group may run kernels only as their own OS users (the engine must run as root) " +
+			"or on backends that give each kernel a container of its own, and this engine offers neither: " +
+			"run it as root, or start it with --backend docker-image://IMAGE as well"
 	}
-	return "members of the engine's --allow-group may run kernels only on " + strings.Join(isolated, ", ") +
-		" (give it as the request's backend)"
+	return "members of the engine's --allow-group may run kernels only on " + strings.Join(where, ", ") +
+		" (give it as the request's backend); on local, a root engine runs them as the member's own OS user"
 }
 
 // ownsKernel reports whether the peer may act on kernel id: restricted

@@ -301,12 +301,22 @@ func TestSecondUser(t *testing.T) {
 		if st, _ := os.Lstat(path); st.Mode().Perm() != 0o660 || st.Sys().(*syscall.Stat_t).Gid != uint32(users) {
 			t.Fatalf("socket with --allow-group: mode %v group %d, want 0660 of users", st.Mode().Perm(), st.Sys().(*syscall.Stat_t).Gid)
 		}
+		// The member runs two kernels at once; a member's default quota is
+		// a quarter of the cap (TestOwnerQuota).
+		if err := eng.SetOwnerQuota(2); err != nil {
+			t.Fatal(err)
+		}
+		// Another user's kernels are on local?user=daemon.
+		if uri, err := eng.MemberBackend("local", 1); err != nil || uri != "local?user=daemon" {
+			t.Fatalf("MemberBackend(local, daemon) = %q, %v", uri, err)
+		}
 		root := dial(t, path)
 		alice := root.call(map[string]any{"id": "a", "op": "execute", "owner": "alice", "code": "secret = 42"})
 		aliceK := alice["kernel"].(map[string]any)["id"].(string)
 		lines, err := clientAs(t, path, nobody, nobody, []uint32{uint32(users)},
 			`{"id":"h","op":"hello"}`,
-			`{"id":"mine","op":"execute","code":"print('mine')"}`,
+			`{"id":"mine","op":"execute","code":"import os; print('mine', os.getuid(), os.getgid())"}`,
+			`{"id":"elsewhere","op":"execute","backend":"local?user=daemon","code":"print('daemon')"}`,
 			`{"id":"sandboxed","op":"execute","backend":"`+sandbox+`","code":"import os; print('mine', os.getpid())"}`,
 			`{"id":"steal","op":"execute","owner":"alice","code":"print(secret)"}`,
 			fmt.Sprintf(`{"id":"kill","op":"kill","kernel":%q}`, aliceK),
@@ -324,11 +334,14 @@ func TestSecondUser(t *testing.T) {
 		if you := byID["h"]["you"].(map[string]any); you["owner"] != "nobody" || you["uid"] != float64(nobody) {
 			t.Fatalf("hello to a group member: %v", byID["h"])
 		}
-		// On the local backend its kernel would run as the engine's user;
-		// in a container of its own it runs.
-		if m := byID["mine"]; m["op"] != "error" || !strings.Contains(m["error"].(string), "where it would run as the engine's user") ||
-			!strings.Contains(m["error"].(string), "only on "+sandbox) {
-			t.Fatalf("the member's own cell on the local backend: %v, want a refusal naming %s", m, sandbox)
+		// On the local backend of a root engine its kernel runs as its own
+		// OS user, never as the engine's (nor as one it names); in a
+		// container of its own it runs too.
+		if m := byID["mine"]; m["stdout"] != fmt.Sprintf("mine %d %d\n", nobody, nobody) || m["kernel"].(map[string]any)["backend"] != "local?user=nobody" {
+			t.Fatalf("the member's own cell on the local backend: %v, want it run as nobody", m)
+		}
+		if m := byID["elsewhere"]; m["op"] != "error" || !strings.Contains(m["error"].(string), "not allowed") {
+			t.Fatalf("the member naming another user's backend: %v, want a refusal", m)
 		}
 		if m := byID["sandboxed"]; !strings.HasPrefix(fmt.Sprint(m["stdout"]), "mine ") || m["kernel"].(map[string]any)["backend"] != sandbox {
 			t.Fatalf("the member's own cell in a container: %v", m)
@@ -338,8 +351,14 @@ func TestSecondUser(t *testing.T) {
 				t.Errorf("the member's %s: %v, want a refusal", id, byID[id])
 			}
 		}
-		if ls := byID["ls"]; ls["count"] != float64(1) || ls["kernels"].([]any)[0].(map[string]any)["owner"] != "nobody" {
-			t.Fatalf("the member's kernels listing: %v", ls)
+		ls := byID["ls"]
+		for _, k := range ls["kernels"].([]any) {
+			if k.(map[string]any)["owner"] != "nobody" {
+				t.Fatalf("the member's kernels listing: %v, want only its own", ls)
+			}
+		}
+		if ls["count"] != float64(2) {
+			t.Fatalf("the member's kernels listing: %v, want its two", ls)
 		}
 		if again := root.call(map[string]any{"id": "a2", "op": "execute", "owner": "alice", "code": "print(secret)"}); again["stdout"] != "42\n" {
 			t.Fatalf("alice after the member's attempts: %v", again)

@@ -1017,6 +1017,7 @@ class Runner:
         self.log_fd = None
         self.auth = Auth(b"")
         self.confinement = "none:not-tried"
+        self.unmapped_uid = -1  # the overflow uid, once in a user namespace of our own
         self.cell_deadline = 0.0
         self.rpc = RPC(self)
         self.rpc_dir = os.path.join(kdir, "rpc")
@@ -1247,12 +1248,14 @@ class Runner:
         except OSError:
             return
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
-        # Only our own user may drive this kernel, even though the 0700
-        # directory already keeps co-tenants away from the socket.
+        # Only our own user (or root: a root engine runs members' kernels
+        # as their users) may drive this kernel, even though the 0700
+        # directory already keeps co-tenants away from the socket. In the
+        # runner's own user namespace root is unmapped: the overflow uid.
         try:
             creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
             _, uid, _ = struct.unpack("3i", creds)
-            if uid != os.getuid():
+            if uid not in (os.getuid(), 0, self.unmapped_uid):
                 sock.close()
                 return
         except (OSError, AttributeError):
@@ -2350,6 +2353,12 @@ def main():
     else:
         runner.confinement = confine(kdir, libc)
     runner.confinement += userns
+    if userns:
+        try:
+            with open("/proc/sys/kernel/overflowuid") as f:
+                runner.unmapped_uid = int(f.read())
+        except (OSError, ValueError):
+            runner.unmapped_uid = 65534
     set_limits(cfg, runner)
     tmp = os.path.join(kdir, "tmp")
     try:
