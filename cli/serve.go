@@ -29,10 +29,12 @@ Who may connect is checked on every connection by the kernel's account of
 the peer: the engine's own user may do anything; with --allow-group GROUP,
 members of GROUP connect too, but each acts only as the owner named by its
 login: it cannot run cells in, list, interrupt, kill or watch another
-owner's kernels, change the limits or answer approvals. Its kernels run
-only on backends that give each kernel a container of its own
-(docker-image://), never as the engine's user; serve says at start where
-members may run them. Anyone else is refused, and the refusal is an event.
+owner's kernels, change the limits or answer approvals. Its kernels never
+run as the engine's user: on local, a serve run as root runs them as the
+member's own OS user; docker-image:// gives each one a container; the
+other backends refuse them. serve says at start where members may run
+them, and a member's owner has at most a quarter of --max-kernels unless
+--max-kernels-per-owner says otherwise. Anyone else is refused, and the refusal is an event.
 Code running in a kernel is refused too, whatever user it runs as: every
 runner lives in a user namespace of its own, which nothing it starts can
 leave.
