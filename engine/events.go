@@ -134,16 +134,14 @@ type bus struct {
 	subs    map[*Subscription]struct{}
 	outputs int // subscriptions that want cell output
 	closed  bool
-	// hist is a ring of the last events (cell output excepted): histLen of
-	// them, the oldest at histHead.
-	hist     []Event
-	histHead int
-	histLen  int
-	seq      uint64 // of the last event published
+	// hist is the last events (cell output excepted), with a share for
+	// each owner.
+	hist *history
+	seq  uint64 // of the last event published
 }
 
-func newBus(history int, preload []Event) *bus {
-	b := &bus{subs: map[*Subscription]struct{}{}, hist: make([]Event, max(1, history))}
+func newBus(limit int, preload []Event) *bus {
+	b := &bus{subs: map[*Subscription]struct{}{}, hist: newHistory(limit)}
 	for _, ev := range preload {
 		b.seq++
 		ev.Seq = b.seq
@@ -154,13 +152,7 @@ func newBus(history int, preload []Event) *bus {
 
 func (b *bus) remember(ev Event) {
 	ev.History = false
-	n := len(b.hist)
-	b.hist[(b.histHead+b.histLen)%n] = ev
-	if b.histLen < n {
-		b.histLen++
-	} else {
-		b.histHead = (b.histHead + 1) % n
-	}
+	b.hist.add(ev)
 }
 
 func (b *bus) subscribe(o SubscribeOptions) *Subscription {
@@ -170,13 +162,12 @@ func (b *bus) subscribe(o SubscribeOptions) *Subscription {
 	defer b.mu.Unlock()
 	s.From = b.seq
 	if !o.Since.IsZero() {
-		for i := range b.histLen {
-			ev := b.hist[(b.histHead+i)%len(b.hist)]
+		b.hist.each(func(ev Event) {
 			if !ev.Time.Before(o.Since) {
 				ev.History = true
 				s.History = append(s.History, ev)
 			}
-		}
+		})
 	}
 	if b.closed {
 		close(ch)
