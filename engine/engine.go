@@ -312,11 +312,11 @@ func (e *Engine) MemberBackend(uri string, uid int) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%w %q; configured backends: %s", ErrUnknownBackend, uri, strings.Join(e.Backends(), ", "))
 	}
-	if _, ok := backends.Find[backends.Provisioner](env); ok {
+	own, sw := memberHost(env)
+	switch {
+	case own:
 		return uri, nil
-	}
-	sw, ok := backends.Find[backends.UserSwitcher](env)
-	if !ok || os.Geteuid() != 0 {
+	case sw == nil:
 		return "", fmt.Errorf("%w: on %s a kernel would run as the engine's user", ErrMemberBackend, uri)
 	}
 	mine, err := sw.AsUser(uid)
@@ -331,31 +331,33 @@ func (e *Engine) MemberBackend(uri string, uid int) (string, error) {
 	return mine.URI(), nil
 }
 
-// MemberBackends lists where members of the engine's group may run
-// kernels: the backends that give each kernel a host of its own, and, on a
-// root engine, those that run kernels as the member's own OS user.
+// MemberBackends lists the configured backends where members of the
+// engine's group may run kernels (memberHost).
 func (e *Engine) MemberBackends() []string {
 	var out []string
 	for _, b := range e.cfg.Backends {
-		_, own := backends.Find[backends.Provisioner](b)
-		_, sw := backends.Find[backends.UserSwitcher](b)
-		if own || (sw && os.Geteuid() == 0) {
+		if own, sw := memberHost(b); own || sw != nil {
 			out = append(out, b.URI())
 		}
 	}
 	return out
 }
 
+// memberHost says how a member's kernels may run on env: each in a host of
+// its own (own), or as the member's own OS user (sw, on a root engine); or
+// neither, as there they would run as the engine's user.
+func memberHost(env backends.Env) (own bool, sw backends.UserSwitcher) {
+	if _, ok := backends.Find[backends.Provisioner](env); ok {
+		return true, nil
+	}
+	if s, ok := backends.Find[backends.UserSwitcher](env); ok && os.Geteuid() == 0 {
+		return false, s
+	}
+	return false, nil
+}
+
 // CellTimeout is the timeout of a cell whose request gives none.
 func (e *Engine) CellTimeout() time.Duration { return e.cfg.CellTimeout }
-
-// OwnerQuota is max_kernels_per_owner in force (0: no bound), and the
-// bound a member's owner has when it is 0.
-func (e *Engine) OwnerQuota() (perOwner, member int) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.perOwner, e.quotaLocked(true)
-}
 
 // SetOwnerQuota changes max_kernels_per_owner (0: no bound); it applies to
 // the next kernel an owner starts.
