@@ -35,7 +35,7 @@ func isolate(t *testing.T) (kernelTmp string) {
 }
 
 // processesUnder lists live (non-zombie) processes whose command line
-// mentions dir: the runners run `python3 -c <program> <dir>/kerneldeck-<login>/<id>/runner.py`.
+// mentions dir: the runners run `python3 -I -S -B -c <program> <dir>/kerneldeck-<login>/<id>/runner.py`.
 func processesUnder(t *testing.T, dir string) []string {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")

@@ -237,8 +237,8 @@ id -un`, dir, pid)
 }
 
 // runnerProc matches a runner's command line in a process listing:
-// python3 -c <start program> <dir>/runner.py.
-var runnerProc = regexp.MustCompile(`(?m)^\S*python3\S* -c .* \S+/runner\.py $`)
+// python3 -I -S -B -c <start program> <dir>/runner.py.
+var runnerProc = regexp.MustCompile(`(?m)^\S*python3\S*( -[IESB]+)* -c .* \S+/runner\.py $`)
 
 // TestDockerCloseLeavesNoExec: after the engine's Close, no exec it started
 // in the container still runs (asked of the daemon), the relays included,

@@ -136,6 +136,9 @@ type Engine struct {
 	// unconfined holds, per backend URI, why its runners are not confined
 	// ("" once one was), so the event is said once per host.
 	unconfined map[string]string
+	// noUserNS holds the backend URIs whose runners said they have no user
+	// namespace of their own (told once).
+	noUserNS map[string]bool
 	// lost says, per key, why the key's last kernel left the registry with
 	// its state; the call that creates the key's next kernel reports it as
 	// state_lost instead of looking like a first call. Bounded by
@@ -196,6 +199,7 @@ func New(cfg Config) (*Engine, error) {
 		roots:      map[string]string{},
 		codes:      map[string]*runnerCode{},
 		unconfined: map[string]string{},
+		noUserNS:   map[string]bool{},
 		lost:       map[Key]string{},
 		unkilled:   map[string]*pendingKill{},
 		approvals:  map[string]*pendingApproval{},

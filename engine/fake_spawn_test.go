@@ -421,3 +421,26 @@ func TestGivenUpSpawnIsCleanedUp(t *testing.T) {
 		})
 	}
 }
+
+// A host whose runners have no user namespace of their own is said once:
+// what their kernels start could use an engine socket there as its user.
+func TestNoUserNamespaceIsSaidOnce(t *testing.T) {
+	r := newRig(t)
+	r.host.Confinement = "landlock:6"
+	r.exec(engine.Request{Owner: "a", Code: "1"})
+	r.exec(engine.Request{Owner: "b", Code: "1"})
+	var said []engine.Event
+	for _, ev := range r.ev.of(engine.EventUnconfined) {
+		if strings.Contains(ev.Detail, "no user namespace of their own") {
+			said = append(said, ev)
+		}
+	}
+	if len(said) != 1 {
+		t.Fatalf("unconfined events about user namespaces: %+v, want one", said)
+	}
+	for _, k := range r.eng.Kernels() {
+		if k.Confinement != "landlock:6" {
+			t.Fatalf("kernel %s confinement %q, want the runner's word", k.ID, k.Confinement)
+		}
+	}
+}

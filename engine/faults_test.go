@@ -91,15 +91,21 @@ const fcGateUser = "kdfault"
 
 // fcGate holds every Python that fcGateUser starts over ssh while the gate
 // file exists: the user's own ~/.bashrc (which bash reads for every command
-// sshd runs) puts a usercustomize module on PYTHONPATH while the gate is
-// there, and that module writes its pid to the entered file, then waits until
-// the gate is removed. Nothing else changes for the user.
+// sshd runs) puts a python3 first on PATH that, while the gate is there,
+// writes its pid to the entered file and waits until the gate is removed,
+// then execs the real one under its own name (so that the engine learns
+// it as the interpreter, and every spawn goes through it). A runner starts
+// isolated (-I -S), so no hook inside Python could hold it. Nothing else
+// changes for the user.
 type fcGate struct {
 	dir, gate, entered string
 }
 
 func fcInstallGate(t *testing.T, u *sshdtest.User) *fcGate {
 	t.Helper()
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("the gate wraps /usr/bin/python3, which this host lacks")
+	}
 	dir, err := os.MkdirTemp("", "kdgate")
 	if err != nil {
 		t.Fatal(err)
@@ -109,14 +115,14 @@ func fcInstallGate(t *testing.T, u *sshdtest.User) *fcGate {
 		t.Fatal(err)
 	}
 	g := &fcGate{dir: dir, gate: filepath.Join(dir, "gate"), entered: filepath.Join(dir, "entered")}
-	py := fmt.Sprintf(`import os, time
-if os.path.exists(%[1]q):
-    with open(%[2]q, "a") as f:
-        f.write("%%d\n" %% os.getpid())
-    while os.path.exists(%[1]q):
-        time.sleep(0.02)
+	sh := fmt.Sprintf(`#!/bin/bash
+if [ -e %[1]s ]; then
+  echo $$ >>%[2]s
+  while [ -e %[1]s ]; do sleep 0.02; done
+fi
+exec -a "$0" /usr/bin/python3 "$@"
 `, g.gate, g.entered)
-	if err := os.WriteFile(filepath.Join(dir, "usercustomize.py"), []byte(py), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "python3"), []byte(sh), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	rc := filepath.Join(u.Home, ".bashrc")
@@ -134,7 +140,7 @@ if os.path.exists(%[1]q):
 		}
 	}
 	rest := strings.Join(kept, "\n")
-	mine := fmt.Sprintf("[ -e %s ] && export PYTHONPATH=%s %s", g.gate, dir, tag)
+	mine := fmt.Sprintf("export PATH=%s:$PATH %s", dir, tag)
 	if err := os.WriteFile(rc, []byte(mine+rest), 0o644); err != nil {
 		t.Fatal(err)
 	}

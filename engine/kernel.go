@@ -492,6 +492,11 @@ type runnerConfig struct {
 func (e *Engine) noteConfinementLocked(k *Kernel, confinement string) {
 	uri := k.env.URI()
 	k.confinement = confinement
+	if _, own := backends.Find[backends.Provisioner](k.backend); !own && !strings.HasSuffix(confinement, "+userns") && !e.noUserNS[uri] {
+		e.noUserNS[uri] = true
+		e.emit(kernelEvent(EventUnconfined, k, fmt.Sprintf(
+			"runners on %s have no user namespace of their own (the host allows none): what their kernels start can use an engine socket there as their user", uri)))
+	}
 	if strings.HasPrefix(confinement, "landlock:") {
 		e.unconfined[uri] = ""
 		return

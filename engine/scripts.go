@@ -108,7 +108,7 @@ exec 5< <( exec 2>/dev/null
   printf 'W %%s\n' "$BASHPID"
   trap '' HUP
   read -r up _ </proc/uptime; up=${up%%.*}
-  KERNELDECK_STDIN='%[3]d %[7]d %[4]d' "$py" -I -S -B -c %[8]s "$kd/runner.py" <&0 3>&1 2>&1 &
+  KERNELDECK_STDIN='%[3]d %[7]d %[4]d' "$py" %[9]s -c %[8]s "$kd/runner.py" <&0 3>&1 2>&1 &
   rp=$!; exec >/dev/null </dev/null
   oomf=; while IFS= read -r l; do case $l in *:memory:*) oomf=/sys/fs/cgroup/memory${l#*:memory:}/memory.oom_control;; 0::*) [ -z "$oomf" ] && oomf=/sys/fs/cgroup${l#0::}/memory.events;; esac; done <"/proc/$rp/cgroup"
   # Builtins only, no $(...): a subshell is a fork while the runner starts.
@@ -166,7 +166,7 @@ wait "$watcher" 2>/dev/null; [ -n "$exitf" ] && rm -f -- "$exitf" "$exitf.tmp"
 rmkd
 [ "$rc" -gt 128 ] && fail "runner did not start within %[5]ds: $log"
 fail "runner exited before it was ready: $log"
-`, shq(tempDir), rootSetup, sizes[0], sizes[2], readyTimeoutSec, shq(python), sizes[1], shq(runner.StartProgram()))
+`, shq(tempDir), rootSetup, sizes[0], sizes[2], readyTimeoutSec, shq(python), sizes[1], shq(runner.StartProgram()), runner.StartFlags)
 }
 
 // spawnStdin is a spawn script's stdin: runner.Bootstrap, then runner.py,

@@ -133,7 +133,7 @@ func TestSpawnLeavesAKernelDirAlreadyThere(t *testing.T) {
 		t.Fatalf("spawn into a dir already there: rc %d output %q", res.ReturnCode, res.Output)
 	}
 	raced := filepath.Join(root, "kraced")
-	res = runSpawn(t, env, spawnRun{id: "kraced", python: wrapper(t, `d=${3%/runner.py}; mkdir "$d" && : >"$d/theirs"`), root: root})
+	res = runSpawn(t, env, spawnRun{id: "kraced", python: wrapper(t, `p=${!#}; d=${p%/runner.py}; mkdir "$d" && : >"$d/theirs"`), root: root})
 	if !strings.Contains(res.Output, "KD:ERR cannot create kernel dir "+raced+" (it may already exist): File exists") {
 		t.Fatalf("spawn racing a dir made in between: rc %d output %q", res.ReturnCode, res.Output)
 	}
@@ -141,7 +141,7 @@ func TestSpawnLeavesAKernelDirAlreadyThere(t *testing.T) {
 	// script reads its NODIR (which would kill the watcher): the watcher
 	// itself must leave the dir.
 	late := filepath.Join(root, "klate")
-	res = runSpawn(t, env, spawnRun{id: "klate", root: root, python: wrapper(t, `d=${3%/runner.py}; mkdir "$d" && : >"$d/theirs"
+	res = runSpawn(t, env, spawnRun{id: "klate", root: root, python: wrapper(t, `p=${!#}; d=${p%/runner.py}; mkdir "$d" && : >"$d/theirs"
 { sleep 0.5; echo "NODIR cannot create kernel dir $d (it may already exist): File exists" >&3; } &
 exit 75`)})
 	if !strings.Contains(res.Output, "KD:ERR cannot create kernel dir "+late+" (it may already exist): File exists") {
@@ -151,7 +151,7 @@ exit 75`)})
 	// someone else: no answer, and no mark, so neither the script nor the
 	// watcher removes it.
 	died := filepath.Join(root, "kdied")
-	res = runSpawn(t, env, spawnRun{id: "kdied", root: root, python: wrapper(t, `d=${3%/runner.py}; mkdir "$d" && : >"$d/theirs"; exit 1`)})
+	res = runSpawn(t, env, spawnRun{id: "kdied", root: root, python: wrapper(t, `p=${!#}; d=${p%/runner.py}; mkdir "$d" && : >"$d/theirs"; exit 1`)})
 	if !strings.Contains(res.Output, "KD:ERR runner exited before it was ready") {
 		t.Fatalf("spawn whose runner died before its mkdir: rc %d output %q", res.ReturnCode, res.Output)
 	}

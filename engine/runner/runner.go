@@ -105,6 +105,12 @@ del _kd_boot, b
 exec(_kd_code)
 `
 
+// StartFlags are the interpreter's flags for a runner, before -c
+// StartProgram: isolated (-I: no PYTHON* variables, no user site dir, no
+// cwd on the path), without site (-S: the runner does its work, skipping
+// code its login can write), writing no bytecode (-B). Words for a shell.
+const StartFlags = "-I -S -B"
+
 // StartProgram is the program (for -c) a spawn starts the interpreter
 // with: it reads Bootstrap from stdin and runs it. It is kept short, as it
 // is what ps shows of every runner, before its path.

@@ -89,7 +89,7 @@ func startShippedPipe(t *testing.T, s shipment, stdin string) (string, *exec.Cmd
 		python = "python3"
 	}
 	// The bootstrap takes runner.py's size and bytes off the front.
-	args, env := []string{"-c", StartProgram(), filepath.Join(kd, "runner.py")}, scriptSize+" "+sizes
+	args, env := append(strings.Fields(StartFlags), "-c", StartProgram(), filepath.Join(kd, "runner.py")), scriptSize+" "+sizes
 	front := []io.Reader{strings.NewReader(Bootstrap), bytes.NewReader(s.script)}
 	if s.inDir {
 		args, env, front = []string{filepath.Join(kd, "runner.py")}, sizes, nil

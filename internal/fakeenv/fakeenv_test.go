@@ -245,7 +245,7 @@ func TestHostToolCallWaitsAndInterrupts(t *testing.T) {
 		`KERNELDECK_STDIN='1 0 1' "$py" -c 'import os;b=b"";exec("while len(b)<2:...")' "$kd/runner.py"` + "\n"
 	tok := kernelauth.NewSecret()
 	res, err := run(t, env, spawn, `bbrt{"secret":"`+tok+`"}`+"\n")
-	if err != nil || res.Output != "KD:SPAWNED 4242 /tmp/kerneldeck-once-k1 /usr/bin/python3 landlock:6\n" {
+	if err != nil || res.Output != "KD:SPAWNED 4242 /tmp/kerneldeck-once-k1 /usr/bin/python3 landlock:6+userns\n" {
 		t.Fatalf("transient spawn: %q %v", res.Output, err)
 	}
 	cell := func(pub, intr, ans int) string {

@@ -168,7 +168,7 @@ type Host struct {
 	Login string
 	// Python is the interpreter path spawn reports. Default /usr/bin/python3.
 	Python string
-	// Confinement is what spawned runners report ("landlock:6" when empty).
+	// Confinement is what spawned runners report ("landlock:6+userns" when empty).
 	Confinement string
 	// FirstPID is the pid of the first runner; later ones count up. Default 4242.
 	FirstPID int
@@ -250,7 +250,7 @@ func (h *Host) Spawn(_ context.Context, c Call) (backends.Result, error) {
 	h.nextPID++
 	h.kernels[dir] = k
 	h.order = append(h.order, k)
-	return backends.Result{Output: fmt.Sprintf("KD:SPAWNED %d %s %s %s\n", k.PID, k.Dir, cmpOr(h.Python, "-"), cmpOr(h.Confinement, "landlock:6"))}, nil
+	return backends.Result{Output: fmt.Sprintf("KD:SPAWNED %d %s %s %s\n", k.PID, k.Dir, cmpOr(h.Python, "-"), cmpOr(h.Confinement, "landlock:6+userns"))}, nil
 }
 
 // Cell answers a cell script the way cellScript and the runner behave.
