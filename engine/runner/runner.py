@@ -2232,7 +2232,8 @@ def trusted_site():
             if line.startswith("#") or not line.strip():
                 continue
             if line.startswith(("import ", "import\t")):
-                skipped.append(full)
+                if full not in skipped:
+                    skipped.append(full)
                 continue
             d, case = site.makepath(sitedir, line.rstrip())
             if case not in known_paths and os.path.exists(d):
