@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kerneldeck/kerneldeck/internal/proctest"
 	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
 	"github.com/kerneldeck/kerneldeck/internal/tmuxtest"
 )
@@ -372,5 +373,66 @@ func TestConnectRelaysFiles(t *testing.T) {
 	if !strings.Contains(got, `"id":"1","op":"result","status":"success","stdout":"42\n"`) || !strings.Contains(got, `"id":"2","op":"hello"`) ||
 		!strings.Contains(got, `"type":"cell_finished"`) || strings.Contains(got, eventsSubscription) {
 		t.Fatalf("answers relayed to a file:\n%s", got)
+	}
+}
+
+// stuckClient hands the engine two blocking pipes, asks for far more
+// answers than the stdout pipe holds and never reads them; it prints
+// "HANDED" and then waits until its stdin closes.
+const stuckClient = `
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+in_r, in_w = os.pipe()
+out_r, out_w = os.pipe()
+socket.send_fds(s, [b'{"op":"stdio","events":true}\n'], [in_r, out_w])
+os.close(in_r)
+os.close(out_w)
+for i in range(3000):
+    os.write(in_w, b'{"id":"k%d","op":"kernels"}\n' % i)
+print("HANDED", flush=True)
+sys.stdin.read()
+`
+
+// A client that hands serve blocking pipes and never reads its answers
+// cannot keep serve from stopping: on SIGTERM it exits within
+// --cell-timeout and the shutdown's few seconds, killing its kernels.
+func TestServeStopsWhateverItsClientsDo(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	se := startServe(t, bin, dirs, "--cell-timeout", "2s")
+	op := startAgent(t, bin, dirs.env(), "--connect", se.sock)
+	op.send(map[string]any{"id": "a", "op": "execute", "owner": "alice", "code": "import os; print(os.getpid())"})
+	pid, _ := strconv.Atoi(strings.TrimSpace(fmt.Sprint(op.answer("a")["stdout"])))
+	if pid <= 0 {
+		t.Fatalf("alice's cell: %v", op.answer("a"))
+	}
+	stuck := exec.Command("python3", "-c", stuckClient, se.sock)
+	stuck.Env = dirs.env()
+	stdin, _ := stuck.StdinPipe()
+	out, _ := stuck.StdoutPipe()
+	if err := stuck.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); stuck.Process.Kill(); stuck.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "HANDED\n" {
+		t.Fatalf("the stuck client: %q %v", line, err)
+	}
+	time.Sleep(time.Second) // the engine's writer fills the pipe and waits
+	se.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- se.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("serve was still running 90 s after SIGTERM with --cell-timeout 2s:\n%s", se.stderr.String())
+	}
+	if !strings.Contains(se.stderr.String(), "stopped; killed 1 kernel") {
+		t.Errorf("serve's last words: %s", se.stderr.String())
+	}
+	for deadline := time.Now().Add(10 * time.Second); proctest.Alive(pid); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("alice's runner %d outlived serve", pid)
+		}
 	}
 }
