@@ -316,6 +316,7 @@ func TestSecondUser(t *testing.T) {
 		lines, err := clientAs(t, path, nobody, nobody, []uint32{uint32(users)},
 			`{"id":"h","op":"hello"}`,
 			`{"id":"mine","op":"execute","code":"import os; print('mine', os.getuid(), os.getgid())"}`,
+			`{"id":"dial","op":"execute","code":`+fmt.Sprintf("%q", fmt.Sprintf("import socket\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(10)\ns.connect(%q)\nprint(s.recv(4096).decode())", path))+`}`,
 			`{"id":"elsewhere","op":"execute","backend":"local?user=daemon","code":"print('daemon')"}`,
 			`{"id":"sandboxed","op":"execute","backend":"`+sandbox+`","code":"import os; print('mine', os.getpid())"}`,
 			`{"id":"steal","op":"execute","owner":"alice","code":"print(secret)"}`,
@@ -339,6 +340,14 @@ func TestSecondUser(t *testing.T) {
 		// container of its own it runs too.
 		if m := byID["mine"]; m["stdout"] != fmt.Sprintf("mine %d %d\n", nobody, nobody) || m["kernel"].(map[string]any)["backend"] != "local?user=nobody" {
 			t.Fatalf("the member's own cell on the local backend: %v, want it run as nobody", m)
+		}
+		// Its kernel, as its own user, never reaches the engine: nobody
+		// is not in users by /etc/group, so the socket's dir keeps it out
+		// (a member that is would be refused as a kernel, as in
+		// TestKernelIsNeverAdmittedAsTheEngine).
+		if m := byID["dial"]; !strings.Contains(fmt.Sprint(m["stdout"]), "refused: it runs in a kernel") &&
+			!strings.Contains(fmt.Sprint(m["traceback"]), "Permission denied") {
+			t.Fatalf("the member's kernel dialing the engine: %v, want it kept out", m)
 		}
 		if m := byID["elsewhere"]; m["op"] != "error" || !strings.Contains(m["error"].(string), "not allowed") {
 			t.Fatalf("the member naming another user's backend: %v, want a refusal", m)
