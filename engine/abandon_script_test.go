@@ -98,6 +98,10 @@ func abStartSpawn(t *testing.T, dir, id string) []*exec.Cmd {
 	// The shell forks a copy of itself (a subshell keeps its argv) and
 	// waits; neither ends on its own within the test.
 	spawn := exec.Command("bash", "--norc", "-c", "# kerneldeck:spawn\nkd=\"$root/\"'"+id+"'\n( while :; do sleep 1; done ) & wait")
+	// Each in a group of its own (the runner makes its own session), so
+	// that the cleanup kills the shell's forked copy with it.
+	shim.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	spawn.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var cmds []*exec.Cmd
 	for _, c := range []*exec.Cmd{runner, shim, spawn} {
 		if err := c.Start(); err != nil {
@@ -105,6 +109,9 @@ func abStartSpawn(t *testing.T, dir, id string) []*exec.Cmd {
 		}
 		cmds = append(cmds, c)
 		t.Cleanup(func() {
+			if pg, err := syscall.Getpgid(c.Process.Pid); err == nil && pg == c.Process.Pid {
+				syscall.Kill(-pg, syscall.SIGKILL)
+			}
 			c.Process.Kill()
 			c.Wait()
 		})
