@@ -34,10 +34,11 @@ run as the engine's user: on local, a serve run as root runs them as the
 member's own OS user; docker-image:// gives each one a container; the
 other backends refuse them. serve says at start where members may run
 them, and a member's owner has at most a quarter of --max-kernels unless
---max-kernels-per-owner says otherwise. Anyone else is refused, and the refusal is an event.
-Code running in a kernel is refused too, whatever user it runs as: every
-runner lives in a user namespace of its own, which nothing it starts can
-leave.
+--max-kernels-per-owner says otherwise. Anyone else is refused, and the
+refusal is an event. Code running in a kernel is refused too, whatever
+user it runs as: every runner lives in a user namespace of its own, which
+nothing it starts can leave. Each member's user may hold 32 connections;
+a connection that sends nothing for 10s is closed.
 
 On SIGTERM or SIGINT it stops accepting, tells every client (a goodbye
 line), lets running cells finish within --cell-timeout, interrupts what is
