@@ -437,23 +437,7 @@ func TestStdioHandOver(t *testing.T) {
 	eng := newEngine(t)
 	path := filepath.Join(t.TempDir(), "run", server.SocketName)
 	serve(t, eng, server.Options{Path: path})
-	inR, inW, _ := os.Pipe()
-	outR, outW, _ := os.Pipe()
-	defer inW.Close()
-	defer outR.Close()
-	c, err := net.Dial("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	uc := c.(*net.UnixConn)
-	syscall.SetNonblock(int(inR.Fd()), true)
-	syscall.SetNonblock(int(outW.Fd()), true)
-	if _, _, err := uc.WriteMsgUnix([]byte(`{"op":"stdio","events":true}`+"\n"), syscall.UnixRights(int(inR.Fd()), int(outW.Fd())), nil); err != nil {
-		t.Fatal(err)
-	}
-	inR.Close() // the engine holds its own copies now
-	outW.Close()
+	c, inW, outR := handOver(t, path, true)
 	inW.Write([]byte(`{"id":"1","op":"execute","code":"print('through the pipe')"}` + "\n"))
 	inW.Close()
 	out := bufio.NewReader(outR)
@@ -480,4 +464,31 @@ func TestStdioHandOver(t *testing.T) {
 	if err != nil || !strings.Contains(ended, `"op":"ended"`) || !strings.Contains(ended, `"goodbye":""`) {
 		t.Fatalf("the socket after the pipes ended: %q %v", ended, err)
 	}
+}
+
+// handOver connects to path and hands the engine the read end of one pipe
+// as its stdin and the write end of another as its stdout, as headless
+// --connect does (nonblocking: the pipes as it makes them; else blocking,
+// as a hostile client may). It returns the connection and the ends the
+// test keeps, all closed when it ends.
+func handOver(t *testing.T, path string, nonblocking bool) (c net.Conn, in, out *os.File) {
+	t.Helper()
+	inR, inW, _ := os.Pipe()
+	outR, outW, _ := os.Pipe()
+	t.Cleanup(func() { inW.Close(); outR.Close() })
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if nonblocking {
+		syscall.SetNonblock(int(inR.Fd()), true)
+		syscall.SetNonblock(int(outW.Fd()), true)
+	}
+	if _, _, err := c.(*net.UnixConn).WriteMsgUnix([]byte(`{"op":"stdio","events":true}`+"\n"), syscall.UnixRights(int(inR.Fd()), int(outW.Fd())), nil); err != nil {
+		t.Fatal(err)
+	}
+	inR.Close() // the engine holds its own copies now
+	outW.Close()
+	return c, inW, outR
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -117,20 +116,7 @@ func TestBlockingPipesCannotHoldShutdown(t *testing.T) {
 	}
 	served := make(chan error, 1)
 	go func() { served <- s.Serve() }()
-	inR, inW, _ := os.Pipe()
-	outR, outW, _ := os.Pipe()
-	defer inW.Close()
-	defer outR.Close() // never read
-	c, err := net.Dial("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, _, err := c.(*net.UnixConn).WriteMsgUnix([]byte(`{"op":"stdio","events":true}`+"\n"), syscall.UnixRights(int(inR.Fd()), int(outW.Fd())), nil); err != nil {
-		t.Fatal(err)
-	}
-	inR.Close()
-	outW.Close()
+	_, inW, _ := handOver(t, path, false) // its stdout is never read
 	// Far more answers than the pipe holds: the engine's writer is stuck.
 	go func() {
 		for i := 0; i < 2000; i++ {
