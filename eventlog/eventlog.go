@@ -55,6 +55,10 @@ type Log struct {
 	size  int64  // bytes in the open segment
 	total int64  // bytes in every segment
 	swept time.Time
+	// shares counts each owner's bytes per segment (shares.go); oldest
+	// is the segment the cap drops next.
+	shares *shares
+	oldest string
 }
 
 // segmentMax is how big one segment grows before the next one starts, so
@@ -72,10 +76,24 @@ func Open(dir string, opts Options) (*Log, error) {
 	if err := engine.EnsurePrivateDir(dir); err != nil {
 		return nil, fmt.Errorf("event log: %w", err)
 	}
-	l := &Log{dir: dir, opts: opts}
+	l := &Log{dir: dir, opts: opts, shares: newShares()}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sweepLocked()
+	segs, err := segments(dir)
+	if err != nil {
+		return nil, fmt.Errorf("event log: %w", err)
+	}
+	for _, sg := range segs {
+		l.shares.load(dir, sg.name, sg.size)
+	}
+	// An index whose segment is gone is nobody's.
+	indexes, _ := filepath.Glob(filepath.Join(dir, "events-*"+indexSuffix))
+	for _, ix := range indexes {
+		if _, ok := l.shares.bySeg[strings.TrimSuffix(filepath.Base(ix), indexSuffix)]; !ok {
+			os.Remove(ix)
+		}
+	}
 	return l, nil
 }
 
@@ -144,16 +162,22 @@ func (l *Log) sweepLocked() {
 	for _, s := range segs {
 		l.total += s.size
 	}
+	l.oldest = ""
 	for _, s := range segs {
 		expired := s.day.Add(24 * time.Hour).Before(now.Add(-l.opts.Retention))
-		if !expired && l.total <= l.opts.MaxBytes {
+		if (!expired && l.total <= l.opts.MaxBytes) || s.name == l.name {
+			if l.oldest == "" {
+				l.oldest = s.name
+			}
+			if s.name == l.name {
+				continue
+			}
 			break
-		}
-		if s.name == l.name {
-			continue
 		}
 		if os.Remove(filepath.Join(l.dir, s.name)) == nil {
 			l.total -= s.size
+			l.shares.drop(s.name)
+			os.Remove(filepath.Join(l.dir, s.name+indexSuffix))
 		}
 	}
 }
@@ -173,6 +197,9 @@ func (l *Log) Append(ev engine.Event) error {
 	if err := l.openLocked(ev.Time, int64(len(line))); err != nil {
 		return err
 	}
+	if err := l.overShareLocked(ev.Owner, int64(len(line))); err != nil {
+		return err
+	}
 	n, err := l.f.Write(line)
 	if err != nil {
 		// A partial line would run into the next one: cut it off (this
@@ -185,6 +212,7 @@ func (l *Log) Append(ev engine.Event) error {
 	}
 	l.size += int64(n)
 	l.total += int64(n)
+	l.shares.add(l.name, ev.Owner, int64(n))
 	return nil
 }
 
@@ -196,6 +224,7 @@ func (l *Log) openLocked(t time.Time, n int64) error {
 		return nil
 	}
 	if l.f != nil {
+		l.shares.save(l.dir, l.name)
 		l.f.Close()
 		l.f = nil
 	}
@@ -239,6 +268,9 @@ func (l *Log) Close() error {
 	if l.f == nil {
 		return nil
 	}
+	// An index that cannot be written (a full disk) leaves the segment's
+	// bytes unaccounted for, which only holds owners back.
+	l.shares.save(l.dir, l.name)
 	err := l.f.Close()
 	l.f = nil
 	return err

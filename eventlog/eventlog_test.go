@@ -1,6 +1,7 @@
 package eventlog_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -304,4 +305,81 @@ func TestFullDisk(t *testing.T) {
 	if len(got) != 1 || r.Bad != 0 {
 		t.Fatalf("after freeing space: %d events of kernel again, %d bad lines", len(got), r.Bad)
 	}
+}
+
+// No owner pushes the others' events out of the log: once the log is at
+// its cap, an owner holding a quarter of it or more may not write what
+// would drop a segment with others' events, also after a restart; an
+// owner alone still fills the whole log.
+func TestOwnersShareTheLog(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "events")
+	c := &clock{now: time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)}
+	const maxBytes = 1 << 20
+	opts := eventlog.Options{Now: c.Now, MaxBytes: maxBytes}
+	l := open(t, dir, opts)
+	detail := strings.Repeat("d", 900)
+	write := func(l *eventlog.Log, owner string, n int) (refused int) {
+		t.Helper()
+		for i := range n {
+			err := l.Append(engine.Event{Type: engine.EventCellFinished, Time: c.Now(), Owner: owner, Kernel: fmt.Sprintf("k%05d", i), Detail: detail})
+			switch {
+			case errors.Is(err, eventlog.ErrOverShare):
+				refused++
+			case err != nil:
+				t.Fatal(err)
+			}
+		}
+		return refused
+	}
+	count := func() map[string]int {
+		got, _ := readAll(t, dir, eventlog.Filter{})
+		m := map[string]int{}
+		for _, ev := range got {
+			m[ev.Owner]++
+		}
+		return m
+	}
+	if n := write(l, "alice", 200); n != 0 {
+		t.Fatalf("alice refused %d times in an empty log", n)
+	}
+	if n := write(l, "bob", 4000); n == 0 {
+		t.Fatal("bob wrote 4 MB into a 1 MB log with alice's events in it, and was never refused")
+	}
+	if got := count(); got["alice"] != 200 || got["bob"] == 0 {
+		t.Fatalf("events after bob's flood: %v, want all 200 of alice's and some of bob's", got)
+	}
+	// The indexes keep the shares across a restart.
+	l.Close()
+	again := open(t, dir, opts)
+	if n := write(again, "bob", 500); n != 500 {
+		t.Fatalf("after a restart bob wrote %d more of 500, want none", 500-n)
+	}
+	if got := count(); got["alice"] != 200 {
+		t.Fatalf("alice's events after the restart: %d, want 200", got["alice"])
+	}
+	for _, ix := range mustGlob(t, filepath.Join(dir, "*.owners")) {
+		if st, err := os.Stat(ix); err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("index %s: %v %v, want 0600", ix, st, err)
+		}
+	}
+
+	// Alone, an owner fills the log: only its own events go.
+	lone := filepath.Join(t.TempDir(), "events")
+	solo := open(t, lone, opts)
+	if n := write(solo, "carol", 4000); n != 0 {
+		t.Fatalf("carol alone was refused %d times", n)
+	}
+	got, _ := readAll(t, lone, eventlog.Filter{})
+	if len(got) == 0 || got[len(got)-1].Kernel != "k03999" || got[0].Kernel == "k00000" {
+		t.Fatalf("carol alone: %d events; want the newest kept and the oldest gone", len(got))
+	}
+}
+
+func mustGlob(t *testing.T, pattern string) []string {
+	t.Helper()
+	m, err := filepath.Glob(pattern)
+	if err != nil || len(m) == 0 {
+		t.Fatalf("glob %s: %v %v", pattern, m, err)
+	}
+	return m
 }
