@@ -49,8 +49,11 @@ func (l *Local) AsUser(uid int) (Env, error) {
 	if os.Geteuid() != 0 {
 		return nil, ErrNotRoot
 	}
+	if l.as != nil && int(l.as.uid) == uid {
+		return l, nil // the member named its own
+	}
 	if l.as != nil || uid <= 0 {
-		return nil, fmt.Errorf("local: no kernels as uid %d from %s", uid, l.URI())
+		return nil, fmt.Errorf("local: no kernels as uid %d on %s", uid, l.URI())
 	}
 	u, err := user.LookupId(strconv.Itoa(uid))
 	if err != nil {

@@ -318,6 +318,7 @@ func TestSecondUser(t *testing.T) {
 			`{"id":"mine","op":"execute","code":"import os; print('mine', os.getuid(), os.getgid())"}`,
 			`{"id":"dial","op":"execute","code":`+fmt.Sprintf("%q", fmt.Sprintf("import socket\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(10)\ns.connect(%q)\nprint(s.recv(4096).decode())", path))+`}`,
 			`{"id":"elsewhere","op":"execute","backend":"local?user=daemon","code":"print('daemon')"}`,
+			`{"id":"named","op":"execute","backend":"local?user=nobody","code":"import os; print(os.getuid())"}`,
 			`{"id":"sandboxed","op":"execute","backend":"`+sandbox+`","code":"import os; print('mine', os.getpid())"}`,
 			`{"id":"steal","op":"execute","owner":"alice","code":"print(secret)"}`,
 			fmt.Sprintf(`{"id":"kill","op":"kill","kernel":%q}`, aliceK),
@@ -348,6 +349,9 @@ func TestSecondUser(t *testing.T) {
 		if m := byID["dial"]; !strings.Contains(fmt.Sprint(m["stdout"]), "refused: it runs in a kernel") &&
 			!strings.Contains(fmt.Sprint(m["traceback"]), "Permission denied") {
 			t.Fatalf("the member's kernel dialing the engine: %v, want it kept out", m)
+		}
+		if m := byID["named"]; m["stdout"] != fmt.Sprintf("%d\n", nobody) {
+			t.Fatalf("the member naming its own backend: %v", m)
 		}
 		if m := byID["elsewhere"]; m["op"] != "error" || !strings.Contains(m["error"].(string), "not allowed") {
 			t.Fatalf("the member naming another user's backend: %v, want a refusal", m)
