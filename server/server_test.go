@@ -403,11 +403,7 @@ func waitNotice(t *testing.T, sub *engine.Subscription, want string) {
 func TestShutdownTellsClients(t *testing.T) {
 	eng := newEngine(t)
 	path := filepath.Join(t.TempDir(), "run", server.SocketName)
-	s, err := server.Listen(eng, server.Options{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve()
+	s := serve(t, eng, server.Options{Path: path})
 	c := dial(t, path)
 	c.send(map[string]any{"id": "slow", "op": "execute", "code": "import time; time.sleep(0.5); print('finished')"})
 	time.Sleep(200 * time.Millisecond)
