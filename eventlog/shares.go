@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/english"
 )
 
@@ -114,19 +115,7 @@ func (s *shares) save(dir, seg string) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".owners-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, seg+indexSuffix))
+	return engine.WritePrivateFile(filepath.Join(dir, seg+indexSuffix), b)
 }
 
 // overShareLocked says why an event of owner of n bytes may not be written
