@@ -50,6 +50,12 @@ func (s *streamDoor) run(ctx context.Context) (outcome, bool) {
 			return outcome{}, false
 		}
 	}
+	if !req.Stream && c.onOutput != nil && e.bus.wantsOutput() {
+		// A subscriber that came after the choice not to stream, while the
+		// stream was still being opened, found no stream to watch: watch it
+		// now (a second watch is harmless).
+		conn.send(map[string]string{"op": "watch", "id": c.id})
+	}
 	start := time.Now()
 	until := c.deadline
 	if c.interrupted {

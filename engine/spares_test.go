@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -248,6 +249,65 @@ func TestSpareWithoutStubsIsNotUsed(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); proctest.Alive(spares[0]); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the spare %d whose stubs failed still runs", spares[0])
+		}
+	}
+}
+
+// gatedDialer is a local backend whose first stream to a runner waits at
+// a gate: the test holds a cell between the engine's choice of whether to
+// stream it and the cell reaching the runner.
+type gatedDialer struct {
+	*backends.Local
+	dialing chan struct{} // closed when the first dial waits
+	gate    chan struct{} // closed by the test to let it through
+}
+
+func (g *gatedDialer) DialUnix(ctx context.Context, path string) (net.Conn, error) {
+	select {
+	case <-g.dialing:
+	default:
+		close(g.dialing)
+		<-g.gate
+	}
+	return g.Local.DialUnix(ctx, path)
+}
+
+// A subscriber that takes output and comes while the stream to a cell's
+// runner is being opened, after the engine chose not to stream the cell,
+// still gets the cell's output.
+func TestOutputSubscriberJoinsACellOnItsWay(t *testing.T) {
+	env := &gatedDialer{Local: backends.NewLocal(enginetest.ShortTempDir(t)), dialing: make(chan struct{}), gate: make(chan struct{})}
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{env}, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rtClose(t, eng) })
+	mark := env.TempDir() + "/go"
+	done := make(chan *engine.Result, 1)
+	go func() {
+		r, _ := eng.Execute(context.Background(), engine.Request{Owner: "a", Code: "import os, time\ni = 0\nwhile not os.path.exists(" +
+			strconv.Quote(mark) + "):\n    i += 1\n    print('tick', i, flush=True)\n    time.sleep(0.05)"})
+		done <- r
+	}()
+	defer func() { os.WriteFile(mark, nil, 0o600); <-done }()
+	select {
+	case <-env.dialing:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the engine never opened a stream to the runner")
+	}
+	if ks := eng.Kernels(); len(ks) != 1 || ks[0].State != engine.StateRunning {
+		t.Fatalf("the stream is opened for a cell that does not run yet: %+v", ks)
+	}
+	sub := eng.SubscribeWith(engine.SubscribeOptions{Buffer: 1 << 10, Output: true})
+	defer sub.Close()
+	close(env.gate)
+	timeout := time.After(10 * time.Second)
+	for got := false; !got; {
+		select {
+		case ev := <-sub.C:
+			got = ev.Type == engine.EventCellOutput && strings.HasPrefix(ev.Text, "tick")
+		case <-timeout:
+			t.Fatal("no output reached a subscriber that came while the cell's stream was being opened")
 		}
 	}
 }
