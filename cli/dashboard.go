@@ -27,6 +27,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/server"
 	"github.com/kerneldeck/kerneldeck/themes"
 	"github.com/kerneldeck/kerneldeck/ui"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
 
 const dashboardIntro = `Usage: kerneldeck [flags]
@@ -212,7 +213,7 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	where := ""
 	var srv *server.Server
 	if c.listen != "none" {
-		path := cmp.Or(c.listen, server.DefaultPath(s.stateDir))
+		path := cmp.Or(c.listen, wire.SocketPath(s.stateDir))
 		if srv, err = server.Listen(eng, server.Options{Path: path, Version: versionString()}); err != nil {
 			fmt.Fprintf(std.err, "kerneldeck: not serving this dashboard's engine: %v (--listen none says not to)\n", err)
 			where = "not serving"

@@ -13,6 +13,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/headless"
 	"github.com/kerneldeck/kerneldeck/internal/english"
 	"github.com/kerneldeck/kerneldeck/server"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
 
 const serveIntro = `Usage: kerneldeck serve [flags]
@@ -113,7 +114,7 @@ func (c *serveCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	}
 	path := c.listen
 	if path == "" {
-		path = server.DefaultPath(s.stateDir)
+		path = wire.SocketPath(s.stateDir)
 	}
 	eng, cleanup, code, err := openEngine(&c.eng, s)
 	if err != nil {

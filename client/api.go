@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
 
 // Kernels returns the latest snapshot of the engine's kernels; its times
@@ -55,18 +56,20 @@ func (c *Client) Backends() []string { return slices.Clone(c.hello.Backends) }
 // refusal arrives on Events as an EventNotice (the snapshot then shows the
 // engine's values again).
 func (c *Client) SetLimits(maxKernels *int, idleExit *time.Duration) error {
-	req := map[string]any{"op": "limits"}
+	req := wire.NewRequest(wire.OpLimits).(*wire.Limits)
 	if maxKernels != nil {
 		if *maxKernels < 1 {
 			return fmt.Errorf("max_kernels must be at least 1, got %d", *maxKernels)
 		}
-		req["max_kernels"] = *maxKernels
+		n := *maxKernels
+		req.MaxKernels = &n
 	}
 	if idleExit != nil {
 		if *idleExit < time.Second {
 			return fmt.Errorf("idle_exit must be at least 1s, got %v", *idleExit)
 		}
-		req["idle_exit"] = idleExit.Seconds()
+		secs := idleExit.Seconds()
+		req.IdleExit = &secs
 	}
 	if err := c.Err(); err != nil {
 		return err
@@ -95,7 +98,7 @@ func (c *Client) limitsSender() {
 			return
 		case req := <-c.limitsQ:
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			_, err := c.do(ctx, req, nil)
+			err := c.call(ctx, req, nil, nil)
 			cancel()
 			if err != nil {
 				c.deliver(engine.Event{Type: engine.EventNotice, Time: time.Now(), Detail: "limits not changed on the engine at " + c.where + ": " + err.Error()})
@@ -117,144 +120,97 @@ func (c *Client) kick() {
 // req.OnOutput is set. If ctx ends first, the cell goes on there; only the
 // waiting stops.
 func (c *Client) Execute(ctx context.Context, req engine.Request) (*engine.Result, error) {
-	r := map[string]any{"op": "execute", "code": req.Code, "stream": req.OnOutput != nil || req.OnStart != nil || req.OnDisplay != nil}
-	for k, v := range map[string]string{"owner": req.Owner, "task": req.Task, "backend": req.Backend, "child": req.Child} {
-		if v != "" {
-			r[k] = v
-		}
-	}
-	if len(req.Tools) > 0 {
-		r["tools"] = req.Tools
-	}
-	if req.Reset {
-		r["reset"] = true
-	}
+	r := wire.NewRequest(wire.OpExecute).(*wire.Execute)
+	r.Code, r.Owner, r.Task, r.Backend, r.Child, r.Tools, r.Reset = req.Code, req.Owner, req.Task, req.Backend, req.Child, req.Tools, req.Reset
+	r.Stream = req.OnOutput != nil || req.OnStart != nil || req.OnDisplay != nil
 	if req.Timeout > 0 {
-		r["timeout"] = req.Timeout.Seconds()
+		r.Timeout = req.Timeout.Seconds()
 	}
-	lines := func(op string, m map[string]json.RawMessage) {
-		var l struct {
-			Cell, Stream, Text string
-		}
-		json.Unmarshal(m["cell"], &l.Cell)
-		json.Unmarshal(m["stream"], &l.Stream)
-		if op == "output" && l.Stream == engine.StreamDisplay {
-			var d engine.Display
-			if req.OnDisplay != nil && json.Unmarshal(m["display"], &d) == nil {
-				req.OnDisplay(d)
+	lines := func(op wire.Op, line []byte) {
+		switch op {
+		case wire.OpStarted:
+			var l wire.Started
+			if req.OnStart != nil && json.Unmarshal(line, &l) == nil {
+				req.OnStart(l.Cell)
 			}
-			return
-		}
-		json.Unmarshal(m["text"], &l.Text)
-		switch {
-		case op == "started" && req.OnStart != nil:
-			req.OnStart(l.Cell)
-		case op == "output" && req.OnOutput != nil:
-			req.OnOutput(l.Stream, l.Text)
+		case wire.OpOutput:
+			var l wire.DisplayOutput
+			if json.Unmarshal(line, &l) != nil {
+				return
+			}
+			switch {
+			case l.Stream == engine.StreamDisplay && req.OnDisplay != nil:
+				req.OnDisplay(l.Display)
+			case l.Stream != engine.StreamDisplay && req.OnOutput != nil:
+				req.OnOutput(l.Stream, l.Text)
+			}
 		}
 	}
 	if req.OnQueued != nil {
 		req.OnQueued() // the engine orders this connection's cells itself
 	}
-	m, err := c.do(ctx, r, lines)
-	if err != nil {
+	var res wire.Result
+	if err := c.call(ctx, r, &res, lines); err != nil {
 		return nil, err
 	}
-	var res struct {
-		Status          engine.CellStatus `json:"status"`
-		Stdout          string            `json:"stdout"`
-		Stderr          string            `json:"stderr"`
-		Traceback       string            `json:"traceback"`
-		StdoutClipped   bool              `json:"stdout_clipped"`
-		StderrClipped   bool              `json:"stderr_clipped"`
-		SpillPath       string            `json:"spill_path"`
-		StderrSpillPath string            `json:"stderr_spill_path"`
-		ToolCallsMade   int               `json:"tool_calls_made"`
-		DurationMS      float64           `json:"duration_ms"`
-		Fallback        string            `json:"fallback"`
-		Cell            string            `json:"cell"`
-		Displays        []engine.Display  `json:"displays"`
-		DisplayNote     string            `json:"display_note"`
-		Kernel          *struct {
-			ID             string `json:"id"`
-			PID            int    `json:"pid"`
-			Dir            string `json:"dir"`
-			Backend        string `json:"backend"`
-			Reused         bool   `json:"reused"`
-			ExecutionCount int    `json:"execution_count"`
-			StateLost      bool   `json:"state_lost"`
-			StateReset     bool   `json:"state_reset"`
-			Note           string `json:"note"`
-		} `json:"kernel"`
-	}
-	if err := decode(m, &res); err != nil {
-		return nil, fmt.Errorf("engine at %s: a result that does not decode: %w", c.where, err)
-	}
-	out := &engine.Result{Status: res.Status, Stdout: res.Stdout, Stderr: res.Stderr, Traceback: res.Traceback,
-		StdoutClipped: res.StdoutClipped, StderrClipped: res.StderrClipped, SpillPath: res.SpillPath,
-		StderrSpillPath: res.StderrSpillPath, ToolCallsMade: res.ToolCallsMade,
-		Duration: time.Duration(res.DurationMS * float64(time.Millisecond)), Fallback: res.Fallback, Cell: res.Cell,
-		Displays: res.Displays, DisplayNote: res.DisplayNote}
-	if k := res.Kernel; k != nil {
-		out.Kernel = &engine.KernelResult{ID: k.ID, PID: k.PID, Dir: k.Dir, Backend: k.Backend, Reused: k.Reused,
-			ExecutionCount: k.ExecutionCount, StateLost: k.StateLost, StateReset: k.StateReset, Note: k.Note}
-	}
 	c.kick()
-	return out, nil
+	return res.Engine(), nil
 }
 
-func (c *Client) simple(ctx context.Context, req map[string]any) error {
-	_, err := c.do(ctx, req, nil)
+func (c *Client) simple(ctx context.Context, req wire.Request) error {
+	err := c.call(ctx, req, nil, nil)
 	c.kick()
 	return err
 }
 
+// kernelOp is a request of op about kernel id.
+func kernelOp(op wire.Op, id string) *wire.KernelOp {
+	r := wire.NewRequest(op).(*wire.KernelOp)
+	r.Kernel = id
+	return r
+}
+
 // Interrupt interrupts kernel id's running cell.
 func (c *Client) Interrupt(ctx context.Context, id string) error {
-	return c.simple(ctx, map[string]any{"op": "interrupt", "kernel": id})
+	return c.simple(ctx, kernelOp(wire.OpInterrupt, id))
 }
 
 // Kill kills kernel id.
 func (c *Client) Kill(ctx context.Context, id string) error {
-	return c.simple(ctx, map[string]any{"op": "kill", "kernel": id})
+	return c.simple(ctx, kernelOp(wire.OpKill, id))
 }
 
 // ShutdownOwner kills owner's kernels and returns how many there were.
 func (c *Client) ShutdownOwner(ctx context.Context, owner string) int {
-	m, err := c.do(ctx, map[string]any{"op": "shutdown_owner", "owner": owner}, nil)
+	req := wire.NewRequest(wire.OpShutdownOwner).(*wire.ShutdownOwner)
+	req.Owner = owner
+	var killed wire.Killed
+	err := c.call(ctx, req, &killed, nil)
 	c.kick()
 	if err != nil {
 		return 0
 	}
-	var n int
-	json.Unmarshal(m["killed"], &n)
-	return n
+	return killed.Killed
 }
 
 // Approve answers a tool call's approval request.
 func (c *Client) Approve(id string, d engine.Decision) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return c.simple(ctx, map[string]any{"op": "approve", "request": id, "decision": string(d)})
+	req := wire.NewRequest(wire.OpApprove).(*wire.Approve)
+	req.Request, req.Decision = id, string(d)
+	return c.simple(ctx, req)
 }
 
 // Cells returns the engine's records of kernel id's recent cells.
 func (c *Client) Cells(ctx context.Context, id string) ([]engine.CellRecord, error) {
-	m, err := c.do(ctx, map[string]any{"op": "cells", "kernel": id}, nil)
-	if err != nil {
+	var cells wire.Cells
+	if err := c.call(ctx, kernelOp(wire.OpCells, id), &cells, nil); err != nil {
 		return nil, err
 	}
-	var lines []struct {
-		engine.CellRecord
-		DurationMS float64 `json:"duration_ms"`
-	}
-	if err := json.Unmarshal(m["cells"], &lines); err != nil {
-		return nil, fmt.Errorf("engine at %s: cells that do not decode: %w", c.where, err)
-	}
-	out := make([]engine.CellRecord, len(lines))
-	for i, l := range lines {
-		out[i] = l.CellRecord
-		out[i].Duration = time.Duration(l.DurationMS * float64(time.Millisecond))
+	out := make([]engine.CellRecord, len(cells.Cells))
+	for i, l := range cells.Cells {
+		out[i] = l.Record()
 	}
 	return out, nil
 }
@@ -293,36 +249,18 @@ func (c *Client) refresher() {
 // fetchKernels takes a new snapshot. The engine's times are moved onto our
 // clock by the engine's own "now", so idle timers are right across hosts.
 func (c *Client) fetchKernels(ctx context.Context) error {
-	req := map[string]any{"op": "kernels"}
+	req := wire.NewRequest(wire.OpKernels).(*wire.KernelsQuery)
 	c.mu.Lock()
-	if c.version != "" {
-		req["unless_version"] = c.version
-	}
+	req.UnlessVersion = c.version
 	c.mu.Unlock()
-	m, err := c.do(ctx, req, nil)
-	if err != nil {
+	var l wire.Kernels
+	if err := c.call(ctx, req, &l, nil); err != nil {
 		return err
 	}
 	received := time.Now()
-	var l struct {
-		Cap       int       `json:"cap"`
-		IdleExit  float64   `json:"idle_exit"`
-		Now       time.Time `json:"now"`
-		Version   string    `json:"version"`
-		Unchanged bool      `json:"unchanged"`
-		Spares    int       `json:"spares"`
-		Kernels   []struct {
-			engine.KernelInfo
-			RunningSince *time.Time `json:"running_since"`
-			IdleS        float64    `json:"idle_s"`
-		} `json:"kernels"`
-	}
-	if err := decode(m, &l); err != nil {
-		return fmt.Errorf("engine at %s: a kernels listing that does not decode: %w", c.where, err)
-	}
 	if l.Unchanged {
 		c.mu.Lock()
-		c.max, c.idle = l.Cap, seconds(l.IdleExit)
+		c.max, c.idle = l.Cap, wire.FromSeconds(l.IdleExit)
 		c.mu.Unlock()
 		return nil
 	}
@@ -332,15 +270,10 @@ func (c *Client) fetchKernels(ctx context.Context) error {
 	}
 	ks := make([]engine.KernelInfo, len(l.Kernels))
 	for i, k := range l.Kernels {
-		ks[i] = k.KernelInfo
-		ks[i].Idle = seconds(k.IdleS)
-		ks[i].LastUsed = k.LastUsed.Add(skew)
-		if k.RunningSince != nil {
-			ks[i].RunningSince = k.RunningSince.Add(skew)
-		}
+		ks[i] = k.Info(skew)
 	}
 	c.mu.Lock()
-	c.kernels, c.max, c.idle, c.version, c.spares = ks, l.Cap, seconds(l.IdleExit), l.Version, l.Spares
+	c.kernels, c.max, c.idle, c.version, c.spares = ks, l.Cap, wire.FromSeconds(l.IdleExit), l.Version, l.Spares
 	c.gen++
 	c.mu.Unlock()
 	return nil

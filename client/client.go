@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
 
 // MaxLineBytes bounds one line from the engine (a kernels listing of many
@@ -41,20 +42,7 @@ type Options struct {
 }
 
 // Hello is what the engine said of itself.
-type Hello struct {
-	Version     string   `json:"version"`
-	Protocol    int      `json:"protocol"`
-	PID         int      `json:"pid"`
-	Backends    []string `json:"backends"`
-	MaxKernels  int      `json:"max_kernels"`
-	IdleExit    float64  `json:"idle_exit"`
-	CellTimeout float64  `json:"cell_timeout"`
-	You         struct {
-		UID   int    `json:"uid"`
-		Login string `json:"login"`
-		Owner string `json:"owner"`
-	} `json:"you"`
-}
+type Hello = wire.Hello
 
 // Client is an engine on the other end of a connection. Kernels, Limits
 // and Backends answer from a snapshot renewed in the background, so they
@@ -69,7 +57,7 @@ type Client struct {
 	nextID atomic.Uint64
 
 	mu      sync.Mutex
-	pending map[string]*call
+	pending map[string]*pendingCall
 	kernels []engine.KernelInfo
 	version string // of the engine's last listing
 	gen     uint64 // counts the listings that changed, for KernelsSince
@@ -78,7 +66,7 @@ type Client struct {
 	idle    time.Duration
 	err     error // why the connection ended
 	refresh chan struct{}
-	limitsQ chan map[string]any
+	limitsQ chan *wire.Limits
 
 	events chan engine.Event
 	emu    sync.Mutex // guards sending on events, missed, closing events
@@ -87,11 +75,11 @@ type Client struct {
 	wg     sync.WaitGroup
 }
 
-// call is one request waiting for its answer; lines are the lines of it
+// pendingCall is one request waiting for its answer; lines are the lines of it
 // that are not the answer (started, output).
-type call struct {
-	answer chan map[string]json.RawMessage
-	lines  func(op string, m map[string]json.RawMessage)
+type pendingCall struct {
+	answer chan []byte
+	lines  func(op wire.Op, line []byte)
 }
 
 // New says hello on conn, subscribes to the engine's events as o asks,
@@ -104,29 +92,23 @@ func New(ctx context.Context, conn io.ReadWriteCloser, where string, o Options) 
 	if o.RefreshEvery <= 0 {
 		o.RefreshEvery = time.Second
 	}
-	c := &Client{conn: conn, where: where, opts: o, pending: map[string]*call{}, refresh: make(chan struct{}, 1),
-		limitsQ: make(chan map[string]any, 64), events: make(chan engine.Event, o.EventBuffer), done: make(chan struct{})}
+	c := &Client{conn: conn, where: where, opts: o, pending: map[string]*pendingCall{}, refresh: make(chan struct{}, 1),
+		limitsQ: make(chan *wire.Limits, 64), events: make(chan engine.Event, o.EventBuffer), done: make(chan struct{})}
 	c.wg.Go(c.read)
 	fail := func(err error) (*Client, error) {
 		c.Close()
 		return nil, fmt.Errorf("engine at %s: %w", where, err)
 	}
-	m, err := c.do(ctx, map[string]any{"op": "hello"}, nil)
-	if err != nil {
-		return fail(err)
-	}
-	if err := decode(m, &c.hello); err != nil {
+	if err := c.call(ctx, wire.NewRequest(wire.OpHello), &c.hello, nil); err != nil {
 		return fail(err)
 	}
 	if c.hello.Protocol < 2 {
 		return fail(fmt.Errorf("it speaks protocol %d; this kerneldeck needs 2 or newer (upgrade the engine's host)", c.hello.Protocol))
 	}
-	c.max, c.idle = c.hello.MaxKernels, seconds(c.hello.IdleExit)
-	sub := map[string]any{"op": "subscribe", "since": o.Since.Seconds(), "output": o.Output}
-	if o.Batch > 0 {
-		sub["batch_ms"] = o.Batch.Milliseconds()
-	}
-	if _, err := c.do(ctx, sub, nil); err != nil {
+	c.max, c.idle = c.hello.MaxKernels, wire.FromSeconds(c.hello.IdleExit)
+	sub := wire.NewRequest(wire.OpSubscribe).(*wire.Subscribe)
+	sub.Since, sub.Output, sub.BatchMS = o.Since.Seconds(), o.Output, float64(o.Batch.Milliseconds())
+	if err := c.call(ctx, sub, nil, nil); err != nil {
 		return fail(err)
 	}
 	if err := c.fetchKernels(ctx); err != nil {
@@ -193,35 +175,31 @@ func (c *Client) read() {
 			c.failPending()
 			return
 		}
-		var env struct {
-			Op     string          `json:"op"`
-			ID     json.RawMessage `json:"id"`
-			Reason string          `json:"reason"`
-		}
+		var env wire.Envelope
 		if json.Unmarshal(line, &env) != nil {
 			continue // not ours to interpret; the protocol writes objects
 		}
 		switch env.Op {
-		case "event":
+		case wire.OpEvent:
 			c.onEvent(line)
 			continue
-		case "goodbye":
-			c.end(fmt.Errorf("the engine said goodbye: %s", env.Reason))
+		case wire.OpGoodbye:
+			var bye wire.Goodbye
+			json.Unmarshal(line, &bye)
+			c.end(fmt.Errorf("the engine said goodbye: %s", bye.Reason))
 			continue
 		}
-		var m map[string]json.RawMessage
 		var id string
-		if json.Unmarshal(line, &m) != nil || json.Unmarshal(env.ID, &id) != nil {
+		if json.Unmarshal(env.ID, &id) != nil {
 			continue // an error without an id answers nothing we sent
 		}
-		op := env.Op
-		switch op {
-		case "started", "output":
+		switch env.Op {
+		case wire.OpStarted, wire.OpOutput:
 			c.mu.Lock()
 			p := c.pending[id]
 			c.mu.Unlock()
 			if p != nil && p.lines != nil {
-				p.lines(op, m)
+				p.lines(env.Op, line)
 			}
 		default:
 			c.mu.Lock()
@@ -229,7 +207,7 @@ func (c *Client) read() {
 			delete(c.pending, id)
 			c.mu.Unlock()
 			if p != nil {
-				p.answer <- m
+				p.answer <- line
 			}
 		}
 	}
@@ -262,17 +240,11 @@ func (c *Client) failPending() {
 // onEvent converts an event line and passes it on; a full buffer drops it
 // and the next delivered EventMissed counts what was lost.
 func (c *Client) onEvent(line []byte) {
-	var l struct {
-		engine.Event
-		Count int `json:"count"`
-	}
+	var l wire.Event
 	if json.Unmarshal(line, &l) != nil {
 		return
 	}
-	ev := l.Event
-	if ev.Type == engine.EventMissed {
-		ev.Missed = l.Count
-	}
+	ev := l.Engine()
 	if ev.Type != engine.EventCellOutput {
 		select {
 		case c.refresh <- struct{}{}:
@@ -309,23 +281,24 @@ func (c *Client) deliver(ev engine.Event) {
 	}
 }
 
-// do sends one request and waits for its answer; an error answer is an
-// error.
-func (c *Client) do(ctx context.Context, req map[string]any, lines func(op string, m map[string]json.RawMessage)) (map[string]json.RawMessage, error) {
+// call sends req and waits for its answer, which it decodes into answer
+// (unless nil); an error answer is an error. lines takes the lines of the
+// request that come before its answer.
+func (c *Client) call(ctx context.Context, req wire.Request, answer any, lines func(op wire.Op, line []byte)) error {
 	id := "c" + strconv.FormatUint(c.nextID.Add(1), 10)
-	req["id"] = id
-	p := &call{answer: make(chan map[string]json.RawMessage, 1), lines: lines}
+	req.Stamp(id)
+	p := &pendingCall{answer: make(chan []byte, 1), lines: lines}
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return nil, err
+		return err
 	}
 	c.pending[id] = p
 	c.mu.Unlock()
 	b, err := json.Marshal(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.wmu.Lock()
 	_, err = c.conn.Write(append(b, '\n'))
@@ -334,34 +307,31 @@ func (c *Client) do(ctx context.Context, req map[string]any, lines func(op strin
 		c.mu.Lock()
 		delete(c.pending, id)
 		c.mu.Unlock()
-		return nil, fmt.Errorf("send to the engine at %s: %w", c.where, err)
+		return fmt.Errorf("send to the engine at %s: %w", c.where, err)
 	}
 	select {
-	case m, ok := <-p.answer:
+	case line, ok := <-p.answer:
 		if !ok {
-			return nil, fmt.Errorf("engine at %s: %w", c.where, c.Err())
+			return fmt.Errorf("engine at %s: %w", c.where, c.Err())
 		}
-		var op, msg string
-		json.Unmarshal(m["op"], &op)
-		if op == "error" {
-			json.Unmarshal(m["error"], &msg)
-			return nil, errors.New(msg)
+		var e wire.Error
+		if err := json.Unmarshal(line, &e); err != nil {
+			return fmt.Errorf("engine at %s: an answer that does not decode: %w", c.where, err)
 		}
-		return m, nil
+		if e.Op == wire.OpError {
+			return errors.New(e.Error)
+		}
+		if answer == nil {
+			return nil
+		}
+		if err := json.Unmarshal(line, answer); err != nil {
+			return fmt.Errorf("engine at %s: a %s answer that does not decode: %w", c.where, e.Op, err)
+		}
+		return nil
 	case <-ctx.Done():
 		c.mu.Lock()
 		delete(c.pending, id)
 		c.mu.Unlock()
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 }
-
-func decode(m map[string]json.RawMessage, v any) error {
-	raw, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(raw, v)
-}
-
-func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -15,6 +15,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
 	"github.com/kerneldeck/kerneldeck/server"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
 
 // served is an engine on a socket, as kerneldeck serve runs it; mutate,
@@ -29,7 +30,7 @@ func served(t *testing.T, mutate ...func(*engine.Config)) (*engine.Engine, *serv
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.Listen(eng, server.Options{Path: filepath.Join(t.TempDir(), "run", server.SocketName), Version: "test"})
+	s, err := server.Listen(eng, server.Options{Path: filepath.Join(t.TempDir(), "run", wire.SocketName), Version: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +225,7 @@ func TestRemotePathScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close(context.Background(), false)
-	s, err := server.Listen(eng, server.Options{Path: filepath.Join(rt, "kerneldeck", server.SocketName)})
+	s, err := server.Listen(eng, server.Options{Path: filepath.Join(rt, "kerneldeck", wire.SocketName)})
 	if err != nil {
 		t.Fatal(err)
 	}

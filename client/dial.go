@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
-	"github.com/kerneldeck/kerneldeck/server"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
 
 // DialOptions tell Dial where the default socket is and how to reach ssh
@@ -54,7 +54,7 @@ func Dial(ctx context.Context, target string, o DialOptions) (*Conn, error) {
 	}
 	p := target
 	if p == "" {
-		p = server.DefaultPath(o.StateDir)
+		p = wire.SocketPath(o.StateDir)
 	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", p)
@@ -78,7 +78,7 @@ func explain(where string, err error) error {
 }
 
 // remotePathScript prints the engine socket a remote user's engine listens
-// on by default (see server.DefaultPath).
+// on by default (see wire.SocketPath).
 const remotePathScript = `p=
 if [ -n "${XDG_RUNTIME_DIR:-}" ]; then p="$XDG_RUNTIME_DIR/kerneldeck/engine.sock"; fi
 if [ -z "$p" ] || [ ! -S "$p" ]; then s="${XDG_STATE_HOME:-}"; case "$s" in /*) ;; *) s="$HOME/.local/state";; esac; p="$s/kerneldeck/engine.sock"; fi

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
 
 // fuzzConn is an engine's side that sends fixed bytes and then ends.
@@ -32,10 +33,10 @@ func FuzzClientLines(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c := &Client{conn: fuzzConn{bytes.NewReader(data)}, where: "fuzz", pending: map[string]*call{}, refresh: make(chan struct{}, 1),
-			limitsQ: make(chan map[string]any, 1), events: make(chan engine.Event, 1024), done: make(chan struct{})}
+		c := &Client{conn: fuzzConn{bytes.NewReader(data)}, where: "fuzz", pending: map[string]*pendingCall{}, refresh: make(chan struct{}, 1),
+			limitsQ: make(chan *wire.Limits, 1), events: make(chan engine.Event, 1024), done: make(chan struct{})}
 		answers := 0
-		p := &call{answer: make(chan map[string]json.RawMessage, 1), lines: func(string, map[string]json.RawMessage) {}}
+		p := &pendingCall{answer: make(chan []byte, 1), lines: func(wire.Op, []byte) {}}
 		c.pending["c1"] = p
 		c.read()
 		select {

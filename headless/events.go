@@ -1,49 +1,11 @@
 package headless
 
 import (
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
-
-type eventLine struct {
-	Op     string    `json:"op"`
-	Type   string    `json:"type"`
-	Time   time.Time `json:"time"`
-	Kernel string    `json:"kernel"`
-	Owner  string    `json:"owner"`
-	Detail string    `json:"detail"`
-	// Request, Tool and Args describe a tool call waiting for the operator
-	// (approval_request; Request and Tool also on approval_decided).
-	Request string          `json:"request,omitempty"`
-	Tool    string          `json:"tool,omitempty"`
-	Args    json.RawMessage `json:"args,omitempty"`
-	Until   time.Time       `json:"until,omitzero"`
-	// Count is how many events were dropped (type "missed" only).
-	Count int `json:"count,omitempty"`
-	// Cell, Stream and Text: the cell of a cell event, and a cell_output's
-	// chunk (protocol 2).
-	Cell   string `json:"cell,omitempty"`
-	Stream string `json:"stream,omitempty"`
-	Text   string `json:"text,omitempty"`
-	// History marks an event replayed by subscribe; Seq orders the events
-	// of one engine run.
-	History bool   `json:"history,omitempty"`
-	Seq     uint64 `json:"seq,omitempty"`
-}
-
-func eventLineOf(ev engine.Event) eventLine {
-	line := eventLine{Op: "event", Type: string(ev.Type), Time: ev.Time, Kernel: ev.Kernel, Owner: ev.Owner, Detail: ev.Detail,
-		Request: ev.Request, Tool: ev.Tool, Args: ev.Args, Until: ev.Until, Cell: ev.Cell, Stream: ev.Stream, Text: ev.Text,
-		History: ev.History, Seq: ev.Seq}
-	if ev.Type == engine.EventMissed {
-		line.Count = ev.Missed
-		line.Detail = fmt.Sprintf("%d events were dropped because this reader fell behind", ev.Missed)
-	}
-	return line
-}
 
 // pump copies the engine's events to one connection: approval events only,
 // every event (Options.Events or after subscribe), and cell output after a
@@ -95,7 +57,7 @@ func (p *pump) run() {
 			}
 			for more := true; more; {
 				if p.wants(ev) {
-					batch = append(batch, eventLineOf(ev))
+					batch = append(batch, wire.EventOf(ev))
 				}
 				if len(batch) >= maxEventBatch {
 					break
@@ -124,7 +86,7 @@ func (p *pump) run() {
 			p.sub.Close()
 			for ev := range p.sub.C { // what was published before the end
 				if p.wants(ev) {
-					p.w.write(eventLineOf(ev))
+					p.w.write(wire.EventOf(ev))
 				}
 			}
 			return
@@ -145,13 +107,6 @@ func (p *pump) subscribe(r *request) {
 
 func (p *pump) stop() { close(p.done) }
 
-type subscribedLine struct {
-	ID       string `json:"id"`
-	Op       string `json:"op"`
-	Replayed int    `json:"replayed"`
-	Output   bool   `json:"output"`
-}
-
 func (p *pump) switchTo(r *request) {
 	o := engine.SubscribeOptions{Buffer: p.buffer, Output: r.output}
 	if r.since > 0 {
@@ -164,7 +119,7 @@ func (p *pump) switchTo(r *request) {
 	old.Close()
 	for ev := range old.C {
 		if (ev.Seq == 0 || ev.Seq <= next.From) && p.wants(ev) {
-			p.w.write(eventLineOf(ev))
+			p.w.write(wire.EventOf(ev))
 		}
 	}
 	p.sub, p.all, p.batch = next, true, r.batch
@@ -174,8 +129,8 @@ func (p *pump) switchTo(r *request) {
 			replay = append(replay, ev)
 		}
 	}
-	p.w.write(subscribedLine{ID: r.id, Op: "ok", Replayed: len(replay), Output: r.output})
+	p.w.write(wire.Subscribed{Head: wire.Head{ID: r.id, Op: wire.OpOK}, Replayed: len(replay), Output: r.output})
 	for _, ev := range replay {
-		p.w.write(eventLineOf(ev))
+		p.w.write(wire.EventOf(ev))
 	}
 }

@@ -15,9 +15,9 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
 
 // MaxLineBytes is the longest request line accepted; longer lines are
@@ -27,10 +27,6 @@ const MaxLineBytes = 16 << 20
 // DefaultEventBuffer is how many events may wait for the output before the
 // engine starts dropping them for this reader.
 const DefaultEventBuffer = 1024
-
-// ProtocolVersion is told by hello. 1: the original ops; 2: hello,
-// subscribe, cells, execute with stream, unknown fields refused.
-const ProtocolVersion = 2
 
 // Options tunes Serve.
 type Options struct {
@@ -109,7 +105,7 @@ read:
 				w.writeErrorRaw(id, perr.Error())
 				continue
 			}
-			if req.op != opExecute {
+			if req.op != wire.OpExecute {
 				// Never behind a cell: an approve answers the very tool call
 				// a running cell waits on.
 				inflight.Go(func() { s.handle(ctx, req) })
@@ -134,7 +130,7 @@ read:
 			if opts.Goodbye != nil {
 				reason = cmp.Or(opts.Goodbye(), reason)
 			}
-			w.write(goodbyeLine{Op: "goodbye", Reason: reason})
+			w.write(wire.Goodbye{Op: wire.OpGoodbye, Reason: reason})
 			break read
 		}
 	}
@@ -245,18 +241,6 @@ func (lw *lineWriter) failure() error {
 	return lw.err
 }
 
-// goodbyeLine tells a client that the engine stops serving it.
-type goodbyeLine struct {
-	Op     string `json:"op"`
-	Reason string `json:"reason"`
-}
-
-type errorLine struct {
-	ID    json.RawMessage `json:"id"`
-	Op    string          `json:"op"`
-	Error string          `json:"error"`
-}
-
 // writeError answers with an error; id nil is written as null.
 func (lw *lineWriter) writeError(id *string, msg string) {
 	var raw json.RawMessage
@@ -272,7 +256,5 @@ func (lw *lineWriter) writeErrorRaw(id json.RawMessage, msg string) {
 	if len(id) == 0 {
 		id = json.RawMessage("null")
 	}
-	lw.write(errorLine{ID: id, Op: "error", Error: msg})
+	lw.write(wire.Error{ID: id, Op: wire.OpError, Error: msg})
 }
-
-func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -23,6 +23,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/hosttools"
 	"github.com/kerneldeck/kerneldeck/internal/syncbuf"
+	"github.com/kerneldeck/kerneldeck/wire"
 
 	"github.com/kerneldeck/kerneldeck/internal/proctest"
 )
@@ -801,7 +802,7 @@ func pumpEvents(ch <-chan engine.Event, w *lineWriter, all bool) {
 	p := &pump{w: w, all: all}
 	for ev := range ch {
 		if p.wants(ev) {
-			w.write(eventLineOf(ev))
+			w.write(wire.EventOf(ev))
 		}
 	}
 }

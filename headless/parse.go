@@ -5,54 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/jsonobj"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
-
-// op names a request.
-type op string
-
-// The ops of the protocol.
-const (
-	opExecute       op = "execute"
-	opKernels       op = "kernels"
-	opLimits        op = "limits"
-	opInterrupt     op = "interrupt"
-	opKill          op = "kill"
-	opShutdownOwner op = "shutdown_owner"
-	opShutdownAll   op = "shutdown_all"
-	opApprove       op = "approve"
-	opHello         op = "hello"
-	opSubscribe     op = "subscribe"
-	opCells         op = "cells"
-)
-
-// opFields lists, per op, the fields a request may have besides id and op.
-var opFields = map[op][]string{
-	opExecute:       {"code", "owner", "task", "backend", "child", "tools", "reset", "timeout", "stream"},
-	opKernels:       {"unless_version"},
-	opLimits:        {"max_kernels", "idle_exit", "max_kernels_per_owner"},
-	opInterrupt:     {"kernel"},
-	opKill:          {"kernel"},
-	opShutdownOwner: {"owner"},
-	opShutdownAll:   nil,
-	opApprove:       {"request", "decision"},
-	opHello:         nil,
-	opSubscribe:     {"since", "output", "batch_ms"},
-	opCells:         {"kernel"},
-}
-
-// opList is the ops in the order the README lists them.
-const opList = "execute, kernels, limits, interrupt, kill, shutdown_owner, shutdown_all, approve, hello, subscribe, cells"
 
 // request is one validated request.
 type request struct {
 	id         string
-	op         op
+	op         wire.Op
 	exec       engine.Request
 	stream     bool // execute: output lines while the cell runs
 	maxKernels *int
@@ -66,6 +32,15 @@ type request struct {
 	output     bool          // subscribe: cell output too
 	version    string        // kernels: "unchanged" if the listing is still this
 	batch      time.Duration // subscribe: how long events may wait to go out together
+}
+
+// opList names the ops for an error that says which there are.
+func opList() string {
+	names := make([]string, 0, len(wire.Ops()))
+	for _, o := range wire.Ops() {
+		names = append(names, string(o))
+	}
+	return strings.Join(names, ", ")
 }
 
 // maxEchoedID bounds an id that is not a string but is still echoed.
@@ -111,38 +86,46 @@ func (s *server) parse(line []byte) (*request, json.RawMessage, error) {
 		return fail(err)
 	}
 	if !ok {
-		return fail(fmt.Errorf(`request has no "op"; use one of %s`, opList))
+		return fail(fmt.Errorf(`request has no "op"; use one of %s`, opList()))
 	}
-	r.op = op(name)
-	known, ok := opFields[r.op]
-	if !ok {
-		return fail(fmt.Errorf("unknown op %q; use one of %s", name, opList))
+	r.op = wire.Op(name)
+	msg := wire.NewRequest(r.op)
+	if msg == nil {
+		return fail(fmt.Errorf("unknown op %q; use one of %s", name, opList()))
 	}
+	known := wire.Fields(msg)
 	for k := range m {
-		if k != "id" && k != "op" && !slices.Contains(known, k) {
-			return fail(fmt.Errorf("unknown field %.80q in %s; its fields are: %s", k, r.op, strings.Join(append([]string{"id", "op"}, known...), ", ")))
+		if !slices.Contains(known, k) {
+			return fail(fmt.Errorf("unknown field %.80q in %s; its fields are: %s", k, r.op, strings.Join(known, ", ")))
 		}
 	}
-	switch r.op {
-	case opExecute:
-		err = s.parseExecute(f, r)
-	case opKernels:
-		r.version, _, err = f.str("unless_version")
-	case opShutdownAll, opHello:
-	case opLimits:
-		err = parseLimits(f, r)
-	case opInterrupt, opKill, opCells:
-		r.kernel, err = f.required("kernel", fmt.Sprintf(`%s needs "kernel": the kernel id (see the "kernels" op)`, r.op))
-	case opShutdownOwner:
-		var present bool
-		r.owner, present, err = f.str("owner")
-		if err == nil && !present {
+	if err := f.check(msg); err != nil {
+		return fail(err)
+	}
+	if err := json.Unmarshal(line, msg); err != nil {
+		// check lets through only what decodes; this is a bug, said plainly.
+		return fail(fmt.Errorf("request does not decode: %w", err))
+	}
+	switch msg := msg.(type) {
+	case *wire.Execute:
+		err = s.parseExecute(f, msg, r)
+	case *wire.KernelsQuery:
+		r.version = msg.UnlessVersion
+	case *wire.Limits:
+		err = parseLimits(msg, r)
+	case *wire.KernelOp:
+		if r.kernel = msg.Kernel; r.kernel == "" {
+			err = fmt.Errorf(`%s needs "kernel": the kernel id (see the "kernels" op)`, r.op)
+		}
+	case *wire.ShutdownOwner:
+		r.owner = msg.Owner
+		if _, present := f.raw("owner"); !present {
 			err = errors.New(`shutdown_owner needs "owner": the owner whose kernels to kill`)
 		}
-	case opApprove:
-		err = parseApprove(f, r)
-	case opSubscribe:
-		err = parseSubscribe(f, r)
+	case *wire.Approve:
+		err = parseApprove(f, msg, r)
+	case *wire.Subscribe:
+		err = parseSubscribe(msg, r)
 	}
 	if err != nil {
 		return fail(err)
@@ -155,37 +138,14 @@ func quote(s string) json.RawMessage {
 	return raw
 }
 
-func (s *server) parseExecute(f fields, r *request) error {
-	code, ok, err := f.str("code")
-	if err != nil {
-		return err
-	}
-	if !ok {
+func (s *server) parseExecute(f fields, msg *wire.Execute, r *request) error {
+	if _, ok := f.raw("code"); !ok {
 		return errors.New(`execute needs "code": the Python source to run, as a string ("" is allowed)`)
 	}
-	x := engine.Request{Code: code}
-	for _, p := range []struct {
-		name string
-		dst  *string
-	}{{"owner", &x.Owner}, {"task", &x.Task}, {"backend", &x.Backend}, {"child", &x.Child}} {
-		if *p.dst, _, err = f.str(p.name); err != nil {
-			return err
-		}
-	}
-	if x.Tools, err = f.strs("tools"); err != nil {
-		return err
-	}
-	if x.Reset, err = f.boolean("reset"); err != nil {
-		return err
-	}
-	if r.stream, err = f.boolean("stream"); err != nil {
-		return err
-	}
-	secs, ok, err := f.number("timeout")
-	if err != nil {
-		return err
-	}
-	if ok {
+	x := engine.Request{Code: msg.Code, Owner: msg.Owner, Task: msg.Task, Backend: msg.Backend, Child: msg.Child,
+		Tools: msg.Tools, Reset: msg.Reset}
+	r.stream = msg.Stream
+	if secs := msg.Timeout; secs != 0 {
 		if secs < 0 || secs > maxSeconds {
 			return fmt.Errorf(`"timeout" is in seconds and must be >= 0 and below %d years (0 or absent means the configured cell timeout), got %g`, maxYears, secs)
 		}
@@ -208,33 +168,25 @@ const (
 	maxYears   = 290
 )
 
-func parseLimits(f fields, r *request) error {
-	if n, ok, err := f.number("max_kernels"); err != nil {
-		return err
-	} else if ok {
-		if n != math.Trunc(n) || n < 1 || n > math.MaxInt32 {
-			return fmt.Errorf(`"max_kernels" must be a whole number >= 1, got %g`, n)
+func parseLimits(msg *wire.Limits, r *request) error {
+	if n := msg.MaxKernels; n != nil {
+		if *n < 1 {
+			return fmt.Errorf(`"max_kernels" must be a whole number >= 1, got %d`, *n)
 		}
-		v := int(n)
-		r.maxKernels = &v
+		r.maxKernels = n
 	}
-	if secs, ok, err := f.number("idle_exit"); err != nil {
-		return err
-	} else if ok {
-		if secs < 1 || secs > maxSeconds {
-			return fmt.Errorf(`"idle_exit" is in seconds and must be at least 1 and below %d years, got %g`, maxYears, secs)
+	if secs := msg.IdleExit; secs != nil {
+		if *secs < 1 || *secs > maxSeconds {
+			return fmt.Errorf(`"idle_exit" is in seconds and must be at least 1 and below %d years, got %g`, maxYears, *secs)
 		}
-		d := time.Duration(secs * float64(time.Second))
+		d := time.Duration(*secs * float64(time.Second))
 		r.idleExit = &d
 	}
-	if n, ok, err := f.number("max_kernels_per_owner"); err != nil {
-		return err
-	} else if ok {
-		if n != math.Trunc(n) || n < 0 || n > math.MaxInt32 {
-			return fmt.Errorf(`"max_kernels_per_owner" must be a whole number >= 0 (0: no bound), got %g`, n)
+	if n := msg.MaxKernelsPerOwner; n != nil {
+		if *n < 0 {
+			return fmt.Errorf(`"max_kernels_per_owner" must be a whole number >= 0 (0: no bound), got %d`, *n)
 		}
-		v := int(n)
-		r.perOwner = &v
+		r.perOwner = n
 	}
 	if r.maxKernels == nil && r.idleExit == nil && r.perOwner == nil {
 		return errors.New(`limits needs "max_kernels" (whole number >= 1), "idle_exit" (seconds >= 1) and/or "max_kernels_per_owner" (whole number >= 0)`)
@@ -242,25 +194,18 @@ func parseLimits(f fields, r *request) error {
 	return nil
 }
 
-func parseApprove(f fields, r *request) error {
-	id, ok, err := f.str("request")
-	if err != nil {
-		return err
-	}
-	if !ok || id == "" {
+func parseApprove(f fields, msg *wire.Approve, r *request) error {
+	if msg.Request == "" {
 		return errors.New(`approve needs "request": the id from an approval_request event`)
 	}
-	d, ok, err := f.str("decision")
-	if err != nil {
-		return err
-	}
-	switch dec := engine.Decision(d); {
-	case !ok:
+	_, given := f.raw("decision")
+	switch dec := engine.Decision(msg.Decision); {
+	case !given:
 		return errors.New(`approve needs "decision": "once" (run this call), "always" (run every call of this tool by this owner from now on) or "deny"`)
 	case dec != engine.ApproveOnce && dec != engine.ApproveAlways && dec != engine.ApproveDeny:
-		return fmt.Errorf(`"decision" must be "once", "always" or "deny", got %q`, d)
+		return fmt.Errorf(`"decision" must be "once", "always" or "deny", got %q`, msg.Decision)
 	default:
-		r.approval, r.decision = id, dec
+		r.approval, r.decision = msg.Request, dec
 	}
 	return nil
 }
@@ -268,29 +213,60 @@ func parseApprove(f fields, r *request) error {
 // maxReplay bounds subscribe's since: the event log keeps no more anyway.
 const maxReplay = 366 * 24 * time.Hour
 
-func parseSubscribe(f fields, r *request) error {
-	secs, ok, err := f.number("since")
-	if err != nil {
-		return err
-	}
-	if ok {
+func parseSubscribe(msg *wire.Subscribe, r *request) error {
+	if secs := msg.Since; secs != 0 {
 		if secs < 0 || secs > maxReplay.Seconds() {
 			return fmt.Errorf(`"since" is how many seconds back to replay events from (0 to %d), got %g`, int(maxReplay.Seconds()), secs)
 		}
 		r.since = time.Duration(secs * float64(time.Second))
 	}
-	if r.output, err = f.boolean("output"); err != nil {
-		return err
-	}
-	ms, ok, err := f.number("batch_ms")
-	if err != nil {
-		return err
-	}
-	if ok {
+	r.output = msg.Output
+	if ms := msg.BatchMS; ms != 0 {
 		if ms < 0 || ms > 1000 {
 			return fmt.Errorf(`"batch_ms" is how many milliseconds events may wait to be sent together (0 to 1000), got %g`, ms)
 		}
 		r.batch = time.Duration(ms * float64(time.Millisecond))
+	}
+	return nil
+}
+
+// check validates the JSON type of each field of f that msg, a request
+// struct, has, by the Go type of that field, so that decoding it cannot
+// fail; a whole-number field takes only whole numbers of 32 bits.
+func (f fields) check(msg any) error {
+	t := reflect.TypeOf(msg).Elem()
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		if sf.Anonymous {
+			continue // the head: id and op are read already
+		}
+		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		ft := sf.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		var err error
+		switch ft.Kind() {
+		case reflect.String:
+			_, _, err = f.str(name)
+		case reflect.Bool:
+			_, err = f.boolean(name)
+		case reflect.Slice:
+			_, err = f.strs(name)
+		case reflect.Float64:
+			_, _, err = f.number(name)
+		case reflect.Int:
+			var n float64
+			var ok bool
+			if n, ok, err = f.number(name); err == nil && ok && (n != math.Trunc(n) || math.Abs(n) > math.MaxInt32) {
+				err = fmt.Errorf("%q must be a whole number, got %g", name, n)
+			}
+		default:
+			err = fmt.Errorf("field %q of %s has a type the protocol does not read", name, t.Name())
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -317,19 +293,6 @@ func (f fields) str(name string) (string, bool, error) {
 		return "", false, fmt.Errorf("%q must be a string, got %s", name, describe(raw))
 	}
 	return s, true, nil
-}
-
-// required is a string field that must be present and not empty; missing
-// explains what it is.
-func (f fields) required(name, missing string) (string, error) {
-	s, ok, err := f.str(name)
-	if err != nil {
-		return "", err
-	}
-	if !ok || s == "" {
-		return "", errors.New(missing)
-	}
-	return s, nil
 }
 
 func (f fields) strs(name string) ([]string, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/fakeenv"
 	"github.com/kerneldeck/kerneldeck/internal/jsonobj"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
 
 // Request lines come from scripts and agents: hostile input. These targets
@@ -158,7 +159,7 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("%q: request id %q, want %q", line, req.id, *wantID)
 		}
 		for k := range obj {
-			if k != "id" && k != "op" && !slices.Contains(opFields[req.op], k) {
+			if k != "id" && k != "op" && !slices.Contains(wire.Fields(wire.NewRequest(req.op)), k) {
 				t.Fatalf("%q: accepted with the unknown field %q", line, k)
 			}
 		}
@@ -201,12 +202,12 @@ func checkAccepted(t *testing.T, line []byte, obj map[string]json.RawMessage, re
 		return n, true
 	}
 	name, ok := str("op")
-	op := op(name)
+	op := wire.Op(name)
 	if !ok || op != req.op {
 		t.Fatalf("%q: accepted with op %q, the line says %q", line, req.op, op)
 	}
 	switch op {
-	case opExecute:
+	case wire.OpExecute:
 		x := req.exec
 		code, ok := str("code")
 		if !ok || code != x.Code {
@@ -257,12 +258,12 @@ func checkAccepted(t *testing.T, line []byte, obj map[string]json.RawMessage, re
 		if raw, ok := present("stream"); ok != req.stream && !(ok && string(raw) == "false") {
 			t.Fatalf("%q: stream %v", line, req.stream)
 		}
-	case opKernels:
+	case wire.OpKernels:
 		if v, _ := str("unless_version"); v != req.version {
 			t.Fatalf("%q: unless_version %q", line, req.version)
 		}
-	case opShutdownAll, opHello:
-	case opSubscribe:
+	case wire.OpShutdownAll, wire.OpHello:
+	case wire.OpSubscribe:
 		if ms, ok := num("batch_ms"); ok && (ms < 0 || ms > 1000) || req.batch < 0 || req.batch > time.Second {
 			t.Fatalf("%q: batch %v", line, req.batch)
 		}
@@ -273,12 +274,12 @@ func checkAccepted(t *testing.T, line []byte, obj map[string]json.RawMessage, re
 		if raw, ok := present("output"); req.output != (ok && string(raw) == "true") {
 			t.Fatalf("%q: output %v", line, req.output)
 		}
-	case opCells:
+	case wire.OpCells:
 		k, _ := str("kernel")
 		if k == "" || k != req.kernel {
 			t.Fatalf("%q: kernel %q, the line says %q", line, req.kernel, k)
 		}
-	case opLimits:
+	case wire.OpLimits:
 		if req.maxKernels == nil && req.idleExit == nil {
 			t.Fatalf("%q: limits accepted with nothing to set", line)
 		}
@@ -290,17 +291,17 @@ func checkAccepted(t *testing.T, line []byte, obj map[string]json.RawMessage, re
 		if ok != (req.idleExit != nil) || ok && (secs < 1 || *req.idleExit < time.Second) {
 			t.Fatalf("%q: idle_exit %g (given %v) parsed as %s", line, secs, ok, show(req.idleExit))
 		}
-	case opInterrupt, opKill:
+	case wire.OpInterrupt, wire.OpKill:
 		k, _ := str("kernel")
 		if k == "" || k != req.kernel {
 			t.Fatalf("%q: kernel %q, the line says %q", line, req.kernel, k)
 		}
-	case opShutdownOwner:
+	case wire.OpShutdownOwner:
 		o, ok := str("owner")
 		if !ok || o != req.owner {
 			t.Fatalf("%q: owner %q, the line says %q (present %v)", line, req.owner, o, ok)
 		}
-	case opApprove:
+	case wire.OpApprove:
 		r, _ := str("request")
 		d, _ := str("decision")
 		if r == "" || r != req.approval || string(req.decision) != d {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
 
 // until returns every line up to and including the answer to id (output
@@ -38,7 +39,7 @@ func TestHello(t *testing.T) {
 	wantKeys(t, "hello", got, "id", "op", "engine", "version", "protocol", "pid", "backends", "max_kernels", "idle_exit",
 		"cell_timeout", "you", "ops")
 	you, _ := got["you"].(line)
-	if got["op"] != "hello" || got["engine"] != "kerneldeck" || got["version"] != "v9.9" || got["protocol"] != float64(ProtocolVersion) ||
+	if got["op"] != "hello" || got["engine"] != "kerneldeck" || got["version"] != "v9.9" || got["protocol"] != float64(wire.Protocol) ||
 		got["max_kernels"] != float64(3) || got["pid"] != float64(os.Getpid()) || you["uid"] != float64(os.Geteuid()) || you["owner"] != "" {
 		t.Fatalf("hello: %v", got)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kerneldeck/kerneldeck/server"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
 
 // kernelDialer is a cell that dials the engine's socket from inside its
@@ -75,7 +76,7 @@ func TestKernelIsNeverAdmittedAsTheEngine(t *testing.T) {
 	eng := newEngine(t)
 	watch := eng.Subscribe(1 << 12)
 	defer watch.Close()
-	path := filepath.Join(t.TempDir(), "run", server.SocketName)
+	path := filepath.Join(t.TempDir(), "run", wire.SocketName)
 	serve(t, eng, server.Options{Path: path})
 	op := dial(t, path)
 	if r := op.call(map[string]any{"id": "a", "op": "execute", "owner": "alice", "code": "SECRET = 'alices-secret-4242'"}); r["status"] != "success" {

@@ -22,10 +22,8 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/headless"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
-
-// SocketName is the socket's file name in its dir.
-const SocketName = "engine.sock"
 
 // MaxConns bounds the connections served at once; more are refused.
 const MaxConns = 256
@@ -56,15 +54,6 @@ const interruptWait = 5 * time.Second
 
 // ErrInUse means another live engine serves at the path.
 var ErrInUse = errors.New("another engine is serving there")
-
-// DefaultPath is where an engine listens unless told otherwise:
-// $XDG_RUNTIME_DIR/kerneldeck/engine.sock, else <stateDir>/engine.sock.
-func DefaultPath(stateDir string) string {
-	if rt := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(rt) {
-		return filepath.Join(rt, "kerneldeck", SocketName)
-	}
-	return filepath.Join(stateDir, SocketName)
-}
 
 // Options tunes a Server.
 type Options struct {
@@ -134,7 +123,7 @@ func Listen(eng *engine.Engine, o Options) (*Server, error) {
 	if s.gid >= 0 {
 		if err := reachable(dir, s.gid); err != nil {
 			return nil, fmt.Errorf("listen on %s: members of %s could not reach it: %w; pick a --listen path in a dir they can reach, e.g. /run/kerneldeck/%s",
-				o.Path, o.AllowGroup, err, SocketName)
+				o.Path, o.AllowGroup, err, wire.SocketName)
 		}
 	}
 	lock, err := takeLock(o.Path + ".lock")

@@ -19,6 +19,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/dockertest"
 	"github.com/kerneldeck/kerneldeck/server"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
 
 // newEngine is an engine on the local backend, and the others given.
@@ -120,7 +121,7 @@ func (c *client) call(req map[string]any) map[string]any {
 func TestTwoClientsOneEngine(t *testing.T) {
 	eng := newEngine(t)
 	dir := filepath.Join(t.TempDir(), "run")
-	path := filepath.Join(dir, server.SocketName)
+	path := filepath.Join(dir, wire.SocketName)
 	serve(t, eng, server.Options{Path: path, Version: "test"})
 	for p, want := range map[string]os.FileMode{dir: 0o700 | os.ModeDir, path: 0o600 | os.ModeSocket} {
 		if st, err := os.Lstat(p); err != nil || st.Mode() != want {
@@ -149,7 +150,7 @@ func TestTwoClientsOneEngine(t *testing.T) {
 }
 
 func TestOneEnginePerSocket(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "run", server.SocketName)
+	path := filepath.Join(t.TempDir(), "run", wire.SocketName)
 	serve(t, newEngine(t), server.Options{Path: path})
 	_, err := server.Listen(newEngine(t), server.Options{Path: path})
 	if !errors.Is(err, server.ErrInUse) || !strings.Contains(err.Error(), "--attach "+path) || !strings.Contains(err.Error(), fmt.Sprint(os.Getpid())) {
@@ -160,7 +161,7 @@ func TestOneEnginePerSocket(t *testing.T) {
 func TestStaleSocketIsReplaced(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	os.Mkdir(dir, 0o700)
-	path := filepath.Join(dir, server.SocketName)
+	path := filepath.Join(dir, wire.SocketName)
 	// A dead engine's socket: bound, then its process gone (not unlinked).
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
@@ -182,7 +183,7 @@ func TestRefusesWhatItDidNotMake(t *testing.T) {
 	t.Run("not a socket", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "run")
 		os.Mkdir(dir, 0o700)
-		path := filepath.Join(dir, server.SocketName)
+		path := filepath.Join(dir, wire.SocketName)
 		os.WriteFile(path, []byte("precious"), 0o600)
 		if _, err := server.Listen(newEngine(t), server.Options{Path: path}); err == nil || !strings.Contains(err.Error(), "not a socket") {
 			t.Fatalf("Listen over a regular file: %v", err)
@@ -193,7 +194,7 @@ func TestRefusesWhatItDidNotMake(t *testing.T) {
 	})
 	t.Run("shared dir", func(t *testing.T) {
 		dir := shared(t)
-		if _, err := server.Listen(newEngine(t), server.Options{Path: filepath.Join(dir, server.SocketName)}); err == nil || !strings.Contains(err.Error(), "mode") {
+		if _, err := server.Listen(newEngine(t), server.Options{Path: filepath.Join(dir, wire.SocketName)}); err == nil || !strings.Contains(err.Error(), "mode") {
 			t.Fatalf("Listen in a 0755 dir: %v", err)
 		}
 		if st, _ := os.Stat(dir); st.Mode().Perm() != 0o755 {
@@ -273,7 +274,7 @@ func TestSecondUser(t *testing.T) {
 	defer watch.Close()
 
 	t.Run("refused without allow-group", func(t *testing.T) {
-		path := filepath.Join(shared(t), "run", server.SocketName)
+		path := filepath.Join(shared(t), "run", wire.SocketName)
 		serve(t, eng, server.Options{Path: path})
 		_, err := clientAs(t, path, nobody, nobody, nil, `{"id":"h","op":"hello"}`)
 		if err == nil || !strings.Contains(err.Error(), "Permission denied") {
@@ -284,7 +285,7 @@ func TestSecondUser(t *testing.T) {
 		// A socket others can reach (a mistake of the operator): the peer
 		// check still refuses them.
 		base := shared(t)
-		path := filepath.Join(base, "run", server.SocketName)
+		path := filepath.Join(base, "run", wire.SocketName)
 		serve(t, eng, server.Options{Path: path})
 		os.Chmod(filepath.Dir(path), 0o755)
 		os.Chmod(path, 0o666)
@@ -296,7 +297,7 @@ func TestSecondUser(t *testing.T) {
 	})
 	t.Run("allow-group", func(t *testing.T) {
 		base := shared(t)
-		path := filepath.Join(base, "run", server.SocketName)
+		path := filepath.Join(base, "run", wire.SocketName)
 		serve(t, eng, server.Options{Path: path, AllowGroup: "users"})
 		if st, _ := os.Lstat(path); st.Mode().Perm() != 0o660 || st.Sys().(*syscall.Stat_t).Gid != uint32(users) {
 			t.Fatalf("socket with --allow-group: mode %v group %d, want 0660 of users", st.Mode().Perm(), st.Sys().(*syscall.Stat_t).Gid)
@@ -402,7 +403,7 @@ func waitNotice(t *testing.T, sub *engine.Subscription, want string) {
 // socket.
 func TestShutdownTellsClients(t *testing.T) {
 	eng := newEngine(t)
-	path := filepath.Join(t.TempDir(), "run", server.SocketName)
+	path := filepath.Join(t.TempDir(), "run", wire.SocketName)
 	s := serve(t, eng, server.Options{Path: path})
 	c := dial(t, path)
 	c.send(map[string]any{"id": "slow", "op": "execute", "code": "import time; time.sleep(0.5); print('finished')"})
@@ -435,7 +436,7 @@ func TestShutdownTellsClients(t *testing.T) {
 // says on the socket when it is done.
 func TestStdioHandOver(t *testing.T) {
 	eng := newEngine(t)
-	path := filepath.Join(t.TempDir(), "run", server.SocketName)
+	path := filepath.Join(t.TempDir(), "run", wire.SocketName)
 	serve(t, eng, server.Options{Path: path})
 	c, inW, outR := handOver(t, path, true)
 	inW.Write([]byte(`{"id":"1","op":"execute","code":"print('through the pipe')"}` + "\n"))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/server"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
 
 // flooder holds connections open as another user: it opens n, waits a
@@ -41,7 +42,7 @@ sys.stdin.read()
 func TestConnectionFloodLeavesRoomForTheEngine(t *testing.T) {
 	needRoot(t)
 	eng := newEngine(t)
-	path := filepath.Join(shared(t), "run", server.SocketName)
+	path := filepath.Join(shared(t), "run", wire.SocketName)
 	serve(t, eng, server.Options{Path: path, AllowGroup: "users", SilentTimeout: time.Minute})
 	const n = server.MaxConnsPerMember + 8
 	cmd := exec.Command("/usr/bin/python3", "-c", flooder, path, fmt.Sprint(n))
@@ -81,7 +82,7 @@ func TestConnectionFloodLeavesRoomForTheEngine(t *testing.T) {
 // A connection that says nothing is closed, and told why.
 func TestSilentConnectionIsClosed(t *testing.T) {
 	eng := newEngine(t)
-	path := filepath.Join(t.TempDir(), "run", server.SocketName)
+	path := filepath.Join(t.TempDir(), "run", wire.SocketName)
 	serve(t, eng, server.Options{Path: path, SilentTimeout: 300 * time.Millisecond})
 	c, err := net.Dial("unix", path)
 	if err != nil {
@@ -109,7 +110,7 @@ func TestSilentConnectionIsClosed(t *testing.T) {
 // cannot keep the engine from shutting down.
 func TestBlockingPipesCannotHoldShutdown(t *testing.T) {
 	eng := newEngine(t)
-	path := filepath.Join(t.TempDir(), "run", server.SocketName)
+	path := filepath.Join(t.TempDir(), "run", wire.SocketName)
 	s := serve(t, eng, server.Options{Path: path}) // its cleanup checks what Serve returned
 	_, inW, _ := handOver(t, path, false)          // its stdout is never read
 	// Far more answers than the pipe holds: the engine's writer is stuck.
