@@ -8,12 +8,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/internal/jsonobj"
+	"github.com/kerneldeck/kerneldeck/wire"
 )
 
 // DelayField is the one field a replay line may carry beyond a headless
@@ -73,6 +77,9 @@ func Load(r io.Reader, speed float64, paused bool) (*Feed, error) {
 			if line, err = json.Marshal(obj); err != nil {
 				return nil, fmt.Errorf("replay line %d: %w", n, err)
 			}
+		}
+		if err := checkRequest(obj); err != nil {
+			return nil, fmt.Errorf("replay line %d: %w", n, err)
 		}
 		f.lines = append(f.lines, append(bytes.Clone(line), '\n'))
 		f.delays = append(f.delays, delay)
@@ -154,4 +161,25 @@ func (f *Feed) State() (sent, total int, paused bool, speed float64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.sent, len(f.lines), f.paused, f.speed
+}
+
+// checkRequest refuses a line that is no request of the protocol (its op
+// unknown, or a field its op does not take) when the file is loaded, not
+// when the engine meets it mid-replay; the engine checks the values.
+func checkRequest(obj map[string]json.RawMessage) error {
+	var op wire.Op
+	if json.Unmarshal(obj["op"], &op) != nil || op == "" {
+		return errors.New(`it has no "op" string; each line is one headless request, e.g. {"id":"1","op":"execute","code":"1"}`)
+	}
+	req := wire.NewRequest(op)
+	if req == nil {
+		return fmt.Errorf("unknown op %q; a replay sends headless requests (execute, kernels, limits, ...)", op)
+	}
+	known := wire.Fields(req)
+	for k := range obj {
+		if !slices.Contains(known, k) {
+			return fmt.Errorf("unknown field %.80q in %s; its fields are: %s, and %s", k, op, strings.Join(known, ", "), DelayField)
+		}
+	}
+	return nil
 }

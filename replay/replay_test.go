@@ -51,7 +51,10 @@ func TestLoad(t *testing.T) {
 	}
 	for _, tc := range []struct{ in, err string }{
 		{`not json`, "replay line 1"},
-		{`{"id":"1"}` + "\n" + `{"a":1,"a":2}`, "replay line 2: key \"a\" appears twice"},
+		{`{"id":"1","op":"kernels"}` + "\n" + `{"a":1,"a":2}`, "replay line 2: key \"a\" appears twice"},
+		{`{"id":"1","op":"exec","code":"1"}`, `replay line 1: unknown op "exec"`},
+		{`{"id":"1","op":"execute","cod":"1"}`, `replay line 1: unknown field "cod" in execute; its fields are: id, op, code,`},
+		{`{"id":"1","code":"1"}`, `replay line 1: it has no "op"`},
 		{`{"after_ms":-1}`, "after_ms must be milliseconds"},
 		{`{"after_ms":"soon"}`, "after_ms must be milliseconds"},
 		{`[1]`, "not a JSON object"},
