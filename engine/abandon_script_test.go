@@ -109,8 +109,10 @@ func abStartSpawn(t *testing.T, dir, id string) []*exec.Cmd {
 		}
 		cmds = append(cmds, c)
 		t.Cleanup(func() {
-			if pg, err := syscall.Getpgid(c.Process.Pid); err == nil && pg == c.Process.Pid {
-				syscall.Kill(-pg, syscall.SIGKILL)
+			// The group outlives its leader, which the abandon script may
+			// have killed: the leader's forked copy is still in it.
+			if c.SysProcAttr != nil && c.SysProcAttr.Setpgid {
+				syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
 			}
 			c.Process.Kill()
 			c.Wait()
