@@ -134,6 +134,14 @@ func TestIdleExitKeys(t *testing.T) {
 		{2 * time.Hour, "]", 2*time.Hour + 10*time.Minute},
 		{2 * time.Hour, "[", 2*time.Hour - 10*time.Minute},
 		{10 * time.Second, "[", 10 * time.Second},
+		// At a range's edge the step is that of the range entered, so the
+		// two keys undo each other.
+		{2 * time.Minute, "[", 110 * time.Second},
+		{110 * time.Second, "]", 2 * time.Minute},
+		{2 * time.Minute, "]", 3 * time.Minute},
+		{time.Hour, "[", 59 * time.Minute},
+		{59 * time.Minute, "]", time.Hour},
+		{time.Hour, "]", time.Hour + 10*time.Minute},
 	} {
 		t.Run(tc.from.String()+tc.key, func(t *testing.T) {
 			f := sized(t, fixtureOpts{kernels: twoOwnerKernels(), idleExit: tc.from})
@@ -484,6 +492,57 @@ func TestApprovalPromptIsModal(t *testing.T) {
 		t.Errorf("Approve calls = %+v, want %+v", got, want)
 	}
 	mustNotContain(t, f.m.View(), "Approval needed")
+}
+
+// TestApprovalDecidedElsewhereEndsItsPrompt: a request answered by another
+// client (or denied at its deadline) leaves the prompt; the others stay.
+func TestApprovalDecidedElsewhereEndsItsPrompt(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	f.update(eventBatchMsg{approvalEvent("req-1", "alice", "k-a1"), approvalEvent("req-2", "bob", "k-b1")})
+	mustContain(t, f.m.View(), "Approval needed (2 pending)", "owner alice")
+	decided := func(req string) engine.Event {
+		return engine.Event{Type: engine.EventApprovalDecided, Time: t0, Request: req, Tool: "terminal", Detail: "denied"}
+	}
+	f.update(eventBatchMsg{decided("req-1")})
+	v := f.m.View()
+	mustContain(t, v, "Approval needed (1 pending)", "owner bob")
+	mustNotContain(t, v, "owner alice")
+	f.update(eventBatchMsg{decided("req-2")})
+	mustNotContain(t, f.m.View(), "Approval needed")
+	if got := f.eng.Approved(); len(got) != 0 {
+		t.Errorf("the dashboard answered requests decided elsewhere: %+v", got)
+	}
+}
+
+// TestFullHelpHasEveryKeyOnce: the full help lists each key of the panes
+// and of the dashboard once.
+func TestFullHelpHasEveryKeyOnce(t *testing.T) {
+	f := sized(t, fixtureOpts{})
+	seen := map[string]int{}
+	for _, col := range f.m.fullHelp() {
+		for _, b := range col {
+			seen[b.Help().Key]++
+		}
+	}
+	for _, a := range f.m.globals {
+		if a.key.Enabled() && seen[a.key.Help().Key] == 0 {
+			t.Errorf("the dashboard's key %q (%s) is not in the full help", a.key.Help().Key, a.key.Help().Desc)
+		}
+	}
+	for _, p := range f.m.panes {
+		for _, col := range p.FullHelp() {
+			for _, b := range col {
+				if seen[b.Help().Key] == 0 {
+					t.Errorf("the key %q (%s) of a pane is not in the full help", b.Help().Key, b.Help().Desc)
+				}
+			}
+		}
+	}
+	for k, n := range seen {
+		if n > 1 {
+			t.Errorf("the full help lists %q %d times", k, n)
+		}
+	}
 }
 
 // TestApprovalPromptShowsTheEndOfLongArgs: arguments too long for the
