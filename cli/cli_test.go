@@ -116,7 +116,7 @@ func TestCommands(t *testing.T) {
 			"--backend URI", "--max-kernels N", "--idle-exit DURATION", "--cell-timeout DURATION", "--events",
 			"--trace FILE", "--config FILE", "--state-dir DIR",
 			"--workspace DIR", "--max-tool-calls N", "--http-allow HOST", "--approve all|ask|none", "--approval-timeout DURATION",
-			"read_file, list_files and http_get run", "write_file, terminal and any other tool ask", "(default 60s)",
+			"read_file, list_files and http_get run", "write_file, terminal and any other tool ask", "(default 1m)",
 			`"op":"approve","request":"REQUEST-ID","decision":"once"`, `"type":"approval_request"`, "even without --events",
 			`echo '{"id":"1","op":"execute","code":"print(1)"}' | kerneldeck headless`,
 		}, nil},
@@ -181,8 +181,8 @@ func TestHeadlessRejectsBadSetup(t *testing.T) {
 		{[]string{"--max-kernels", "many"}, []string{"-max-kernels", "whole number >= 1"}},
 		{[]string{"--idle-exit", "30x"}, []string{"-idle-exit", "Go duration", "30m"}},
 		{[]string{"--idle-exit", "500ms"}, []string{"-idle-exit", "at least 1s"}},
-		{[]string{"--cell-timeout", "0s"}, []string{"-cell-timeout", "positive"}},
-		{[]string{"--cell-timeout", "-1s"}, []string{"-cell-timeout", "positive"}},
+		{[]string{"--cell-timeout", "0s"}, []string{"-cell-timeout", "greater than zero"}},
+		{[]string{"--cell-timeout", "-1s"}, []string{"-cell-timeout", "greater than zero"}},
 		{[]string{"--nope"}, []string{"flag provided but not defined: -nope"}},
 		{[]string{"extra"}, []string{`unexpected argument "extra"`}},
 		{[]string{"--backend", ""}, []string{"-backend", "URI"}},
@@ -393,10 +393,10 @@ func TestToolSettingsResolve(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.maxToolCalls != tc.maxToolCalls || s.cfg.ApprovalTimeout != tc.timeout || s.workspace != tc.workspace ||
+			if s.cfg.ToolCallLimit() != tc.maxToolCalls || s.cfg.ApprovalTimeout != tc.timeout || s.workspace != tc.workspace ||
 				!strings.Contains(s.workspaceFrom, tc.workspaceFrom) {
 				t.Errorf("resolved max tool calls %d, approval timeout %v, workspace %q (%s); want %d, %v, %q (%s)",
-					s.maxToolCalls, s.cfg.ApprovalTimeout, s.workspace, s.workspaceFrom, tc.maxToolCalls, tc.timeout, tc.workspace, tc.workspaceFrom)
+					s.cfg.ToolCallLimit(), s.cfg.ApprovalTimeout, s.workspace, s.workspaceFrom, tc.maxToolCalls, tc.timeout, tc.workspace, tc.workspaceFrom)
 			}
 			if !reflect.DeepEqual(s.cfg.HTTPAllow, tc.allow) {
 				t.Errorf("http allow-list = %+v, want %+v", s.cfg.HTTPAllow, tc.allow)

@@ -3,43 +3,61 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/config"
-	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/hosttools"
-	"github.com/kerneldeck/kerneldeck/internal/bytesize"
+	"github.com/kerneldeck/kerneldeck/settings"
 )
 
 // engineFlags are the flags every mode that runs an engine shares: where
 // kernels run, their limits, the config and state, host tools and ssh.
 type engineFlags struct {
-	backends     []string
-	maxKernels   int
-	perOwner     int
-	idleExit     time.Duration
-	cellTimeout  time.Duration
-	trace        string
-	config       string
-	stateDir     string
-	keep         bool
-	adopt        bool
-	noConfine    bool
-	limits       engine.KernelLimits
-	spareKernels int
-	ssh          backends.Options // --ssh-config, --identity, --known-hosts, --accept-new-host-key
+	backends []string
+	// values are the settings given by flag, by config-file key (see
+	// package settings), over the config file.
+	values   map[string]any
+	trace    string
+	config   string
+	stateDir string
+	keep     bool
+	adopt    bool
+	ssh      backends.Options // --ssh-config, --identity, --known-hosts, --accept-new-host-key
 	// Host tools.
-	workspace       string
-	maxToolCalls    int
-	approve         string
-	approvalTimeout time.Duration
-	httpAllow       []string
-	httpAllowList   hosttools.AllowList // httpAllow parsed
-	set             map[string]bool     // flags given on the command line
+	workspace     string
+	approve       string
+	httpAllow     []string
+	httpAllowList hosttools.AllowList // httpAllow parsed
+	set           map[string]bool     // flags given on the command line
+}
+
+// settingFlags defines the flags of the settings of section, from their
+// records: help with the default, and the setting's own check.
+func (f *engineFlags) settingFlags(fs *flagSet, section settings.Section) {
+	if f.values == nil {
+		f.values = map[string]any{}
+	}
+	for _, set := range settings.All() {
+		if set.Flag == "" || set.Section != section {
+			continue
+		}
+		store := func(text string) error {
+			v, err := set.ParseText(text)
+			if err != nil {
+				fs.invalid = err
+				return err
+			}
+			f.values[set.Key] = v
+			return nil
+		}
+		if set.Kind == settings.Bool {
+			fs.BoolFunc(set.Flag, set.Help+". Config: "+set.Key+" = "+strconv.FormatBool(!set.Negated), store)
+			continue
+		}
+		fs.Func(set.Flag, set.Help+"; "+set.Rule()+". Config: "+set.Key+" (default "+set.Default()+")", store)
+	}
 }
 
 // register defines the engine flags on fs, each with its help.
@@ -57,51 +75,12 @@ func (f *engineFlags) register(fs *flagSet) {
 			f.backends = append(f.backends, s)
 			return nil
 		})
-	fs.Func("max-kernels", "at most `N` kernels at once; beyond that the least recently used idle kernel is killed (default 4)",
-		wholeNumber(&f.maxKernels, 1, math.MaxInt, "it must be a whole number >= 1, e.g. --max-kernels 4"))
-	fs.Func("max-kernels-per-owner", "at most `N` kernels of one owner; an owner at it gives up its own least recently used idle "+
-		"kernel for a new one (default 0: no bound, but an --allow-group member's owner gets a quarter of --max-kernels)",
-		wholeNumber(&f.perOwner, 0, math.MaxInt32, "it must be a whole number >= 0 (0: no bound), e.g. --max-kernels-per-owner 2"))
-	fs.Func("idle-exit", "kill kernels idle for longer than this, as a Go `DURATION` such as 30m or 1h; at least 1s (default 30m)",
-		durationAtLeast(&f.idleExit, time.Second, "--idle-exit 30m"))
-	fs.Func("cell-timeout", "timeout of a cell whose request gives none, as a Go `DURATION` such as 300s or 5m; the cell is "+
-		"interrupted, and its kernel killed if it does not stop (default 5m)",
-		func(s string) error {
-			d, err := time.ParseDuration(s)
-			if err != nil || d <= 0 {
-				return errors.New("it must be a positive Go duration, e.g. --cell-timeout 300s")
-			}
-			f.cellTimeout = d
-			return nil
-		})
+	f.settingFlags(fs, settings.Engine)
 	fs.Bool(&f.keep, "keep-kernels", "at exit, leave the kernels running on their hosts and record them in the state dir, "+
 		"so the next kerneldeck started with --keep-kernels or --adopt takes them over with their state (they exit by "+
 		"themselves once idle for --idle-exit); default: exiting kills every kernel")
 	fs.Bool(&f.adopt, "adopt", "take over the kernels an earlier kerneldeck left running with --keep-kernels, even without "+
 		"--keep-kernels (default: only a kerneldeck started with --keep-kernels does)")
-	fs.Bool(&f.noConfine, "no-confine", "let runners skip confining themselves with Landlock (confine_kernels = false in "+
-		"the config does the same). Confined, a kernel cannot reach other kernels' dirs, nor files created directly "+
-		"in the temp dir after it started (its TMPDIR is a private dir); the other protections between kernels hold either way")
-	fs.Func("kernel-memory", "limit each kernel's address space to this `SIZE`, such as 512MiB (at least 32MiB; "+
-		"kernel_memory in the config): a cell that allocates past it gets MemoryError and the kernel keeps its state",
-		func(s string) error {
-			n, err := bytesize.Parse(s)
-			if err != nil || n < 32<<20 {
-				return errors.New("it must be a size of at least 32MiB, e.g. --kernel-memory 512MiB")
-			}
-			f.limits.Memory = n
-			return nil
-		})
-	fs.Func("kernel-cpu-time", "limit the CPU time of each kernel (its runner and what it starts) to this `DURATION`, "+
-		"at least 1s (kernel_cpu_time in the config); past it the kernel is killed by SIGXCPU and says so",
-		durationAtLeast(&f.limits.CPUTime, time.Second, "--kernel-cpu-time 10m"))
-	fs.Func("spare-kernels", "keep `N` runners started and idle on each backend, not yet anyone's kernel, so that a new "+
-		"kernel starts at once (spare_kernels in the config; default 1 on the local backend, 0 on "+
-		"the others; spares count toward --max-kernels and go first when it is reached)",
-		wholeNumber(&f.spareKernels, 0, 64, "it must be a whole number from 0 to 64, e.g. --spare-kernels 1 (0: none)"))
-	fs.Func("kernel-max-procs", "limit the processes of each kernel's login on its host to `N`, at least 8 "+
-		"(kernel_max_procs in the config; an rlimit, so it counts every process of that login there, and root is exempt)",
-		wholeNumber(&f.limits.MaxProcs, 8, math.MaxInt, "it must be a whole number of at least 8, e.g. --kernel-max-procs 64"))
 	fs.Path(&f.config, "config", "TOML config `FILE` (default $XDG_CONFIG_HOME/kerneldeck/config.toml, or "+
 		"~/.config/kerneldeck/config.toml); it must exist when given here")
 	fs.Path(&f.stateDir, "state-dir", "where the full output of clipped cells (spill/), large tool results "+
@@ -114,9 +93,7 @@ func (f *engineFlags) register(fs *flagSet) {
 		"read_file, write_file, list_files, terminal, http_get):")
 	fs.Path(&f.workspace, "workspace", "the `DIR` read_file, write_file, list_files and terminal are confined to; it "+
 		"must exist (default: workspace from the config, else the current directory)")
-	fs.Func("max-tool-calls", "at most `N` tool calls per cell; later calls in the cell get a \"limit reached\" answer. "+
-		"0 allows none (default 50)",
-		wholeNumber(&f.maxToolCalls, 0, 1<<20, "it must be a whole number >= 0 (0 allows no tool calls), e.g. --max-tool-calls 50"))
+	f.settingFlags(fs, settings.HostTools)
 	fs.Func("http-allow", "where http_get may connect: a `HOST` name, an IP address or a CIDR prefix such as "+
 		"10.0.0.0/8. Repeat it for several; the list replaces http_allow from the config and the default, loopback "+
 		"only (localhost, 127.0.0.0/8, ::1). A host name is allowed only when every address it resolves to is allowed "+
@@ -137,8 +114,6 @@ func (f *engineFlags) register(fs *flagSet) {
 			f.approve = s
 			return nil
 		})
-	fs.Func("approval-timeout", "how long a call that asks waits for an answer before it is denied, a `DURATION` of at "+
-		"least 1s (default 60s)", durationAtLeast(&f.approvalTimeout, time.Second, "--approval-timeout 60s"))
 
 	fs.section("SSH backends (ssh://[user@]host[:port], host may be a Host alias):")
 	fs.Path(&f.ssh.SSHConfig, "ssh-config", "OpenSSH client config `FILE` to read Host aliases from (default "+
@@ -155,30 +130,6 @@ func (f *engineFlags) register(fs *flagSet) {
 	fs.section("Docker backends (docker://CONTAINER, docker-image://IMAGE) reach the Docker Engine API as the docker " +
 		"CLI does: DOCKER_HOST (default the local socket), with TLS from DOCKER_CERT_PATH when DOCKER_TLS_VERIFY is set; " +
 		"no docker command is needed on the PATH.")
-}
-
-// wholeNumber reads a flag's whole number from lo to hi into dst; msg says
-// what to write instead.
-func wholeNumber(dst *int, lo, hi int, msg string) func(string) error {
-	return func(s string) error {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < lo || n > hi {
-			return errors.New(msg)
-		}
-		*dst = n
-		return nil
-	}
-}
-
-func durationAtLeast(dst *time.Duration, least time.Duration, example string) func(string) error {
-	return func(s string) error {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < least {
-			return fmt.Errorf("it must be a Go duration of at least %v, e.g. %s", least, example)
-		}
-		*dst = d
-		return nil
-	}
 }
 
 // parsed finishes the flags once fs parsed them: it records which were given

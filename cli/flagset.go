@@ -16,6 +16,9 @@ type flagSet struct {
 	fs       *flag.FlagSet
 	sections []*flagSection
 	optional []string // flags whose value may be left out
+	// invalid is a bad value's error in our own words, said instead of
+	// the flag package's wrapping of it.
+	invalid error
 }
 
 // fillOptional gives an optional flag written without a value (last, or
@@ -76,6 +79,12 @@ func (s *flagSet) Bool(p *bool, name, usage string) {
 	s.add(name)
 }
 
+// BoolFunc defines a flag that takes no value, handed to fn as "true".
+func (s *flagSet) BoolFunc(name, usage string, fn func(string) error) {
+	s.fs.BoolFunc(name, usage, fn)
+	s.add(name)
+}
+
 // Path defines a flag whose value is a path, which must not be empty.
 func (s *flagSet) Path(p *string, name, usage string) {
 	s.Func(name, usage, func(v string) error {
@@ -100,6 +109,9 @@ func (s *flagSet) Optional(p *string, name, usage string) {
 func (s *flagSet) parse(args []string) (map[string]bool, error) {
 	args = s.fillOptional(args)
 	if err := s.fs.Parse(args); err != nil {
+		if s.invalid != nil {
+			return nil, s.invalid
+		}
 		return nil, err
 	}
 	if s.fs.NArg() > 0 {

@@ -17,57 +17,30 @@ import (
 	"github.com/kerneldeck/kerneldeck/eventlog"
 	"github.com/kerneldeck/kerneldeck/hosttools"
 	"github.com/kerneldeck/kerneldeck/internal/english"
+	"github.com/kerneldeck/kerneldeck/settings"
 )
 
-// settings resolves flags over the config file into engine settings.
-type settings struct {
+// resolved is the flags over the config file, as the engine takes them.
+type resolved struct {
 	backendURIs []string
 	cfg         config.Config
 	stateDir    string
 	// workspace is the workspace dir and whence it came, for messages.
 	workspace, workspaceFrom string
 	approvals                engine.Approvals
-	// maxToolCalls is in engine.Config terms: negative allows none.
-	maxToolCalls int
 }
 
-func resolve(f *engineFlags) (*settings, error) {
+func resolve(f *engineFlags) (*resolved, error) {
 	cfg, err := config.Load(f.config)
 	if err != nil {
 		return nil, err
 	}
-	if f.set["max-kernels"] {
-		cfg.MaxKernels = f.maxKernels
-	}
-	if f.set["max-kernels-per-owner"] {
-		cfg.MaxKernelsPerOwner = f.perOwner
-	}
-	if f.set["idle-exit"] {
-		cfg.IdleExit = f.idleExit
-	}
-	if f.set["cell-timeout"] {
-		cfg.CellTimeout = f.cellTimeout
-	}
-	if f.set["kernel-memory"] {
-		cfg.KernelMemory = f.limits.Memory
-	}
-	if f.set["kernel-cpu-time"] {
-		cfg.KernelCPUTime = f.limits.CPUTime
-	}
-	if f.set["kernel-max-procs"] {
-		cfg.KernelMaxProcs = f.limits.MaxProcs
-	}
-	if f.set["spare-kernels"] {
-		cfg.SpareKernels, cfg.SpareKernelsSet = f.spareKernels, true
-	}
-	if f.set["max-tool-calls"] {
-		cfg.MaxToolCalls = f.maxToolCalls
+	for key, v := range f.values {
+		set, _ := settings.Lookup(key)
+		set.Set(&cfg.Values, v)
 	}
 	if f.set["approve"] {
 		cfg.Approve = f.approve
-	}
-	if f.set["approval-timeout"] {
-		cfg.ApprovalTimeout = f.approvalTimeout
 	}
 	if f.set["http-allow"] {
 		cfg.HTTPAllow = &f.httpAllowList
@@ -79,10 +52,7 @@ func resolve(f *engineFlags) (*settings, error) {
 			names = []string{cfg.DefaultBackend}
 		}
 	}
-	s := &settings{cfg: cfg, stateDir: f.stateDir, approvals: buildApprovals(cfg), maxToolCalls: cfg.MaxToolCalls}
-	if s.maxToolCalls == 0 {
-		s.maxToolCalls = -1 // the engine reads 0 as "the default"
-	}
+	s := &resolved{cfg: cfg, stateDir: f.stateDir, approvals: buildApprovals(cfg)}
 	switch {
 	case f.set["workspace"]:
 		s.workspace, s.workspaceFrom = f.workspace, "--workspace"
@@ -159,7 +129,7 @@ func checkApprovalTools(cfg config.Config, reg *hosttools.Registry) error {
 
 // openTools opens the workspace and registers the built-in tools in a new
 // registry. The caller closes the workspace.
-func openTools(s *settings) (*hosttools.Registry, *hosttools.Workspace, error) {
+func openTools(s *resolved) (*hosttools.Registry, *hosttools.Workspace, error) {
 	ws, err := hosttools.NewWorkspace(s.workspace)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", s.workspaceFrom, err)
@@ -181,7 +151,7 @@ func openTools(s *settings) (*hosttools.Registry, *hosttools.Workspace, error) {
 // output storage and the trace, and starts the engine. cleanup releases them
 // all (after the engine is closed). On error, code says whether the user
 // must fix the command line (exitUsage) or something failed (exitFail).
-func openEngine(f *engineFlags, s *settings) (eng *engine.Engine, cleanup func(), code int, err error) {
+func openEngine(f *engineFlags, s *resolved) (eng *engine.Engine, cleanup func(), code int, err error) {
 	var closers []func() error
 	cleanup = func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -252,11 +222,11 @@ func openEngine(f *engineFlags, s *settings) (eng *engine.Engine, cleanup func()
 
 		Tools:           tools,
 		ToolOutput:      toolOutput,
-		MaxToolCalls:    s.maxToolCalls,
+		MaxToolCalls:    s.cfg.ToolCallLimit(),
 		Approvals:       s.approvals,
 		ApprovalTimeout: s.cfg.ApprovalTimeout,
 		KeepToolOutput:  s.cfg.KeepToolOutput,
-		NoConfine:       s.cfg.NoConfine || f.noConfine,
+		NoConfine:       s.cfg.NoConfine,
 		KernelLimits:    engine.KernelLimits{Memory: s.cfg.KernelMemory, CPUTime: s.cfg.KernelCPUTime, MaxProcs: s.cfg.KernelMaxProcs},
 		SpareKernels:    spareKernels(s.cfg, envs),
 	})

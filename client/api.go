@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -57,17 +56,13 @@ func (c *Client) Backends() []string { return slices.Clone(c.hello.Backends) }
 // engine's values again).
 func (c *Client) SetLimits(maxKernels *int, idleExit *time.Duration) error {
 	req := wire.NewRequest(wire.OpLimits).(*wire.Limits)
+	// The engine checks the values, by the settings' records, as it checks
+	// every client's.
 	if maxKernels != nil {
-		if *maxKernels < 1 {
-			return fmt.Errorf("max_kernels must be at least 1, got %d", *maxKernels)
-		}
 		n := *maxKernels
 		req.MaxKernels = &n
 	}
 	if idleExit != nil {
-		if *idleExit < time.Second {
-			return fmt.Errorf("idle_exit must be at least 1s, got %v", *idleExit)
-		}
 		secs := idleExit.Seconds()
 		req.IdleExit = &secs
 	}

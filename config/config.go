@@ -13,18 +13,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/hosttools"
-	"github.com/kerneldeck/kerneldeck/internal/bytesize"
+	"github.com/kerneldeck/kerneldeck/settings"
 )
-
-// DefaultMaxToolCalls is how many host tool calls one cell may make when the
-// file does not say.
-const DefaultMaxToolCalls = engine.DefaultMaxToolCalls
 
 // The blanket approval modes of the approve key and the --approve flag. Each
 // replaces every per-tool and per-owner rule.
@@ -41,16 +36,9 @@ func ValidApprove(s string) bool {
 
 // Config is the merged configuration: defaults, then the file.
 type Config struct {
-	MaxKernels int
-	// MaxKernelsPerOwner bounds each owner's kernels; 0 is no bound (a
-	// member's owner then gets a quarter of MaxKernels).
-	MaxKernelsPerOwner int
-	IdleExit           time.Duration
-	CellTimeout        time.Duration
-	// MaxToolCalls is how many host tool calls one cell may make; 0 allows
-	// none.
-	MaxToolCalls int
-	Theme        string
+	// Values are the settings of the table in package settings.
+	settings.Values
+	Theme string
 	// Backends maps a backend name the operator chose to its URI.
 	Backends map[string]string
 	// DefaultBackend is a name from Backends or a URI; empty means "local".
@@ -64,49 +52,16 @@ type Config struct {
 	// Approvals holds the [approvals] rules: Tools from tool = policy lines,
 	// Owners from [approvals.owners.NAME] tables. Default is never set.
 	Approvals engine.Approvals
-	// ApprovalTimeout is how long a tool call that asks waits for the
-	// operator before it is denied.
-	ApprovalTimeout time.Duration
 	// HTTPAllow is where http_get may connect; nil means the default,
 	// hosttools.DefaultAllowList (loopback only). Empty allows nothing.
 	HTTPAllow *hosttools.AllowList
-	// ToolOutputMaxBytes and ToolOutputRetention bound the stored output of
-	// tool calls (0: the defaults); KeepToolOutput keeps a kernel's stored
-	// output after the kernel is gone.
-	ToolOutputMaxBytes  int64
-	ToolOutputRetention time.Duration
-	// EventLogMaxBytes and EventLogRetention bound the event log (0: the
-	// defaults).
-	EventLogMaxBytes  int64
-	EventLogRetention time.Duration
-	KeepToolOutput    bool
-	// NoConfine asks runners not to confine themselves with Landlock.
-	NoConfine bool
-	// KernelMemory, KernelCPUTime and KernelMaxProcs limit each kernel
-	// (0: no limit): its address space in bytes, its CPU seconds, and the
-	// processes of its login on its host.
-	KernelMemory   int64
-	KernelCPUTime  time.Duration
-	KernelMaxProcs int
-	// SpareKernels is how many spare runners to keep ready on each
-	// backend; SpareKernelsSet says the file gave it (otherwise 1 on the
-	// local backend, 0 on the others).
-	SpareKernels    int
-	SpareKernelsSet bool
 	// Path is the file that was loaded, or "" when there was none.
 	Path string
 }
 
 // Defaults returns the configuration used when no file sets anything.
 func Defaults() Config {
-	return Config{
-		MaxKernels:      engine.DefaultMaxKernels,
-		IdleExit:        engine.DefaultIdleExit,
-		CellTimeout:     engine.DefaultCellTimeout,
-		MaxToolCalls:    DefaultMaxToolCalls,
-		ApprovalTimeout: engine.DefaultApprovalTimeout,
-		Backends:        map[string]string{},
-	}
+	return Config{Values: settings.Defaults(), Backends: map[string]string{}}
 }
 
 // DefaultPath is $XDG_CONFIG_HOME/kerneldeck/config.toml, or
@@ -134,38 +89,18 @@ func xdgPath(envVar, homeRel string, rest ...string) (string, error) {
 	return filepath.Join(append([]string{base, "kerneldeck"}, rest...)...), nil
 }
 
-// file mirrors the TOML document. Scalars are decoded as any so that a value
-// of the wrong type gets a message naming the key, not a reflection error.
-type file struct {
-	MaxKernels      any            `toml:"max_kernels"`
-	PerOwner        any            `toml:"max_kernels_per_owner"`
-	IdleExit        any            `toml:"idle_exit"`
-	CellTimeout     any            `toml:"cell_timeout"`
-	MaxToolCalls    any            `toml:"max_tool_calls"`
-	Theme           any            `toml:"theme"`
-	DefaultBackend  any            `toml:"default_backend"`
-	Workspace       any            `toml:"workspace"`
-	Approve         any            `toml:"approve"`
-	ApprovalTimeout any            `toml:"approval_timeout"`
-	HTTPAllow       any            `toml:"http_allow"`
-	Backends        map[string]any `toml:"backends"`
-	Approvals       any            `toml:"approvals"`
-	ToolOutputMaxMB any            `toml:"tool_output_max_mb"`
-	ToolOutputKeep  any            `toml:"tool_output_retention"`
-	EventLogMaxMB   any            `toml:"event_log_max_mb"`
-	EventLogKeep    any            `toml:"event_log_retention"`
-	KeepToolOutput  any            `toml:"keep_tool_output"`
-	ConfineKernels  any            `toml:"confine_kernels"`
-	KernelMemory    any            `toml:"kernel_memory"`
-	KernelCPUTime   any            `toml:"kernel_cpu_time"`
-	KernelMaxProcs  any            `toml:"kernel_max_procs"`
-	SpareKernels    any            `toml:"spare_kernels"`
-}
+// otherKeys are the config file's keys that are not settings of the table
+// in package settings, each read by its own code in parse.
+var otherKeys = []string{"theme", "default_backend", "workspace", "approve", "http_allow", "[backends]", "[approvals]"}
 
-const knownKeys = "max_kernels, max_kernels_per_owner, idle_exit, cell_timeout, max_tool_calls, theme, default_backend, " +
-	"workspace, approve, approval_timeout, http_allow, tool_output_max_mb, tool_output_retention, keep_tool_output, " +
-	"event_log_max_mb, event_log_retention, " +
-	"confine_kernels, kernel_memory, kernel_cpu_time, kernel_max_procs, spare_kernels, [backends], [approvals]"
+// knownKeys lists every key of the file, for an error about one it is not.
+func knownKeys() string {
+	var keys []string
+	for _, s := range settings.All() {
+		keys = append(keys, s.Key)
+	}
+	return strings.Join(append(keys, otherKeys...), ", ")
+}
 
 // Load reads the config file at path over the defaults. An empty path means
 // DefaultPath, which may be missing; a path the caller named must exist.
@@ -204,215 +139,115 @@ func defaultPathHint() string {
 }
 
 func parse(data, path string, cfg *Config) error {
-	var f file
-	md, err := toml.Decode(data, &f)
-	if err != nil {
+	var doc map[string]any
+	if _, err := toml.Decode(data, &doc); err != nil {
 		var perr toml.ParseError
 		if errors.As(err, &perr) {
 			return fmt.Errorf("config file %s is not valid TOML:\n%s", path, perr.ErrorWithUsage())
 		}
 		return fmt.Errorf("config file %s: %w", path, err)
 	}
-	// [approvals] is decoded as a whole into any and checked by
-	// parseApprovals, which names a bad key better than "unknown key".
-	extra := slices.DeleteFunc(md.Undecoded(), func(k toml.Key) bool { return len(k) > 1 && k[0] == "approvals" })
-	if len(extra) > 0 {
-		return fmt.Errorf("config file %s: unknown key %q; the known keys are %s (named backends go under [backends] as name = \"URI\")",
-			path, extra[0].String(), knownKeys)
-	}
+	where := "config file " + path
 	fail := func(key, format string, args ...any) error {
-		return fmt.Errorf("config file %s: %s %s", path, key, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%s: %s %s", where, key, fmt.Sprintf(format, args...))
 	}
-	if f.MaxKernels != nil {
-		n, ok := f.MaxKernels.(int64)
-		if !ok || n < 1 || n > 1<<20 {
-			return fail("max_kernels", "= %s is invalid: it must be a whole number >= 1, e.g. max_kernels = 4", tomlValue(f.MaxKernels))
+	// Sorted, so a file with several mistakes always names the same one first.
+	for _, key := range slices.Sorted(maps.Keys(doc)) {
+		v := doc[key]
+		if set, ok := settings.Lookup(key); ok {
+			val, err := set.ParseFile(where, v)
+			if err != nil {
+				return err
+			}
+			set.SetFromFile(&cfg.Values, val)
+			continue
 		}
-		cfg.MaxKernels = int(n)
-	}
-	if f.PerOwner != nil {
-		n, ok := f.PerOwner.(int64)
-		if !ok || n < 0 || n > 1<<20 {
-			return fail("max_kernels_per_owner", "= %s is invalid: it must be a whole number >= 0 (0: no bound), e.g. max_kernels_per_owner = 2", tomlValue(f.PerOwner))
-		}
-		cfg.MaxKernelsPerOwner = int(n)
-	}
-	if f.IdleExit != nil {
-		d, err := duration(f.IdleExit)
-		if err == nil && d < time.Second {
-			err = errors.New("it must be at least 1s")
+		var err error
+		switch key {
+		case "theme":
+			s, ok := v.(string)
+			if !ok {
+				return fail("theme", "= %s is invalid: it must be a string, e.g. theme = \"dark\"", tomlValue(v))
+			}
+			cfg.Theme = s
+		case "backends":
+			err = parseBackends(v, cfg, fail)
+		case "default_backend":
+			s, ok := v.(string)
+			if !ok || s == "" {
+				return fail("default_backend", "= %s is invalid: it must be a backend name from [backends] or a URI such as \"local\"", tomlValue(v))
+			}
+			cfg.DefaultBackend = s
+		case "workspace":
+			s, ok := v.(string)
+			switch {
+			case !ok || strings.TrimSpace(s) == "":
+				return fail("workspace", "= %s is invalid: it must be a directory path, e.g. workspace = \"/home/me/project\" (leave it out to use the current directory)", tomlValue(v))
+			case strings.HasPrefix(s, "~"):
+				return fail("workspace", "= %s is invalid: \"~\" is not expanded; write the full path, e.g. workspace = \"/home/me/project\"", tomlValue(v))
+			}
+			cfg.Workspace = s
+		case "approve":
+			s, ok := v.(string)
+			if !ok || !ValidApprove(s) {
+				return fail("approve", "= %s is invalid: write approve = \"all\" (every tool call runs), \"ask\" (every call asks the operator) or \"none\" (every call is refused), or leave it out to use [approvals] and the defaults", tomlValue(v))
+			}
+			cfg.Approve = s
+		case "http_allow":
+			err = parseHTTPAllow(v, cfg, fail)
+		case "approvals":
+			var a engine.Approvals
+			if a, err = parseApprovals(v); err != nil {
+				return fmt.Errorf("%s: %w", where, err)
+			}
+			cfg.Approvals = a
+		default:
+			return fmt.Errorf("%s: unknown key %q; the known keys are %s (named backends go under [backends] as name = \"URI\")",
+				where, key, knownKeys())
 		}
 		if err != nil {
-			return fail("idle_exit", "= %s is invalid: %v; write a duration string such as idle_exit = \"30m\"", tomlValue(f.IdleExit), err)
+			return err
 		}
-		cfg.IdleExit = d
 	}
-	if f.CellTimeout != nil {
-		d, err := duration(f.CellTimeout)
-		if err != nil {
-			return fail("cell_timeout", "= %s is invalid: %v; write a duration string such as cell_timeout = \"300s\"", tomlValue(f.CellTimeout), err)
-		}
-		cfg.CellTimeout = d
+	return nil
+}
+
+func parseBackends(v any, cfg *Config, fail func(key, format string, args ...any) error) error {
+	table, ok := v.(map[string]any)
+	if !ok {
+		return fail("backends", "= %s is invalid: it must be a table of name = \"URI\", e.g.\n[backends]\ngpu = \"ssh://me@gpu-box\"", tomlValue(v))
 	}
-	if f.KernelMemory != nil {
-		str, ok := f.KernelMemory.(string)
-		n, err := bytesize.Parse(str)
-		if !ok || err != nil || n < 32<<20 {
-			return fail("kernel_memory", "= %s is invalid: it must be a quoted size of at least 32MiB, e.g. kernel_memory = \"512MiB\"", tomlValue(f.KernelMemory))
-		}
-		cfg.KernelMemory = n
-	}
-	if f.KernelCPUTime != nil {
-		d, err := duration(f.KernelCPUTime)
-		if err == nil && d < time.Second {
-			err = errors.New("it must be at least 1s")
-		}
-		if err != nil {
-			return fail("kernel_cpu_time", "= %s is invalid: %v; write a duration string such as kernel_cpu_time = \"10m\"", tomlValue(f.KernelCPUTime), err)
-		}
-		cfg.KernelCPUTime = d
-	}
-	if f.SpareKernels != nil {
-		n, ok := f.SpareKernels.(int64)
-		if !ok || n < 0 || n > 64 {
-			return fail("spare_kernels", "= %s is invalid: it must be a whole number from 0 to 64, e.g. spare_kernels = 1 (0: none)", tomlValue(f.SpareKernels))
-		}
-		cfg.SpareKernels, cfg.SpareKernelsSet = int(n), true
-	}
-	if f.KernelMaxProcs != nil {
-		n, ok := f.KernelMaxProcs.(int64)
-		if !ok || n < 8 || n > 1<<20 {
-			return fail("kernel_max_procs", "= %s is invalid: it must be a whole number >= 8, e.g. kernel_max_procs = 64", tomlValue(f.KernelMaxProcs))
-		}
-		cfg.KernelMaxProcs = int(n)
-	}
-	if f.MaxToolCalls != nil {
-		n, ok := f.MaxToolCalls.(int64)
-		if !ok || n < 0 || n > 1<<20 {
-			return fail("max_tool_calls", "= %s is invalid: it must be a whole number >= 0 (0 allows no tool calls), e.g. max_tool_calls = 50", tomlValue(f.MaxToolCalls))
-		}
-		cfg.MaxToolCalls = int(n)
-	}
-	if f.Theme != nil {
-		s, ok := f.Theme.(string)
-		if !ok {
-			return fail("theme", "= %s is invalid: it must be a string, e.g. theme = \"dark\"", tomlValue(f.Theme))
-		}
-		cfg.Theme = s
-	}
-	for name, v := range f.Backends {
-		uri, ok := v.(string)
+	for _, name := range slices.Sorted(maps.Keys(table)) {
+		uri, ok := table[name].(string)
 		if !ok || strings.TrimSpace(uri) == "" {
-			return fail("backends."+name, "= %s is invalid: it must be a non-empty URI string, e.g. %s = \"ssh://user@host:22\"", tomlValue(v), name)
+			return fail("backends."+name, "= %s is invalid: it must be a non-empty URI string, e.g. %s = \"ssh://user@host:22\"", tomlValue(table[name]), name)
 		}
 		if strings.Contains(name, "://") || name == "" {
 			return fail("backends."+name, "has an invalid name: pick a short name without \"://\", e.g. gpu = %q", uri)
 		}
 		cfg.Backends[name] = uri
 	}
-	if f.DefaultBackend != nil {
-		s, ok := f.DefaultBackend.(string)
-		if !ok || s == "" {
-			return fail("default_backend", "= %s is invalid: it must be a backend name from [backends] or a URI such as \"local\"", tomlValue(f.DefaultBackend))
-		}
-		cfg.DefaultBackend = s
+	return nil
+}
+
+func parseHTTPAllow(v any, cfg *Config, fail func(key, format string, args ...any) error) error {
+	items, ok := v.([]any)
+	if !ok {
+		return fail("http_allow", "= %s is invalid: it must be an array of host names, IP addresses or CIDR prefixes, e.g. http_allow = [\"localhost\", \"127.0.0.0/8\"] ([] allows nothing)", tomlValue(v))
 	}
-	if f.Workspace != nil {
-		s, ok := f.Workspace.(string)
-		switch {
-		case !ok || strings.TrimSpace(s) == "":
-			return fail("workspace", "= %s is invalid: it must be a directory path, e.g. workspace = \"/home/me/project\" (leave it out to use the current directory)", tomlValue(f.Workspace))
-		case strings.HasPrefix(s, "~"):
-			return fail("workspace", "= %s is invalid: \"~\" is not expanded; write the full path, e.g. workspace = \"/home/me/project\"", tomlValue(f.Workspace))
-		}
-		cfg.Workspace = s
-	}
-	if f.Approve != nil {
-		s, ok := f.Approve.(string)
-		if !ok || !ValidApprove(s) {
-			return fail("approve", "= %s is invalid: write approve = \"all\" (every tool call runs), \"ask\" (every call asks the operator) or \"none\" (every call is refused), or leave it out to use [approvals] and the defaults", tomlValue(f.Approve))
-		}
-		cfg.Approve = s
-	}
-	if f.ApprovalTimeout != nil {
-		d, err := duration(f.ApprovalTimeout)
-		if err == nil && d < time.Second {
-			err = errors.New("it must be at least 1s")
-		}
-		if err != nil {
-			return fail("approval_timeout", "= %s is invalid: %v; write a duration string such as approval_timeout = \"60s\"", tomlValue(f.ApprovalTimeout), err)
-		}
-		cfg.ApprovalTimeout = d
-	}
-	if f.HTTPAllow != nil {
-		items, ok := f.HTTPAllow.([]any)
+	entries := make([]string, len(items))
+	for i, it := range items {
+		s, ok := it.(string)
 		if !ok {
-			return fail("http_allow", "= %s is invalid: it must be an array of host names, IP addresses or CIDR prefixes, e.g. http_allow = [\"localhost\", \"127.0.0.0/8\"] ([] allows nothing)", tomlValue(f.HTTPAllow))
+			return fail("http_allow", "item %d = %s is invalid: every item must be a quoted string, e.g. \"10.0.0.0/8\"", i+1, tomlValue(it))
 		}
-		entries := make([]string, len(items))
-		for i, it := range items {
-			s, ok := it.(string)
-			if !ok {
-				return fail("http_allow", "item %d = %s is invalid: every item must be a quoted string, e.g. \"10.0.0.0/8\"", i+1, tomlValue(it))
-			}
-			entries[i] = s
-		}
-		allow, err := ParseAllowList(entries)
-		if err != nil {
-			return fail("http_allow", "is invalid: %v", err)
-		}
-		cfg.HTTPAllow = &allow
+		entries[i] = s
 	}
-	for _, c := range []struct {
-		key    string
-		mb     any
-		keep   any
-		bytes  *int64
-		retain *time.Duration
-	}{
-		{"tool_output", f.ToolOutputMaxMB, f.ToolOutputKeep, &cfg.ToolOutputMaxBytes, &cfg.ToolOutputRetention},
-		{"event_log", f.EventLogMaxMB, f.EventLogKeep, &cfg.EventLogMaxBytes, &cfg.EventLogRetention},
-	} {
-		if c.mb != nil {
-			n, ok := c.mb.(int64)
-			if !ok || n < 1 || n > 1<<20 {
-				return fail(c.key+"_max_mb", "= %s is invalid: it must be a whole number of megabytes >= 1, e.g. %s_max_mb = 256", tomlValue(c.mb), c.key)
-			}
-			*c.bytes = n << 20
-		}
-		if c.keep != nil {
-			d, err := duration(c.keep)
-			if err == nil && d < time.Minute {
-				err = errors.New("it must be at least 1m")
-			}
-			if err != nil {
-				return fail(c.key+"_retention", "= %s is invalid: %v; write a duration string such as %s_retention = \"168h\"", tomlValue(c.keep), err, c.key)
-			}
-			*c.retain = d
-		}
+	allow, err := ParseAllowList(entries)
+	if err != nil {
+		return fail("http_allow", "is invalid: %v", err)
 	}
-	for _, b := range []struct {
-		key string
-		v   any
-		dst *bool
-		neg bool
-	}{{"keep_tool_output", f.KeepToolOutput, &cfg.KeepToolOutput, false}, {"confine_kernels", f.ConfineKernels, &cfg.NoConfine, true}} {
-		if b.v == nil {
-			continue
-		}
-		v, ok := b.v.(bool)
-		if !ok {
-			return fail(b.key, "= %s is invalid: it must be true or false, e.g. %s = true", tomlValue(b.v), b.key)
-		}
-		*b.dst = v != b.neg
-	}
-	if f.Approvals != nil {
-		a, err := parseApprovals(f.Approvals)
-		if err != nil {
-			return fmt.Errorf("config file %s: %w", path, err)
-		}
-		cfg.Approvals = a
-	}
+	cfg.HTTPAllow = &allow
 	return nil
 }
 
@@ -571,23 +406,6 @@ func checkHostName(h string) error {
 		}
 	}
 	return nil
-}
-
-// duration parses a TOML duration string. Bare numbers are refused because
-// their unit would be a guess.
-func duration(v any) (time.Duration, error) {
-	s, ok := v.(string)
-	if !ok {
-		return 0, errors.New("it must be a quoted duration string with a unit")
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a Go duration (use units s, m, h as in \"90s\" or \"1h30m\")", s)
-	}
-	if d <= 0 {
-		return 0, errors.New("it must be greater than zero")
-	}
-	return d, nil
 }
 
 // tomlValue renders a decoded value roughly as it was written, for messages.

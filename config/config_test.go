@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/hosttools"
+	"github.com/kerneldeck/kerneldeck/settings"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -41,7 +43,7 @@ box = "docker://box"
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{MaxKernels: 7, IdleExit: 45 * time.Minute, CellTimeout: 90 * time.Second, MaxToolCalls: 12,
+	want := Config{Values: settings.Values{MaxKernels: 7, IdleExit: 45 * time.Minute, CellTimeout: 90 * time.Second, MaxToolCalls: 12},
 		Theme: "dark", DefaultBackend: "gpu", Path: p}
 	if cfg.MaxKernelsPerOwner != 2 {
 		t.Errorf("max_kernels_per_owner = %d, want 2", cfg.MaxKernelsPerOwner)
@@ -102,7 +104,7 @@ func TestLoadPartialFileKeepsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.MaxKernels != engine.DefaultMaxKernels || cfg.IdleExit != engine.DefaultIdleExit ||
-		cfg.CellTimeout != engine.DefaultCellTimeout || cfg.MaxToolCalls != DefaultMaxToolCalls ||
+		cfg.CellTimeout != engine.DefaultCellTimeout || cfg.MaxToolCalls != engine.DefaultMaxToolCalls ||
 		cfg.ApprovalTimeout != engine.DefaultApprovalTimeout || cfg.Workspace != "" || cfg.Approve != "" ||
 		cfg.HTTPAllow != nil || cfg.Approvals.Tools != nil || cfg.Approvals.Owners != nil {
 		t.Errorf("defaults not kept: %+v", cfg)
@@ -281,7 +283,7 @@ func TestLoadRejects(t *testing.T) {
 
 		{"approval_timeout bare number", "approval_timeout = 60\n", []string{"approval_timeout = 60 is invalid", "quoted duration string", `"60s"`}},
 		{"approval_timeout below 1s", `approval_timeout = "900ms"` + "\n", []string{"approval_timeout", "at least 1s"}},
-		{"approval_timeout zero", `approval_timeout = "0s"` + "\n", []string{"approval_timeout", "greater than zero"}},
+		{"approval_timeout zero", `approval_timeout = "0s"` + "\n", []string{"approval_timeout", "at least 1s"}},
 		{"approval_timeout bad", `approval_timeout = "a minute"` + "\n", []string{"approval_timeout", `"a minute" is not a Go duration`}},
 
 		{"http_allow a string", `http_allow = "localhost"` + "\n", []string{`http_allow = "localhost" is invalid`, "array", "[] allows nothing"}},
@@ -384,6 +386,31 @@ func TestDefaultPaths(t *testing.T) {
 		}
 		if p, _ := DefaultStateDir(); p != "/home/someone/.local/state/kerneldeck" {
 			t.Errorf("XDG_STATE_HOME=%q: DefaultStateDir = %q", v, p)
+		}
+	}
+}
+
+// Every setting of the table is read from the file by its key, as its
+// flag reads it.
+func TestLoadReadsEverySetting(t *testing.T) {
+	for _, s := range settings.All() {
+		line := s.FileExample()
+		if s.Kind == settings.Bool {
+			line = s.Key + " = " + strconv.FormatBool(!s.Negated)
+		}
+		cfg, err := Load(writeFile(t, line+"\n"))
+		if err != nil {
+			t.Errorf("%s: %v", line, err)
+			continue
+		}
+		want := settings.Defaults()
+		v, err := s.ParseText(map[bool]string{true: "true", false: s.Example}[s.Kind == settings.Bool])
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Set(&want, v)
+		if cfg.Values != want {
+			t.Errorf("%s read as %+v, want %+v", line, cfg.Values, want)
 		}
 	}
 }

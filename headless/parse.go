@@ -7,11 +7,13 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/jsonobj"
+	"github.com/kerneldeck/kerneldeck/settings"
 	"github.com/kerneldeck/kerneldeck/wire"
 )
 
@@ -168,25 +170,37 @@ const (
 	maxYears   = 290
 )
 
+// parseLimits checks each limit by its setting's record, as the flags and
+// the config file are checked.
 func parseLimits(msg *wire.Limits, r *request) error {
+	live := func(key string) settings.Setting {
+		set, _ := settings.Lookup(key)
+		return set
+	}
 	if n := msg.MaxKernels; n != nil {
-		if *n < 1 {
-			return fmt.Errorf(`"max_kernels" must be a whole number >= 1, got %d`, *n)
+		v, err := live("max_kernels").CheckCount(`"max_kernels":`, int64(*n))
+		if err != nil {
+			return err
 		}
-		r.maxKernels = n
+		r.maxKernels = &v
 	}
 	if secs := msg.IdleExit; secs != nil {
-		if *secs < 1 || *secs > maxSeconds {
-			return fmt.Errorf(`"idle_exit" is in seconds and must be at least 1 and below %d years, got %g`, maxYears, *secs)
+		given := strconv.FormatFloat(*secs, 'g', -1, 64)
+		if *secs > maxSeconds || *secs < 0 {
+			return fmt.Errorf(`"idle_exit": %s is invalid: it is in seconds, below %d years`, given, maxYears)
 		}
-		d := time.Duration(*secs * float64(time.Second))
+		d, err := live("idle_exit").CheckDuration(`"idle_exit":`, time.Duration(*secs*float64(time.Second)), given+" (seconds)")
+		if err != nil {
+			return err
+		}
 		r.idleExit = &d
 	}
 	if n := msg.MaxKernelsPerOwner; n != nil {
-		if *n < 0 {
-			return fmt.Errorf(`"max_kernels_per_owner" must be a whole number >= 0 (0: no bound), got %d`, *n)
+		v, err := live("max_kernels_per_owner").CheckCount(`"max_kernels_per_owner":`, int64(*n))
+		if err != nil {
+			return err
 		}
-		r.perOwner = n
+		r.perOwner = &v
 	}
 	if r.maxKernels == nil && r.idleExit == nil && r.perOwner == nil {
 		return errors.New(`limits needs "max_kernels" (whole number >= 1), "idle_exit" (seconds >= 1) and/or "max_kernels_per_owner" (whole number >= 0)`)

@@ -3,10 +3,12 @@ package headless
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/settings"
 	"github.com/kerneldeck/kerneldeck/wire"
 )
 
@@ -73,5 +75,21 @@ func TestEveryRequestReachesTheServer(t *testing.T) {
 		if !seen[op] {
 			t.Errorf("no case sends %s", op)
 		}
+	}
+}
+
+// The limits op takes exactly the settings marked live, by their keys.
+func TestLimitsTakeTheLiveSettings(t *testing.T) {
+	var live []string
+	for _, s := range settings.All() {
+		if s.Live {
+			live = append(live, s.Key)
+		}
+	}
+	fields := wire.Fields(wire.NewRequest(wire.OpLimits))[2:]
+	slices.Sort(live)
+	slices.Sort(fields)
+	if !slices.Equal(live, fields) {
+		t.Errorf("the limits op takes %v; the live settings are %v", fields, live)
 	}
 }
