@@ -154,59 +154,50 @@ func dashboardMode() mode {
 }
 
 func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
-	usageErr, _ := reporters(std.err, "kerneldeck")
-	set, done, err := parseMode(c.flags(), args, std, help)
-	if done {
-		return exitOK
+	r, code, ok := startMode("kerneldeck", c.flags(), &c.eng, args, std, help)
+	if !ok {
+		return code
 	}
-	if err == nil {
-		err = c.eng.parsed(set)
-	}
-	if err != nil {
-		return usageErr(err)
-	}
-	if set["attach"] {
-		if err := checkConnectFlags(&c.eng, "attach", "theme", "config", "images"); err != nil {
-			return usageErr(err)
-		}
+	if attach, err := r.connects("attach", "theme", "config", "images"); err != nil {
+		return r.usage(err)
+	} else if attach {
 		if c.replay != "" || c.listen != "" || c.replayPaused || c.replaySpeed != 0 {
-			return usageErr(errors.New("--replay and --listen are for a dashboard with an engine of its own; with --attach, feed that engine with 'kerneldeck headless --connect'"))
+			return r.usage(errors.New("--replay and --listen are for a dashboard with an engine of its own; with --attach, feed that engine with 'kerneldeck headless --connect'"))
 		}
 		return c.runAttached(std)
 	}
-	s, err := resolve(&c.eng)
-	if err != nil {
-		return usageErr(err)
+	s, code, ok := r.settings()
+	if !ok {
+		return code
 	}
 	theme, err := c.themeFor(s.cfg.Theme)
 	if err != nil {
-		return usageErr(err)
+		return r.usage(err)
 	}
 	var feed *replay.Feed
 	if c.replay != "" {
 		f, err := os.Open(c.replay)
 		if err != nil {
-			return usageErr(fmt.Errorf("--replay: %w", err))
+			return r.usage(fmt.Errorf("--replay: %w", err))
 		}
 		feed, err = replay.Load(f, cmp.Or(c.replaySpeed, 1), c.replayPaused)
 		f.Close()
 		if err != nil {
-			return usageErr(fmt.Errorf("--replay %s: %w", c.replay, err))
+			return r.usage(fmt.Errorf("--replay %s: %w", c.replay, err))
 		}
 	} else if c.replayPaused || c.replaySpeed != 0 {
-		return usageErr(errors.New("--replay-paused and --replay-speed steer a --replay FILE; give one"))
+		return r.usage(errors.New("--replay-paused and --replay-speed steer a --replay FILE; give one"))
 	}
 	in, out, err := terminal(std)
 	if err != nil {
-		return usageErr(err)
+		return r.usage(err)
 	}
-	eng, cleanup, code, err := openEngine(&c.eng, s)
-	if err != nil {
-		fmt.Fprintf(std.err, "kerneldeck: %v\n", err)
+	le, code, ok := r.openEngine(s)
+	if !ok {
 		return code
 	}
-	defer cleanup()
-	takeKept(context.Background(), eng, &c.eng, s.stateDir, std.err, "kerneldeck")
+	le.takeKept(context.Background())
+	eng := le.Engine
 
 	// The dashboard's engine is served too, so agents started with
 	// 'headless --connect' land here; not serving is said, not fatal.
@@ -263,11 +254,8 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 		cancel()
 	}
 
-	n, recordErr, closeErr := closeEngine(eng, s.stateDir, c.eng.keep)
+	n, closeErr := le.close()
 	sub.Close()
-	if recordErr != nil {
-		fmt.Fprintf(std.err, "kerneldeck: %v; the kernels are not recorded for the next start\n", recordErr)
-	}
 	switch {
 	case runErr != nil:
 		fmt.Fprintf(std.err, "kerneldeck: %v\n", runErr)

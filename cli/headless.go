@@ -105,61 +105,46 @@ func headlessMode() mode {
 }
 
 func (c *headlessCmd) run(args []string, std stdio, help func(io.Writer)) int {
-	usageErr, fail := reporters(std.err, "kerneldeck headless")
-	set, done, err := parseMode(c.flags(), args, std, help)
-	if done {
-		return exitOK
+	r, code, ok := startMode("kerneldeck headless", c.flags(), &c.eng, args, std, help)
+	if !ok {
+		return code
 	}
-	if err == nil {
-		err = c.eng.parsed(set)
-	}
-	if err != nil {
-		return usageErr(err)
-	}
-	if set["connect"] {
-		if err := checkConnectFlags(&c.eng, "connect", "events"); err != nil {
-			return usageErr(err)
-		}
+	if connects, err := r.connects("connect", "events"); err != nil {
+		return r.usage(err)
+	} else if connects {
 		return c.bridge(std)
 	}
-	s, err := resolve(&c.eng)
-	if err != nil {
-		return usageErr(err)
+	s, code, ok := r.settings()
+	if !ok {
+		return code
 	}
-	eng, cleanup, code, err := openEngine(&c.eng, s)
-	if err != nil {
-		if code == exitUsage {
-			return usageErr(err)
-		}
-		return fail(err)
+	eng, code, ok := r.openEngine(s)
+	if !ok {
+		return code
 	}
-	defer cleanup()
-	takeKept(context.Background(), eng, &c.eng, s.stateDir, std.err, "kerneldeck headless")
+	eng.takeKept(context.Background())
 
 	// A reader that goes away must not kill us with SIGPIPE before the
 	// kernels are killed: the write fails instead and Serve returns.
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	serveErr := headless.Serve(ctx, eng, std.in, std.out, headless.Options{Events: c.events})
+	serveErr := headless.Serve(ctx, eng.Engine, std.in, std.out, headless.Options{Events: c.events})
 	signaled := ctx.Err() != nil
 	// A second signal now ends the process at once, as an impatient
 	// operator expects.
 	stop()
 
-	_, recordErr, closeErr := closeEngine(eng, s.stateDir, c.eng.keep)
-	if recordErr != nil {
-		fmt.Fprintf(std.err, "kerneldeck headless: %v; the kernels are not recorded for the next start\n", recordErr)
-	}
+	_, closeErr := eng.close()
 	switch {
 	case signaled && c.eng.keep:
-		fmt.Fprintln(std.err, "kerneldeck headless: stopped by a signal; the kernels keep running (--keep-kernels)")
+		r.say("stopped by a signal; the kernels keep running (--keep-kernels)")
 	case signaled:
-		fmt.Fprintln(std.err, "kerneldeck headless: stopped by a signal; every kernel was killed")
+		r.say("stopped by a signal; every kernel was killed")
 	case serveErr != nil:
-		return fail(errors.Join(serveErr, closeErr))
+		return r.fail(errors.Join(serveErr, closeErr))
 	}
 	if closeErr != nil {
-		return fail(fmt.Errorf("shut down kernels: %w", closeErr))
+		return r.fail(fmt.Errorf("shut down kernels: %w", closeErr))
 	}
 	return exitOK
 }

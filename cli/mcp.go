@@ -100,16 +100,13 @@ func mcpMode() mode {
 }
 
 func (c *mcpCmd) run(args []string, std stdio, help func(io.Writer)) int {
-	const prog = "kerneldeck mcp"
-	usageErr, fail := reporters(std.err, prog)
-	set, done, err := parseMode(c.flags(), args, std, help)
-	if done {
-		return exitOK
+	r, code, ok := startMode("kerneldeck mcp", c.flags(), &c.eng, args, std, help)
+	if !ok {
+		return code
 	}
-	if err == nil {
-		err = c.eng.parsed(set)
-	}
-	if err == nil && set["http"] != set["token-file"] {
+	set := r.set
+	var err error
+	if set["http"] != set["token-file"] {
 		err = errors.New("--http and --token-file go together: HTTP clients must present the token in the file")
 	}
 	if err == nil && set["http"] {
@@ -123,16 +120,17 @@ func (c *mcpCmd) run(args []string, std stdio, help func(io.Writer)) int {
 			err = fmt.Errorf("--tools: %w", kerr)
 		}
 	}
-	if err == nil && set["connect"] {
-		err = checkConnectFlags(&c.eng, "connect", "owner", "tools", "http", "token-file", "backend")
+	var connects bool
+	if err == nil {
+		connects, err = r.connects("connect", "owner", "tools", "http", "token-file", "backend")
 	}
 	if err != nil {
-		return usageErr(err)
+		return r.usage(err)
 	}
 	token := ""
 	if set["token-file"] {
 		if token, err = mcpserver.ReadToken(c.tokenFile); err != nil {
-			return usageErr(err)
+			return r.usage(err)
 		}
 	}
 	opts := mcpserver.Options{Owner: c.owner, Login: loginName(), Tools: c.tools, Version: versionString()}
@@ -145,32 +143,28 @@ func (c *mcpCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	defer stop()
 	var eng mcpserver.Engine
 	var closeEng func() error
-	if set["connect"] {
+	if connects {
 		cl, err := dialEngine(&c.eng, c.connect, client.Options{})
 		if err != nil {
-			return fail(err)
+			return r.fail(err)
 		}
 		eng, opts.Events, closeEng = cl, cl.Events(), cl.Close
 	} else {
-		s, err := resolve(&c.eng)
-		if err != nil {
-			return usageErr(err)
+		s, code, ok := r.settings()
+		if !ok {
+			return code
 		}
-		e, cleanup, code, err := openEngine(&c.eng, s)
-		if err != nil {
-			if code == exitUsage {
-				return usageErr(err)
-			}
-			return fail(err)
+		le, code, ok := r.openEngine(s)
+		if !ok {
+			return code
 		}
-		defer cleanup()
-		takeKept(ctx, e, &c.eng, s.stateDir, std.err, prog)
-		sub := e.SubscribeWith(engine.SubscribeOptions{Buffer: 1024})
-		eng, opts.Events = e, sub.C
+		le.takeKept(ctx)
+		sub := le.SubscribeWith(engine.SubscribeOptions{Buffer: 1024})
+		eng, opts.Events = le.Engine, sub.C
 		closeEng = func() error {
 			sub.Close()
-			_, recordErr, closeErr := closeEngine(e, s.stateDir, c.eng.keep)
-			return errors.Join(recordErr, closeErr)
+			_, err := le.close()
+			return err
 		}
 	}
 	srv := mcpserver.New(eng, opts)
@@ -183,10 +177,10 @@ func (c *mcpCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	srv.Close()
 	closeErr := closeEng()
 	if serveErr != nil && ctx.Err() == nil && !errors.Is(serveErr, io.EOF) && !errors.Is(serveErr, mcp.ErrConnectionClosed) {
-		return fail(errors.Join(serveErr, closeErr))
+		return r.fail(errors.Join(serveErr, closeErr))
 	}
 	if closeErr != nil {
-		return fail(closeErr)
+		return r.fail(closeErr)
 	}
 	return exitOK
 }

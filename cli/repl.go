@@ -120,25 +120,21 @@ func replMode() mode {
 }
 
 // parse parses the REPL's flags and the engine flags (one --backend at most).
-func (c *replCmd) parse(args []string, std stdio, help func(io.Writer)) (done bool, err error) {
-	set, done, err := parseMode(c.flags(), args, std, help)
-	if done || err != nil {
-		return done, err
-	}
-	if err := c.eng.parsed(set); err != nil {
-		return false, err
+func (c *replCmd) parse(args []string, std stdio, help func(io.Writer)) (r *modeRun, code int, ok bool) {
+	r, code, ok = startMode("kerneldeck repl", c.flags(), &c.eng, args, std, help)
+	if !ok {
+		return nil, code, false
 	}
 	if len(c.eng.backends) > 1 {
-		return false, fmt.Errorf("--backend is given %d times; the REPL runs one kernel on one backend, so give it once", len(c.eng.backends))
+		return nil, r.usage(fmt.Errorf("--backend is given %d times; the REPL runs one kernel on one backend, so give it once", len(c.eng.backends))), false
 	}
-	if c.connected = set["connect"]; c.connected {
-		if err := checkConnectFlags(&c.eng, "connect", "owner", "task", "raw-output", "backend", "no-line-editing"); err != nil {
-			return false, err
-		}
+	var err error
+	if c.connected, err = r.connects("connect", "owner", "task", "raw-output", "backend", "no-line-editing"); err != nil {
+		return nil, r.usage(err), false
 	}
 	c.owner = cmp.Or(c.owner, defaultOwner())
 	c.task = cmp.Or(c.task, "default")
-	return false, nil
+	return r, exitOK, true
 }
 
 // defaultOwner is the login name, as in the dashboard.
@@ -177,31 +173,23 @@ func isTerminal(w io.Writer) bool {
 }
 
 func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
-	usageErr, fail := reporters(std.err, "kerneldeck repl")
-	done, err := c.parse(args, std, help)
-	if done {
-		return exitOK
-	}
-	if err != nil {
-		return usageErr(err)
+	r, code, ok := c.parse(args, std, help)
+	if !ok {
+		return code
 	}
 	if c.connected {
 		return c.runConnected(std)
 	}
-	s, err := resolve(&c.eng)
-	if err != nil {
-		return usageErr(err)
+	s, code, ok := r.settings()
+	if !ok {
+		return code
 	}
 	uri := s.backendURIs[0]
-	eng, cleanup, code, err := openEngine(&c.eng, s)
-	if err != nil {
-		if code == exitUsage {
-			return usageErr(err)
-		}
-		return fail(err)
+	eng, code, ok := r.openEngine(s)
+	if !ok {
+		return code
 	}
-	defer cleanup()
-	takeKept(context.Background(), eng, &c.eng, s.stateDir, std.err, "kerneldeck repl")
+	eng.takeKept(context.Background())
 
 	// ctrl+c goes to the REPL, never to the default handler: it interrupts
 	// a cell or clears the block being typed.
@@ -223,7 +211,7 @@ func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	}
 	lines, closeLines := c.lineEditor(interactive, s.stateDir, std)
 	defer closeLines()
-	runErr := repl.Run(ctx, eng, std.in, std.out, std.err, repl.Options{
+	runErr := repl.Run(ctx, eng.Engine, std.in, std.out, std.err, repl.Options{
 		Owner: c.owner, Task: c.task, Backend: uri, Interrupts: interrupts, Prompt: interactive, Lines: lines,
 		CleanOut: !c.raw && isTerminal(std.out), CleanErr: !c.raw && isTerminal(std.err),
 	})
@@ -235,24 +223,21 @@ func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if keep {
 		kept = eng.Kernels()
 	}
-	_, recordErr, closeErr := closeEngine(eng, s.stateDir, keep)
-	if recordErr != nil {
-		fmt.Fprintf(std.err, "kerneldeck repl: %v; the kernels are not recorded for the next start\n", recordErr)
-	}
+	_, closeErr := eng.close()
 	for _, k := range kept {
-		fmt.Fprintf(std.err, "kerneldeck repl: kernel %s (pid %d) keeps running on %s in %s; it exits after %v idle\n",
+		r.say("kernel %s (pid %d) keeps running on %s in %s; it exits after %v idle",
 			k.ID, k.PID, k.Backend, k.Dir, s.cfg.IdleExit)
 	}
 	switch {
 	case signaled && keep:
-		fmt.Fprintln(std.err, "kerneldeck repl: stopped by a signal")
+		r.say("stopped by a signal")
 	case signaled:
-		fmt.Fprintln(std.err, "kerneldeck repl: stopped by a signal; the kernel was killed")
+		r.say("stopped by a signal; the kernel was killed")
 	case runErr != nil:
-		return fail(errors.Join(runErr, closeErr))
+		return r.fail(errors.Join(runErr, closeErr))
 	}
 	if closeErr != nil {
-		return fail(fmt.Errorf("shut down the kernel: %w", closeErr))
+		return r.fail(fmt.Errorf("shut down the kernel: %w", closeErr))
 	}
 	return exitOK
 }

@@ -97,39 +97,28 @@ func serveMode() mode {
 
 func (c *serveCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	const prog = "kerneldeck serve"
-	usageErr, fail := reporters(std.err, prog)
-	set, done, err := parseMode(c.flags(), args, std, help)
-	if done {
-		return exitOK
+	r, code, ok := startMode(prog, c.flags(), &c.eng, args, std, help)
+	if !ok {
+		return code
 	}
-	if err == nil {
-		err = c.eng.parsed(set)
-	}
-	if err != nil {
-		return usageErr(err)
-	}
-	s, err := resolve(&c.eng)
-	if err != nil {
-		return usageErr(err)
+	s, code, ok := r.settings()
+	if !ok {
+		return code
 	}
 	path := c.listen
 	if path == "" {
 		path = wire.SocketPath(s.stateDir)
 	}
-	eng, cleanup, code, err := openEngine(&c.eng, s)
-	if err != nil {
-		if code == exitUsage {
-			return usageErr(err)
-		}
-		return fail(err)
+	eng, code, ok := r.openEngine(s)
+	if !ok {
+		return code
 	}
-	defer cleanup()
-	srv, err := server.Listen(eng, server.Options{Path: path, AllowGroup: c.allowGroup, Version: versionString()})
+	srv, err := server.Listen(eng.Engine, server.Options{Path: path, AllowGroup: c.allowGroup, Version: versionString()})
 	if err != nil {
-		closeEngine(eng, s.stateDir, false)
-		return fail(err)
+		eng.close()
+		return r.fail(err)
 	}
-	takeKept(context.Background(), eng, &c.eng, s.stateDir, std.err, prog)
+	eng.takeKept(context.Background())
 
 	signal.Ignore(syscall.SIGPIPE)
 	sigs := make(chan os.Signal, 1)
@@ -162,10 +151,7 @@ func (c *serveCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if serveErr == nil {
 		serveErr = <-served
 	}
-	n, recordErr, closeErr := closeEngine(eng, s.stateDir, c.eng.keep)
-	if recordErr != nil {
-		fmt.Fprintf(std.err, "%s: %v; the kernels are not recorded for the next start\n", prog, recordErr)
-	}
+	n, closeErr := eng.close()
 	if shutErr != nil {
 		fmt.Fprintf(std.err, "%s: %v\n", prog, shutErr)
 	}
@@ -175,7 +161,7 @@ func (c *serveCmd) run(args []string, std stdio, help func(io.Writer)) int {
 		fmt.Fprintf(std.err, "%s: stopped; killed %s\n", prog, english.Count(n, "kernel"))
 	}
 	if err := errors.Join(serveErr, closeErr); err != nil {
-		return fail(err)
+		return r.fail(err)
 	}
 	return exitOK
 }
