@@ -206,7 +206,7 @@ func (e *Engine) adoptOne(ctx context.Context, kk KeptKernel) error {
 	if err != nil {
 		return fmt.Errorf("check the runner: %w", err)
 	}
-	if !hasLine(res.Output, "KD:ADOPT") {
+	if !hasLine(res.Output, markAdopt) {
 		return fmt.Errorf("the runner is gone (%s)", hostError(res))
 	}
 	e.mu.Lock()

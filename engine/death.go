@@ -10,8 +10,8 @@ import (
 // exitCause reads the runner's exit status that a "KD:LOST 137" or
 // "KD:DEAD 3" line carries (the spawn's watcher keeps it) and says what it
 // means, as ": killed by SIGKILL (...)"; "" when the host did not know.
-func exitCause(output, marker string) string {
-	line, ok := findLine(output, marker+" ")
+func exitCause(output string, m marker) string {
+	line, ok := findLine(output, m)
 	if !ok {
 		return ""
 	}

@@ -116,13 +116,13 @@ func (x *execDoor) run(ctx context.Context) outcome {
 			e.emit(kernelEvent(EventReconnected, k, fmt.Sprintf("host answered again after %d failed attempts", failures)))
 			failures = 0
 		}
-		if ring && strings.Contains(res.Output, "KD:") {
+		if ring && strings.Contains(res.Output, markerPrefix) {
 			c.interruptSent = true
 		}
-		if sendAnswers && strings.Contains(res.Output, "KD:") {
+		if sendAnswers && strings.Contains(res.Output, markerPrefix) {
 			answers = nil // written on the host (a retry would write them again, harmlessly)
 		}
-		if line, ok := findLine(res.Output, "KD:RESULT "); ok {
+		if line, ok := findLine(res.Output, markResult); ok {
 			mac, body, _ := strings.Cut(line, " ")
 			if !kernelauth.Valid(token, mac, kernelauth.Result, body) {
 				// Not the runner's: it is not believed, and the runner's own
@@ -136,7 +136,7 @@ func (x *execDoor) run(ctx context.Context) outcome {
 			return outcome{kind: outDone, frame: &f, interrupted: c.interrupted}
 		}
 		switch {
-		case hasLine(res.Output, "KD:RPCWAIT"):
+		case hasLine(res.Output, markRPCWait):
 			if publish {
 				c.maybePublished = true
 			}
@@ -146,23 +146,23 @@ func (x *execDoor) run(ctx context.Context) outcome {
 			answers = append(answers, x.toolCalls(rpcItemsFromOutput(res.Output), func(a rpcAnswer) error {
 				return x.deliver(ctx, dir, []rpcAnswer{a})
 			})...)
-		case hasLine(res.Output, "KD:PENDING"):
+		case hasLine(res.Output, markPending):
 			if publish {
 				c.maybePublished = true
 			}
 			publish = false
-		case hasLine(res.Output, "KD:DEAD"):
+		case hasLine(res.Output, markDead):
 			// The runner is dead and the .req record is absent: it never
 			// ran, unless the cell went over its socket (which writes no
 			// record), where it may have.
 			if c.sentOverSocket {
-				return outcome{kind: outLost, detail: "the runner died during the cell" + exitCause(res.Output, "KD:DEAD")}
+				return outcome{kind: outLost, detail: "the runner died during the cell" + exitCause(res.Output, markDead)}
 			}
-			return outcome{kind: outDead, detail: exitCause(res.Output, "KD:DEAD")}
-		case hasLine(res.Output, "KD:GONE"):
+			return outcome{kind: outDead, detail: exitCause(res.Output, markDead)}
+		case hasLine(res.Output, markGone):
 			// The runner's watcher removes the dir when the runner ends,
 			// after keeping its exit status: with it known, say that instead.
-			cause := exitCause(res.Output, "KD:GONE")
+			cause := exitCause(res.Output, markGone)
 			if c.maybePublished || !publish {
 				if cause != "" {
 					return outcome{kind: outLost, detail: "the runner ended" + cause}
@@ -170,10 +170,10 @@ func (x *execDoor) run(ctx context.Context) outcome {
 				return outcome{kind: outLost, detail: "the kernel dir is gone"}
 			}
 			return outcome{kind: outDead, detail: cause}
-		case hasLine(res.Output, "KD:LOST"):
-			return outcome{kind: outLost, detail: "the runner died during the cell" + exitCause(res.Output, "KD:LOST")}
-		case hasLine(res.Output, "KD:PUBFAIL"):
-			detail := strings.TrimSpace(strings.ReplaceAll(redactRPC(res.Output), "KD:PUBFAIL", ""))
+		case hasLine(res.Output, markLost):
+			return outcome{kind: outLost, detail: "the runner died during the cell" + exitCause(res.Output, markLost)}
+		case hasLine(res.Output, markPubFail):
+			detail := strings.TrimSpace(strings.ReplaceAll(redactRPC(res.Output), string(markPubFail), ""))
 			if c.sentOverSocket {
 				// It went over the socket first and may have run.
 				return outcome{kind: outLost, detail: "the cell's record could not be written after its socket broke: " + detail}
@@ -197,7 +197,7 @@ func (x *execDoor) deliver(ctx context.Context, dir string, answers []rpcAnswer)
 	if err != nil {
 		return fmt.Errorf("deliver %d tool answer(s) to kernel %s: %w", len(answers), dir, err)
 	}
-	if !hasLine(res.Output, "KD:OK") {
+	if !hasLine(res.Output, markOK) {
 		return fmt.Errorf("deliver %d tool answer(s) to kernel %s: %s", len(answers), dir, hostError(res))
 	}
 	return nil
@@ -271,10 +271,10 @@ func rpcItemsFromOutput(output string) []rpcItem {
 	var items []rpcItem
 	for line := range strings.SplitSeq(output, "\n") {
 		line = strings.TrimRight(line, "\r")
-		if rest, ok := strings.CutPrefix(line, "KD:RPC "); ok {
+		if rest, ok := strings.CutPrefix(line, string(markRPC)+" "); ok {
 			name, data, _ := strings.Cut(rest, " ")
 			items = append(items, rpcItem{name: name, data: []byte(data)})
-		} else if rest, ok := strings.CutPrefix(line, "KD:RPCBAD "); ok {
+		} else if rest, ok := strings.CutPrefix(line, string(markRPCBad)+" "); ok {
 			name, why, _ := strings.Cut(rest, " ")
 			items = append(items, rpcItem{name: name, problem: strings.ReplaceAll(why, "-", " ")})
 		}

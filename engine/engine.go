@@ -870,7 +870,7 @@ func (e *Engine) killBatch(ctx context.Context, batch []*pendingKill) {
 // is kept for a retry.
 func (e *Engine) killAbandoned(ctx context.Context, p *pendingKill) {
 	res, err := p.runner.env.Execute(ctx, abandonScript(p.runner.env.TempDir(), p.runner.id), backends.ExecOptions{Timeout: killTimeout})
-	if err == nil && !hasLine(res.Output, "KD:KILLED") {
+	if err == nil && !hasLine(res.Output, markKilled) {
 		err = fmt.Errorf("kill of abandoned spawn %s: %s", p.runner.id, hostError(res))
 	}
 	if err != nil {
@@ -984,7 +984,7 @@ func (e *Engine) sendInterrupt(ctx context.Context, k *Kernel, conn *runnerConn,
 	if err != nil {
 		return fmt.Errorf("interrupt kernel %s: %w", k.id, err)
 	}
-	if _, ok := findLine(res.Output, "KD:OK"); !ok {
+	if _, ok := findLine(res.Output, markOK); !ok {
 		return fmt.Errorf("interrupt kernel %s: runner is gone", k.id)
 	}
 	return nil

@@ -387,7 +387,7 @@ func (e *Engine) installStubs(ctx context.Context, env backends.Env, dir string,
 	if err != nil {
 		return fmt.Errorf("tool stubs for the spare runner in %s on %s: %w", dir, env.URI(), err)
 	}
-	if !hasLine(res.Output, "KD:OK") {
+	if !hasLine(res.Output, markOK) {
 		return fmt.Errorf("tool stubs for the spare runner in %s on %s: %s", dir, env.URI(), hostError(res))
 	}
 	return nil
@@ -435,8 +435,8 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 	if err != nil {
 		return spawnedRunner{}, &transportError{fmt.Errorf("spawn kernel %s on %s: %w", id, env.URI(), err)}
 	}
-	line, ok := findLine(res.Output, "KD:SPAWNED ")
-	if !ok && code != nil && hasLine(res.Output, "KD:NOCODE") {
+	line, ok := findLine(res.Output, markSpawned)
+	if !ok && code != nil && hasLine(res.Output, markNoCode) {
 		e.forgetRunnerCode(env, python)
 		return spawnedRunner{}, fmt.Errorf("spawn kernel %s on %s: %w", id, env.URI(), errNoCode)
 	}
@@ -543,35 +543,12 @@ func validKernelDir(tempDir, dir, id string, transient bool) bool {
 	return path.Dir(root) == path.Clean(tempDir) && strings.HasPrefix(path.Base(root), "kerneldeck-")
 }
 
-// findLine returns the rest of the first output line that starts with prefix.
-func findLine(output, prefix string) (string, bool) {
-	for line := range strings.SplitSeq(output, "\n") {
-		if rest, ok := strings.CutPrefix(line, prefix); ok {
-			return strings.TrimRight(rest, "\r"), true
-		}
-	}
-	return "", false
-}
-
-// hasLine reports whether output has a line that is marker or starts with
-// marker and a space. Markers count only at the start of a line: forwarded
-// tool requests put kernel-controlled text in the output.
-func hasLine(output, marker string) bool {
-	for line := range strings.SplitSeq(output, "\n") {
-		line = strings.TrimRight(line, "\r")
-		if line == marker || strings.HasPrefix(line, marker+" ") {
-			return true
-		}
-	}
-	return false
-}
-
 // redactRPC drops forwarded tool requests from host output, trimmed: they
 // carry the kernel's token, so messages never quote them.
 func redactRPC(output string) string {
 	var kept []string
 	for line := range strings.SplitSeq(output, "\n") {
-		if !strings.HasPrefix(line, "KD:RPC") {
+		if !strings.HasPrefix(line, string(markRPC)) {
 			kept = append(kept, line)
 		}
 	}
@@ -581,7 +558,7 @@ func redactRPC(output string) string {
 // hostError turns a failed script's output into a message: the KD:ERR
 // reason when there is one, else the output itself.
 func hostError(res backends.Result) string {
-	if reason, ok := findLine(res.Output, "KD:ERR "); ok {
+	if reason, ok := findLine(res.Output, markErr); ok {
 		return reason
 	}
 	out := redactRPC(res.Output)

@@ -13,8 +13,9 @@ func TestHostOutputMarkers(t *testing.T) {
 	const token = "5ecret5ecret"
 	cut := `KD:RPC 1.req {"seq":1,"tool":"x","args":{"a":"KD:DEAD KD:LOST KD:RESULT {}"},"token":"` + token + `","cell":"c1"}`
 	for _, tc := range []struct {
-		output, marker string
-		want           bool
+		output string
+		m      marker
+		want   bool
 	}{
 		{cut, "KD:DEAD", false},
 		{cut, "KD:LOST", false},
@@ -24,11 +25,11 @@ func TestHostOutputMarkers(t *testing.T) {
 		{"KD:OK\r\n", "KD:OK", true},
 		{"x KD:OK", "KD:OK", false},
 	} {
-		if got := hasLine(tc.output, tc.marker); got != tc.want {
-			t.Errorf("hasLine(%.40q, %s) = %v, want %v", tc.output, tc.marker, got, tc.want)
+		if got := hasLine(tc.output, tc.m); got != tc.want {
+			t.Errorf("hasLine(%.40q, %s) = %v, want %v", tc.output, tc.m, got, tc.want)
 		}
 	}
-	if _, ok := findLine(cut, "KD:RESULT "); ok {
+	if _, ok := findLine(cut, markResult); ok {
 		t.Error("a request body was taken for a result")
 	}
 	msg := hostError(backendsResult(cut + "\nsomething else\n"))

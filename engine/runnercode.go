@@ -139,7 +139,7 @@ func compileOn(ctx context.Context, env backends.Env, python string) (code []byt
 	if err != nil {
 		return nil, "", fmt.Errorf("compile the runner with %s on %s: %w", python, env.URI(), err)
 	}
-	line, ok := findLine(res.Output, "KD:CODE ")
+	line, ok := findLine(res.Output, markCode)
 	if !ok {
 		return nil, "", fmt.Errorf("compile the runner with %s on %s: %s", python, env.URI(), hostError(res))
 	}
@@ -150,7 +150,7 @@ func compileOn(ctx context.Context, env backends.Env, python string) (code []byt
 	if err != nil || len(code) < 8 { // a magic number and some code
 		return nil, "", fmt.Errorf("compile the runner with %s on %s: not the base64 of a compiled runner: %.60q", python, env.URI(), line)
 	}
-	if exe, ok = findLine(res.Output, "KD:EXE "); !ok || !strings.HasPrefix(exe, "/") {
+	if exe, ok = findLine(res.Output, markExe); !ok || !strings.HasPrefix(exe, "/") {
 		exe = ""
 	}
 	return code, exe, nil
