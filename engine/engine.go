@@ -155,9 +155,12 @@ type Engine struct {
 	// spareSets are the spare runners of each backend (Config.SpareKernels).
 	spareSets map[string]*spareBackend
 
-	wg       sync.WaitGroup
-	stop     chan struct{}
-	stopOnce sync.Once
+	wg sync.WaitGroup
+	// base is the context of the engine's own background work (spares,
+	// the runner-code cache, the sweep); Close cancels it. Kills run on
+	// contexts of their own: they must finish after it.
+	base       context.Context
+	cancelBase context.CancelFunc
 }
 
 // New starts an engine and its background idle sweep.
@@ -208,8 +211,10 @@ func New(cfg Config) (*Engine, error) {
 		max:        cfg.MaxKernels,
 		perOwner:   cfg.MaxKernelsPerOwner,
 		idleExit:   cfg.IdleExit,
-		stop:       make(chan struct{}),
 	}
+	// A base that outlives the engine would keep spares starting and
+	// compiles running after Close; Close cancels it.
+	e.base, e.cancelBase = context.WithCancel(context.Background())
 	for _, b := range cfg.Backends {
 		if _, dup := e.backends[b.URI()]; dup {
 			return nil, fmt.Errorf("engine: backend %s configured twice", b.URI())
@@ -433,9 +438,10 @@ func (e *Engine) Close(ctx context.Context, keep bool) error {
 	e.closed = true
 	spares := e.dropSparesLocked(-1)
 	e.mu.Unlock()
+	// Spares still starting and compiles give up now, and the sweep stops.
+	e.cancelBase()
 	// Spares are nobody's: they go even when the kernels are kept.
 	e.killAll(ctx, spares)
-	e.stopOnce.Do(func() { close(e.stop) })
 	var err error
 	if !keep {
 		e.ShutdownAll(ctx)
@@ -467,7 +473,7 @@ func (e *Engine) sweep() {
 	defer t.Stop()
 	for {
 		select {
-		case <-e.stop:
+		case <-e.base.Done():
 			return
 		case <-t.C:
 			e.reapIdle()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/fakeenv"
 )
@@ -442,5 +443,34 @@ func TestNoUserNamespaceIsSaidOnce(t *testing.T) {
 		if k.Confinement != "landlock:6" {
 			t.Fatalf("kernel %s confinement %q, want the runner's word", k.ID, k.Confinement)
 		}
+	}
+}
+
+// Close does not wait for a spare that is still starting: the engine's own
+// background work runs on a context Close cancels, and the spawn it gives
+// up is cleaned up on its host.
+func TestCloseCancelsASpareStillStarting(t *testing.T) {
+	env, _ := fakeenv.Healthy()
+	entered := make(chan struct{})
+	env.Prepend(fakeenv.On("spawn", func(ctx context.Context, c fakeenv.Call) (backends.Result, error) {
+		close(entered)
+		<-ctx.Done() // a host that never answers
+		return backends.Result{}, ctx.Err()
+	}).Once())
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{env}, StateDir: t.TempDir(), SpareKernels: map[string]int{env.URI(): 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no spare started")
+	}
+	// Well under the spawn's own timeout (30 s): only a cancelled spawn
+	// lets Close end in time.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := eng.Close(ctx, false); err != nil {
+		t.Fatalf("Close waited for a spare's spawn: %v", err)
 	}
 }

@@ -118,9 +118,12 @@ func (e *Engine) compileRunner(env backends.Env, python string) {
 			}
 			e.mu.Unlock()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), spawnTimeout)
+		ctx, cancel := context.WithTimeout(e.base, spawnTimeout)
 		defer cancel()
 		code, exe, err := compileOn(ctx, env, python)
+		if err != nil && e.base.Err() != nil {
+			return // the engine closed: nothing to say
+		}
 		if err != nil {
 			e.emit(Event{Type: EventNotice, Detail: fmt.Sprintf(
 				"%s: every spawn there compiles the runner anew (about 10 ms more each): %v", env.URI(), err)})

@@ -122,7 +122,7 @@ func (e *Engine) refillSpares(env backends.Env) {
 		go func() {
 			defer e.wg.Done()
 			id := newKernelID()
-			ctx, cancel := context.WithTimeout(context.Background(), spawnTimeout+10*time.Second)
+			ctx, cancel := context.WithTimeout(e.base, spawnTimeout+10*time.Second)
 			r, err := e.startRunner(ctx, env, id, nil, false)
 			cancel()
 			if err != nil {
