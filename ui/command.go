@@ -43,24 +43,24 @@ func (m *Model) openCommand() tea.Cmd {
 	in := textinput.New()
 	in.Prompt = ":"
 	in.Placeholder = "cap 3, idle 10m, kill ID, owner alice, filter etl, detail ID (tab completes, ↑ recalls)"
-	m.command = &commandLine{in: in, hist: len(m.cmdHistory)}
-	return m.command.in.Focus()
+	c := &commandLine{in: in, hist: len(m.cmdHistory)}
+	m.layers.open(c)
+	return c.in.Focus()
 }
 
-// onCommandKey handles the keys while the : line is open.
-func (m *Model) onCommandKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
-	c := m.command
+// onCommandKey handles the keys while the : line c is open.
+func (m *Model) onCommandKey(c *commandLine, km tea.KeyMsg) tea.Cmd {
 	keys := m.ctx.Keys
 	switch {
 	case key.Matches(km, keys.Cancel):
-		m.command = nil
-		return m, nil
+		m.layers.close(layerCommand)
+		return nil
 	case key.Matches(km, keys.Submit):
 		line := c.in.Value()
 		cmd, err := m.runCommand(line)
 		if err != nil {
 			c.err = err.Error()
-			return m, nil
+			return nil
 		}
 		if line = strings.TrimSpace(line); line != "" && (len(m.cmdHistory) == 0 || m.cmdHistory[len(m.cmdHistory)-1] != line) {
 			m.cmdHistory = append(m.cmdHistory, line)
@@ -68,8 +68,8 @@ func (m *Model) onCommandKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 				m.cmdHistory = m.cmdHistory[1:]
 			}
 		}
-		m.command = nil
-		return m, cmd
+		m.layers.close(layerCommand)
+		return cmd
 	case km.Type == tea.KeyUp || km.Type == tea.KeyDown:
 		// Arrows only: k and j are letters of commands.
 		if c.hist == len(m.cmdHistory) {
@@ -87,16 +87,16 @@ func (m *Model) onCommandKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 		}
 		c.in.CursorEnd()
 		c.err = ""
-		return m, nil
+		return nil
 	case key.Matches(km, keys.Focus):
 		c.in.SetValue(m.complete(c.in.Value()))
 		c.in.CursorEnd()
-		return m, nil
+		return nil
 	}
 	var cmd tea.Cmd
 	c.in, cmd = c.in.Update(km)
 	c.err = ""
-	return m, cmd
+	return cmd
 }
 
 // complete extends line to the longest common prefix of what could come
@@ -181,13 +181,13 @@ func (m *Model) runCommand(line string) (tea.Cmd, error) {
 			return nil, fmt.Errorf("no kernel %q: give an id or owner/task from the list (tab completes)", arg)
 		}
 		if name == "detail" {
-			m.detail = &kernelDetail{id: k.ID}
+			m.layers.open(&kernelDetail{id: k.ID})
 			delete(m.cellsAsked, k.ID)
 			return m.fetchCells(k.ID), nil
 		}
 		id := k.ID
-		m.asking = &question{text: fmt.Sprintf("Kill %s (%s)? Its state is lost. y/n", kernelName(k), id),
-			yes: m.action("killed "+kernelName(k), func(c context.Context, eng Engine) error { return eng.Kill(c, id) })}
+		m.layers.open(&question{text: fmt.Sprintf("Kill %s (%s)? Its state is lost. y/n", kernelName(k), id),
+			yes: m.action("killed "+kernelName(k), func(c context.Context, eng Engine) error { return eng.Kill(c, id) })})
 		return nil, nil
 	case "owner":
 		if err := need("an owner name"); err != nil {
@@ -224,11 +224,11 @@ func (m *Model) findKernel(s string) (k engine.KernelInfo, ok bool) {
 	return engine.KernelInfo{}, false
 }
 
-// commandView is the : line, with its error.
-func (m *Model) commandView() string {
-	v := m.command.in.View()
-	if m.command.err != "" {
-		v += "  " + m.ctx.Theme.Error.Render(plain(m.command.err))
+// commandView is the : line c, with its error.
+func (m *Model) commandView(c *commandLine) string {
+	v := c.in.View()
+	if c.err != "" {
+		v += "  " + m.ctx.Theme.Error.Render(plain(c.err))
 	}
 	return v
 }

@@ -30,34 +30,35 @@ func (m *Model) openDetail() tea.Cmd {
 	case r == nil:
 		return nil
 	case r.kernel != nil:
-		m.detail = &kernelDetail{id: r.kernel.ID}
+		m.layers.open(&kernelDetail{id: r.kernel.ID})
 	case r.gone != nil:
-		m.detail = &kernelDetail{id: r.gone.info.ID}
+		m.layers.open(&kernelDetail{id: r.gone.info.ID})
 	default:
 		return nil
 	}
-	delete(m.cellsAsked, m.detail.id) // a fresh look
-	return m.fetchCells(m.detail.id)
+	id := m.detail().id
+	delete(m.cellsAsked, id) // a fresh look
+	return m.fetchCells(id)
 }
 
 // detailKernel is the kernel the detail shows: live, or its last listing
 // and why it went.
-func (m *Model) detailKernel() (k engine.KernelInfo, reason string, live bool) {
+func (m *Model) detailKernel(d *kernelDetail) (k engine.KernelInfo, reason string, live bool) {
 	for _, k := range m.kernels.kernels {
-		if k.ID == m.detail.id {
+		if k.ID == d.id {
 			return k, "", true
 		}
 	}
-	if g := m.kernels.gone[m.detail.id]; g != nil {
+	if g := m.kernels.gone[d.id]; g != nil {
 		return g.info, g.reason, false
 	}
-	return engine.KernelInfo{ID: m.detail.id}, m.reasons[m.detail.id], false
+	return engine.KernelInfo{ID: d.id}, m.reasons[d.id], false
 }
 
 // detailLines is the detail's text at width w.
-func (m *Model) detailLines(w int) []string {
+func (m *Model) detailLines(d *kernelDetail, w int) []string {
 	t := m.ctx.Theme
-	k, reason, live := m.detailKernel()
+	k, reason, live := m.detailKernel(d)
 	now := m.ctx.Now()
 	var out []string
 	add := func(label, value string) {
@@ -108,13 +109,13 @@ func (m *Model) detailLines(w int) []string {
 	}
 	out = append(out, "", t.Bold.Render("Cells (recent, whoever ran them)"))
 	switch {
-	case m.detail.err != nil:
-		out = append(out, t.Error.Render("  "+plain(m.detail.err.Error())))
-	case len(m.detail.recs) == 0:
+	case d.err != nil:
+		out = append(out, t.Error.Render("  "+plain(d.err.Error())))
+	case len(d.recs) == 0:
 		out = append(out, t.Muted.Render("  none recorded"))
 	}
-	for i := len(m.detail.recs) - 1; i >= 0; i-- {
-		rec := m.detail.recs[i]
+	for i := len(d.recs) - 1; i >= 0; i-- {
+		rec := d.recs[i]
 		status := string(rec.Status)
 		if rec.Running {
 			status = "running"
@@ -148,26 +149,25 @@ func (m *Model) detailLines(w int) []string {
 }
 
 // detailView draws the detail in w×h, from its scroll offset.
-func (m *Model) detailView(w, h int) string {
-	lines := m.detailLines(w - 2)
-	from := min(m.detail.offset, max(0, len(lines)-(h-2)))
-	return m.ctx.box("Kernel "+plain(m.detail.id)+" · esc closes, j/k scroll", lines[from:], w, h, true)
+func (m *Model) detailView(d *kernelDetail, w, h int) string {
+	lines := m.detailLines(d, w-2)
+	from := min(d.offset, max(0, len(lines)-(h-2)))
+	return m.ctx.box("Kernel "+plain(d.id)+" · esc closes, j/k scroll", lines[from:], w, h, true)
 }
 
-// onDetailKey handles the keys while the detail is open.
-func (m *Model) onDetailKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
+// onDetailKey handles the keys while the detail d is open.
+func (m *Model) onDetailKey(d *kernelDetail, km tea.KeyMsg) {
 	keys := m.ctx.Keys
 	switch {
 	case key.Matches(km, keys.Cancel), key.Matches(km, keys.Detail), key.Matches(km, keys.Quit):
-		m.detail = nil
+		m.layers.close(layerDetail)
 	case key.Matches(km, keys.Down):
-		m.detail.offset++
+		d.offset++
 	case key.Matches(km, keys.Up):
-		m.detail.offset = max(0, m.detail.offset-1)
+		d.offset = max(0, d.offset-1)
 	case key.Matches(km, keys.PageDown):
-		m.detail.offset += 10
+		d.offset += 10
 	case key.Matches(km, keys.PageUp):
-		m.detail.offset = max(0, m.detail.offset-10)
+		d.offset = max(0, d.offset-10)
 	}
-	return m, nil
 }

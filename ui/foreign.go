@@ -181,7 +181,7 @@ func (m *Model) onCellEvent(ev engine.Event) tea.Cmd {
 // onCells merges a kernel's records: new cells (run before we looked)
 // become runs, running ones learn their code, finished ones their result.
 func (m *Model) onCells(msg cellsMsg) tea.Cmd {
-	if d := m.detail; d != nil && d.id == msg.kernel {
+	if d := m.detail(); d != nil && d.id == msg.kernel {
 		d.recs, d.err = msg.recs, msg.err
 	}
 	if msg.err != nil {

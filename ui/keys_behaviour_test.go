@@ -37,7 +37,7 @@ func isQuit(cmd tea.Cmd) bool {
 
 func TestStartsInEditorOnUserTarget(t *testing.T) {
 	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
-	if f.m.focus != focusEditor {
+	if f.focused() != Pane(f.m.editor) {
 		t.Errorf("focus = %d, want the editor", f.m.focus)
 	}
 	want := Target{Owner: "me", Task: "default", Backend: "local"}
@@ -48,14 +48,14 @@ func TestStartsInEditorOnUserTarget(t *testing.T) {
 
 func TestTabCyclesFocus(t *testing.T) {
 	f := sized(t, fixtureOpts{})
-	for _, want := range []int{focusKernels, focusOutput, focusEvents, focusEditor} {
+	for _, want := range []Pane{f.m.kernels, f.m.output, f.m.evPane, f.m.editor} {
 		f.keys(keyTab)
-		if f.m.focus != want {
-			t.Fatalf("focus = %d, want %d", f.m.focus, want)
+		if f.focused() != want {
+			t.Fatalf("focus = %d, want %T", f.m.focus, want)
 		}
 	}
 	f.keys(tea.KeyMsg{Type: tea.KeyShiftTab})
-	if f.m.focus != focusEvents {
+	if f.focused() != Pane(f.m.evPane) {
 		t.Errorf("shift+tab: focus = %d, want the events", f.m.focus)
 	}
 }
@@ -285,7 +285,7 @@ func TestQuitKeys(t *testing.T) {
 			if got := isQuit(cmd); got != tc.quits {
 				t.Errorf("quits = %v, want %v", got, tc.quits)
 			}
-			if asking := f.m.asking != nil; !tc.quits && asking != tc.confirm {
+			if asking := f.asking(); !tc.quits && asking != tc.confirm {
 				t.Errorf("asking = %v, want %v", asking, tc.confirm)
 			}
 			v := f.m.View()
@@ -325,14 +325,14 @@ func TestEditorDrawnAfterEveryChange(t *testing.T) {
 	mustContain(t, editor(), "print(7*6)")
 	focused := strings.SplitN(editor(), "\n", 2)[0]
 	f.keys(tea.KeyMsg{Type: tea.KeyShiftTab})
-	if f.m.focus == focusEditor {
+	if f.focused() == Pane(f.m.editor) {
 		t.Fatal("shift+tab left the editor focused")
 	}
 	if blurred := strings.SplitN(editor(), "\n", 2)[0]; blurred == focused {
 		t.Errorf("the editor's frame is drawn focused after focus left it: %q", blurred)
 	}
 	f.keys(keyTab)
-	if f.m.focus != focusEditor {
+	if f.focused() != Pane(f.m.editor) {
 		t.Fatal("tab did not come back to the editor")
 	}
 	if back := strings.SplitN(editor(), "\n", 2)[0]; back != focused {
@@ -404,7 +404,7 @@ func TestRunCellInSelectedKernel(t *testing.T) {
 		f.keys(runes("j")) // bob/default
 	}
 	f.keys(keyEnter)
-	if f.m.focus != focusEditor {
+	if f.focused() != Pane(f.m.editor) {
 		t.Fatalf("enter: focus = %d, want the editor", f.m.focus)
 	}
 	mustContain(t, f.m.View(), "target bob/default@ssh://gpu1[", "Output · bob/default")
@@ -431,7 +431,7 @@ func TestEventsFilter(t *testing.T) {
 	mustContain(t, f.m.View(), all...)
 
 	f.keys(keyTab, keyTab, keyTab)
-	if f.m.focus != focusEvents {
+	if f.focused() != Pane(f.m.evPane) {
 		t.Fatal("events pane not focused")
 	}
 	f.keys(runes("/"))
@@ -481,7 +481,7 @@ func TestApprovalPromptIsModal(t *testing.T) {
 			t.Errorf("%s during a prompt returned a command", k)
 		}
 	}
-	if f.m.focus != focusEditor || len(f.eng.SetLimitsCalls()) != 0 {
+	if f.focused() != Pane(f.m.editor) || len(f.eng.SetLimitsCalls()) != 0 {
 		t.Error("keys leaked through the prompt")
 	}
 	f.run(t, f.update(runes("o")))
@@ -774,8 +774,8 @@ func TestDetailView(t *testing.T) {
 	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
 	f.keys(keyTab, runes("j"), runes("j")) // alice/etl
 	f.run(t, f.update(runes("d")))
-	if f.m.detail == nil || f.m.detail.id != "k-a2" {
-		t.Fatalf("d opened %+v, want the detail of k-a2", f.m.detail)
+	if f.m.detail() == nil || f.m.detail().id != "k-a2" {
+		t.Fatalf("d opened %+v, want the detail of k-a2", f.m.detail())
 	}
 	if got := f.eng.CellsAsked(); !slices.Contains(got, "k-a2") {
 		t.Errorf("the detail did not ask for k-a2's cells: %v", got)
@@ -784,14 +784,46 @@ func TestDetailView(t *testing.T) {
 	for _, k := range []string{"x", "r", "X", "+"} {
 		f.update(runes(k))
 	}
-	if f.m.asking != nil || len(f.eng.Killed()) != 0 || f.m.pendingCap != nil {
+	if f.asking() || len(f.eng.Killed()) != 0 || f.m.pendingCap != nil {
 		t.Fatal("keys leaked through the detail view")
 	}
 	f.update(keyEsc)
-	if f.m.detail != nil {
+	if f.m.detail() != nil {
 		t.Fatal("esc did not close the detail")
 	}
 	mustNotContain(t, f.m.View(), "Kernel k-a2")
+}
+
+// TestOverlaysStack: an approval that arrives over a kernel's detail takes
+// the keys and the rows under the kernels; answered, it leaves the detail
+// as it was. A question over the prompt takes the keys before it.
+func TestOverlaysStack(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	f.keys(keyTab, runes("j"), runes("j")) // alice/etl
+	f.run(t, f.update(runes("d")))
+	f.update(eventBatchMsg{approvalEvent("req-1", "alice", "k-a1")})
+	v := f.m.View()
+	mustContain(t, v, "Approval needed (1 pending)")
+	mustNotContain(t, v, "Kernel k-a2")
+	f.update(runes("j"))
+	if d := f.m.detail(); d == nil || d.offset != 0 {
+		t.Fatalf("a key reached the detail under the prompt: %+v", d)
+	}
+	f.update(keyCtrlC) // no cell of ours runs: it asks to quit, over the prompt
+	mustContain(t, f.m.View(), "Quit and kill")
+	f.update(runes("o")) // the question takes it: not an approval
+	if len(f.eng.Approved()) != 0 || !f.asking() {
+		t.Fatalf("o under a question: approved %v, question open %v", f.eng.Approved(), f.asking())
+	}
+	f.update(runes("n"))
+	mustContain(t, f.m.View(), "Approval needed (1 pending)")
+	f.run(t, f.update(runes("o")))
+	if got := f.eng.Approved(); len(got) != 1 || got[0].Request != "req-1" {
+		t.Fatalf("approvals %+v, want req-1 once", got)
+	}
+	v = f.m.View()
+	mustNotContain(t, v, "Approval needed")
+	mustContain(t, v, "Kernel k-a2")
 }
 
 // TestReplayKeys: outside the editor p pauses and resumes the replay, n
@@ -880,12 +912,12 @@ func TestEditorIndents(t *testing.T) {
 	if got := f.m.editor.area.Value(); got != want {
 		t.Errorf("editor holds %q, want %q", got, want)
 	}
-	if f.m.focus != focusEditor {
+	if f.focused() != Pane(f.m.editor) {
 		t.Error("tab with text left the editor")
 	}
 	f.m.editor.area.SetValue("")
 	f.keys(keyTab)
-	if f.m.focus != focusKernels {
+	if f.focused() != Pane(f.m.kernels) {
 		t.Error("tab in an empty editor did not move on")
 	}
 }
@@ -941,24 +973,24 @@ func TestCommandMode(t *testing.T) {
 	f.keys(keyTab, runes(":"))
 	typeIn("ca")
 	f.keys(keyTab)
-	if got := f.m.command.in.Value(); got != "cap " {
+	if got := f.commandLine().in.Value(); got != "cap " {
 		t.Fatalf("tab after 'ca' gave %q", got)
 	}
 	typeIn("x")
 	f.keys(keyEnter)
 	mustContain(t, f.m.View(), `:cap needs a whole number of kernels, at least 1 (got "x")`)
-	if f.m.command == nil || len(f.eng.SetLimitsCalls()) != 0 {
+	if f.commandLine() == nil || len(f.eng.SetLimitsCalls()) != 0 {
 		t.Fatal("a bad :cap closed the line or changed the cap")
 	}
-	f.m.command.in.SetValue("cap 3")
+	f.commandLine().in.SetValue("cap 3")
 	f.keys(keyEnter)
-	if calls := f.eng.SetLimitsCalls(); len(calls) != 1 || *calls[0].MaxKernels != 3 || f.m.command != nil {
+	if calls := f.eng.SetLimitsCalls(); len(calls) != 1 || *calls[0].MaxKernels != 3 || f.commandLine() != nil {
 		t.Fatalf(":cap 3: %+v", calls)
 	}
 	f.keys(runes(":"))
 	typeIn("kill k-a")
 	f.keys(keyTab)
-	if got := f.m.command.in.Value(); got != "kill k-a" {
+	if got := f.commandLine().in.Value(); got != "kill k-a" {
 		t.Errorf("tab with two k-a kernels gave %q, want the common prefix", got)
 	}
 	typeIn("2")
@@ -976,7 +1008,7 @@ func TestCommandMode(t *testing.T) {
 	f.keys(keyEnter)
 	mustContain(t, f.m.View(), `unknown command "nope"; commands: cap N, idle DURATION`)
 	f.keys(keyEsc)
-	if f.m.command != nil {
+	if f.commandLine() != nil {
 		t.Fatal("esc did not close the command line")
 	}
 	f.keys(runes(":"))
@@ -991,13 +1023,13 @@ func TestCommandMode(t *testing.T) {
 	typeIn("ca")
 	for _, want := range []string{"filter bob", "kill k-a2", "cap 3", "cap 3"} {
 		f.keys(up)
-		if got := f.m.command.in.Value(); got != want {
+		if got := f.commandLine().in.Value(); got != want {
 			t.Errorf("up: %q, want %q", got, want)
 		}
 	}
 	for _, want := range []string{"kill k-a2", "filter bob", "ca", "ca"} {
 		f.keys(down)
-		if got := f.m.command.in.Value(); got != want {
+		if got := f.commandLine().in.Value(); got != want {
 			t.Errorf("down: %q, want %q", got, want)
 		}
 	}
@@ -1036,7 +1068,7 @@ func TestMouse(t *testing.T) {
 	// Line 0 is the header, 1 the pane's border, 2 its column header; the
 	// rows start at 3: alice, alice/default, alice/etl.
 	f.update(tea.MouseMsg{X: 10, Y: 5, Button: tea.MouseButtonLeft, Action: tea.MouseActionPress})
-	if k, ok := f.m.kernels.Selected(); !ok || k.ID != "k-a2" || f.m.focus != focusKernels {
+	if k, ok := f.m.kernels.Selected(); !ok || k.ID != "k-a2" || f.focused() != Pane(f.m.kernels) {
 		t.Fatalf("a click on alice/etl's row selected %+v (focus %d)", k, f.m.focus)
 	}
 	f.update(tea.MouseMsg{X: 10, Y: 5, Button: tea.MouseButtonWheelDown, Action: tea.MouseActionPress})
@@ -1230,5 +1262,41 @@ func TestSaveImages(t *testing.T) {
 	raw, _ := base64.StdEncoding.DecodeString(png)
 	if got, _ := os.ReadFile(filepath.Join(dir, "kerneldeck-cell1-2.png")); !bytes.Equal(got, raw) {
 		t.Error("the saved file is not the image")
+	}
+}
+
+// TestNoTwoActionsShareAKey: in each pane, and between a pane that does
+// not type and the dashboard's own keys, a key does one thing (the second
+// action of a key would never run).
+func TestNoTwoActionsShareAKey(t *testing.T) {
+	f := sized(t, fixtureOpts{})
+	global := map[string]string{}
+	for _, a := range f.m.globals {
+		for _, k := range a.key.Keys() {
+			if d, dup := global[k]; dup {
+				t.Errorf("dashboard key %q does both %q and %q", k, d, a.key.Help().Desc)
+			}
+			global[k] = a.key.Help().Desc
+		}
+	}
+	for name, tc := range map[string]struct {
+		keys   actions
+		typing bool
+	}{
+		"kernels": {f.m.kernels.keys, false}, "output": {f.m.output.keys, false},
+		"events": {f.m.evPane.keys, false}, "editor": {f.m.editor.keys, true},
+	} {
+		seen := map[string]string{}
+		for _, a := range tc.keys {
+			for _, k := range a.key.Keys() {
+				if d, dup := seen[k]; dup {
+					t.Errorf("%s: key %q does both %q and %q", name, k, d, a.key.Help().Desc)
+				}
+				seen[k] = a.key.Help().Desc
+				if d, dup := global[k]; dup && !tc.typing {
+					t.Errorf("%s: key %q (%s) is the dashboard's %q too", name, k, a.key.Help().Desc, d)
+				}
+			}
+		}
 	}
 }

@@ -77,22 +77,6 @@ type ReplayControl interface {
 	Step()
 }
 
-// question is a yes/no prompt on the status line; the action it guards
-// runs only on y.
-type question struct {
-	text string
-	yes  tea.Cmd
-	quit bool // y quits
-}
-
-// Focusable panes, in tab order.
-const (
-	focusEditor = iota
-	focusKernels
-	focusOutput
-	focusEvents
-)
-
 // Messages from the engine and from background work.
 type (
 	tickMsg       time.Time
@@ -171,7 +155,6 @@ type Model struct {
 	backendOK   map[string]string // URI -> "ok" or the last transport error
 	unconfined  map[string]bool   // URI -> its runners cannot confine themselves (Landlock)
 	reasons     map[string]string // kernel id -> why it left the registry
-	approvals   []engine.Event    // pending approval requests, oldest first
 	runs        map[*cellRun]bool // cells started here and still running
 	runSeq      int
 	own         ownCells            // ids of the cells started here
@@ -184,14 +167,14 @@ type Model struct {
 	status      string
 	statusAt    time.Time // when status was set: it goes after statusShown
 	statusErr   bool
-	asking      *question // an action waiting for y/n
-	detail      *kernelDetail
-	zoomed      bool // the focused pane has the whole window
-	command     *commandLine
-	replay      ReplayControl
-	firstFrame  func()
-	keeps       bool // quitting leaves the kernels running
-	quitting    bool
+	// layers are the overlays open over the panes, lowest first: they take
+	// the keys before the panes.
+	layers     overlays
+	zoomed     bool // the focused pane has the whole window
+	replay     ReplayControl
+	firstFrame func()
+	keeps      bool // quitting leaves the kernels running
+	quitting   bool
 }
 
 // New builds the dashboard model.
@@ -244,7 +227,7 @@ func New(opts Options) *Model {
 		m.evPane.add(opts.History...)
 	}
 	ctx.act = m.action
-	ctx.ask = func(text string, yes tea.Cmd) { m.asking = &question{text: text, yes: yes} }
+	ctx.ask = func(text string, yes tea.Cmd) { m.layers.open(&question{text: text, yes: yes}) }
 	ctx.detail = m.openDetail
 	if m.tick == 0 {
 		m.tick = time.Second
@@ -253,7 +236,7 @@ func New(opts Options) *Model {
 	m.kernels.onSelect = m.retarget
 	m.kernels.onEdit = func(t Target) tea.Cmd {
 		m.retarget(t)
-		return m.setFocus(focusEditor)
+		return m.focusPane(m.editor)
 	}
 	m.panes = []Pane{m.editor, m.kernels, m.output, m.evPane}
 	m.rows = []layoutRow{
@@ -315,11 +298,10 @@ func (m *Model) globalKeys() actions {
 	return append(actions{
 		{k.Quit, run(func() tea.Cmd {
 			if q := m.quitQuestion(); q != nil {
-				m.asking = q
+				m.layers.open(q)
 				return nil
 			}
-			_, cmd := m.quit()
-			return cmd
+			return m.quit()
 		})},
 		{k.Help, run(func() tea.Cmd { m.showHelp = !m.showHelp; m.layout(); return nil })},
 		{k.Zoom, run(func() tea.Cmd { m.zoomed = !m.zoomed; m.layout(); return nil })},
@@ -528,13 +510,11 @@ func (m *Model) onEvents(evs []engine.Event) tea.Cmd {
 		}
 		switch ev.Type {
 		case engine.EventApprovalRequest:
-			m.approvals = append(m.approvals, ev)
+			a := m.approvals(true)
+			a.queue = append(a.queue, ev)
 		case engine.EventApprovalDecided:
-			for i, a := range m.approvals {
-				if a.Request == ev.Request {
-					m.approvals = append(m.approvals[:i], m.approvals[i+1:]...)
-					break
-				}
+			if a := m.approvals(false); a != nil {
+				a.drop(m, ev.Request)
 			}
 		case engine.EventKilled:
 			// A kill follows every eviction, reap and reset: keep their reason.
@@ -649,9 +629,9 @@ func (m *Model) anyRunning() bool {
 	return false
 }
 
-func (m *Model) quit() (tea.Model, tea.Cmd) {
-	m.quitting, m.asking = true, nil
-	return m, tea.Quit
+func (m *Model) quit() tea.Cmd {
+	m.quitting, m.layers = true, nil
+	return tea.Quit
 }
 
 // quitQuestion is what quitting must ask first, or nil: quitting kills
@@ -673,51 +653,8 @@ func (m *Model) action(what string, f func(ctx context.Context, eng Engine) erro
 
 func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 	keys := m.ctx.Keys
-	if q := m.asking; q != nil {
-		switch {
-		case key.Matches(km, keys.Yes):
-			m.asking = nil
-			if q.quit {
-				return m.quit()
-			}
-			return m, q.yes
-		case key.Matches(km, keys.No), key.Matches(km, keys.Interrupt):
-			m.asking = nil
-			if q.quit {
-				m.setStatus("quit cancelled", nil)
-			} else {
-				m.setStatus("cancelled: nothing was done", nil)
-			}
-		}
-		return m, nil
-	}
-	if len(m.approvals) > 0 {
-		a := m.approvals[0]
-		var d engine.Decision
-		switch {
-		case key.Matches(km, keys.ApproveOnce):
-			d = engine.ApproveOnce
-		case key.Matches(km, keys.ApproveAlways):
-			d = engine.ApproveAlways
-		case key.Matches(km, keys.Deny):
-			d = engine.ApproveDeny
-		}
-		if d != "" {
-			m.approvals = m.approvals[1:]
-			eng := m.eng
-			return m, func() tea.Msg {
-				return actionDoneMsg{what: fmt.Sprintf("%s %s for %s", d, a.Tool, a.Owner), err: eng.Approve(a.Request, d)}
-			}
-		}
-		if !key.Matches(km, keys.Interrupt) {
-			return m, nil // the prompt is modal
-		}
-	}
-	if m.command != nil && !key.Matches(km, keys.Interrupt) {
-		return m.onCommandKey(km)
-	}
-	if m.detail != nil && !key.Matches(km, keys.Interrupt) {
-		return m.onDetailKey(km)
+	if cmd, pass := m.layers.onKey(m, km); !pass {
+		return m, cmd
 	}
 	if key.Matches(km, keys.Interrupt) {
 		if k, ok := m.runningTargetKernel(); ok {
@@ -725,10 +662,10 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 			return m, m.action("interrupted "+id, func(ctx context.Context, eng Engine) error { return eng.Interrupt(ctx, id) })
 		}
 		if q := m.quitQuestion(); q != nil {
-			m.asking = q
+			m.layers.open(q)
 			return m, nil
 		}
-		return m.quit()
+		return m, m.quit()
 	}
 	focused := m.panes[m.focus]
 	typing := focused.Typing()
@@ -769,7 +706,7 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 // onMouse (with --mouse): the wheel scrolls the focused pane, a click on a
 // kernel row selects it.
 func (m *Model) onMouse(msg tea.MouseMsg) tea.Cmd {
-	if msg.Action != tea.MouseActionPress || m.asking != nil || m.detail != nil || m.command != nil || len(m.approvals) > 0 {
+	if msg.Action != tea.MouseActionPress || len(m.layers) > 0 {
 		return nil
 	}
 	switch msg.Button {
@@ -778,13 +715,18 @@ func (m *Model) onMouse(msg tea.MouseMsg) tea.Cmd {
 	case tea.MouseButtonWheelDown:
 		return m.panes[m.focus].Update(tea.KeyMsg{Type: tea.KeyDown})
 	case tea.MouseButtonLeft:
+		// The kernels pane starts under the header and the bands above it
+		// (clickRow knows its own border and column header).
 		hs, _ := m.heights()
-		// The kernels pane is the first band, under the header line: its
-		// border and column header take two lines.
-		if !m.zoomed && msg.Y >= 1 && msg.Y < 1+hs[0] {
-			if m.kernels.clickRow(msg.Y - 1) {
-				return m.setFocus(focusKernels)
+		top := 1
+		for i, r := range m.rows {
+			if slices.Contains(r.panes, Pane(m.kernels)) {
+				if !m.zoomed && msg.Y >= top && msg.Y < top+hs[i] && m.kernels.clickRow(msg.Y-top) {
+					return m.focusPane(m.kernels)
+				}
+				break
 			}
+			top += hs[i]
 		}
 	}
 	return nil
@@ -868,7 +810,10 @@ func (m *Model) retarget(t Target) {
 	m.fetchWant = true
 }
 
-// setFocus gives pane f the keyboard.
+// focusPane gives pane p the keyboard.
+func (m *Model) focusPane(p Pane) tea.Cmd { return m.setFocus(slices.Index(m.panes, p)) }
+
+// setFocus gives pane f (its place in the tab order) the keyboard.
 func (m *Model) setFocus(f int) tea.Cmd {
 	m.focus = f
 	if m.zoomed {
@@ -943,28 +888,29 @@ func (m *Model) View() string {
 	w := m.ctx.Width
 	hs, _ := m.heights()
 	parts := []string{fit(m.headerView(), w)}
+	over := m.layers.top(areaBody, areaBelowKernels)
 	for i, r := range m.rows {
 		h := hs[i]
-		if m.zoomed && m.detail == nil && len(m.approvals) == 0 {
+		switch {
+		case over != nil && over.layer().area() == areaBody:
+			// It takes every row below the header.
 			if i == 0 {
-				parts = append(parts, m.panes[m.focus].View())
+				parts = append(parts, over.view(m, w, sum(hs)))
 			}
 			continue
-		}
-		if m.detail != nil && len(m.approvals) == 0 {
-			// The detail takes every row below the header.
-			if i == 0 {
-				parts = append(parts, m.detailView(w, sum(hs)))
-			}
-			continue
-		}
-		if len(m.approvals) > 0 && i > 0 {
-			// The prompt is modal and takes the rows below the kernels: the
-			// more of the arguments the operator sees, the better.
+		case over != nil && i > 0:
+			// It takes the rows below the kernels (the approval prompt is
+			// modal: the more of the arguments the operator sees, the
+			// better).
 			if i == 1 {
 				if rest := sum(hs[1:]); rest > 0 {
-					parts = append(parts, m.approvalView(w, rest))
+					parts = append(parts, over.view(m, w, rest))
 				}
+			}
+			continue
+		case m.zoomed && over == nil:
+			if i == 0 {
+				parts = append(parts, m.panes[m.focus].View())
 			}
 			continue
 		}
@@ -1075,12 +1021,12 @@ func (m *Model) headerView() string {
 // spaceRun matches the runs of spaces approvalView counts instead of drawing.
 var spaceRun = regexp.MustCompile(` {8,}`)
 
-func (m *Model) approvalView(w, h int) string {
+func (m *Model) approvalView(p *approvalPrompt, w, h int) string {
 	t := m.ctx.Theme
-	a := m.approvals[0]
+	a := p.queue[0]
 	inner := w - 2
 	lines := []string{
-		t.PromptTitle.Render(fmt.Sprintf("Approval needed (%d pending)", len(m.approvals))),
+		t.PromptTitle.Render(fmt.Sprintf("Approval needed (%d pending)", len(p.queue))),
 		t.HelpKey.Render("o") + " approve once  " + t.HelpKey.Render("a") + " always for this owner  " + t.HelpKey.Render("d") + " deny",
 	}
 	if !a.Until.IsZero() {
@@ -1108,11 +1054,8 @@ func (m *Model) approvalView(w, h int) string {
 
 func (m *Model) helpView() string {
 	t := m.ctx.Theme
-	if m.asking != nil {
-		return t.Warn.Render(plain(m.asking.text))
-	}
-	if m.command != nil {
-		return m.commandView()
+	if o := m.layers.top(areaStatus); o != nil {
+		return o.view(m, m.help.Width, 1)
 	}
 	if m.showHelp {
 		return m.help.FullHelpView(m.fullHelp())
@@ -1137,9 +1080,8 @@ func (m *Model) shortHelp(w int) string {
 	var rest []key.Binding
 	hasHelp := false
 	keys := m.panes[m.focus].ShortHelp()
-	if m.detail != nil {
-		k := m.ctx.Keys
-		keys = []key.Binding{helpOnly("esc/d", "close"), k.Up, k.Down, k.PageUp, k.PageDown}
+	if k := m.layers.helpKeys(m); k != nil {
+		keys = k
 	}
 	for _, b := range keys {
 		if slices.Equal(b.Keys(), helpKey.Keys()) {

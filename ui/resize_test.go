@@ -140,7 +140,7 @@ func TestFooterKeepsHelp(t *testing.T) {
 			if sw := ansi.StringWidth(foot); sw > w {
 				t.Errorf("width %d, pane %d: footer is %d cells: %q", w, pane, sw, foot)
 			}
-			if pane != focusEditor && !strings.HasSuffix(foot, "? help") {
+			if f.focused() != Pane(f.m.editor) && !strings.HasSuffix(foot, "? help") {
 				t.Errorf("width %d, pane %d: footer %q does not end with ? help", w, pane, foot)
 			}
 			if strings.Contains(foot, "…") && !strings.Contains(foot, " … ") && !strings.HasSuffix(foot, " …") {

@@ -315,3 +315,15 @@ func manyEvents(n int, long bool) []engine.Event {
 	}
 	return evs
 }
+
+// asking reports whether a yes/no question is open.
+func (f *fixture) asking() bool { return f.m.layers.at(layerQuestion) != nil }
+
+// commandLine is the open : line, or nil.
+func (f *fixture) commandLine() *commandLine {
+	c, _ := f.m.layers.at(layerCommand).(*commandLine)
+	return c
+}
+
+// focused is the pane that has the keyboard.
+func (f *fixture) focused() Pane { return f.m.panes[f.m.focus] }
