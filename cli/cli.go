@@ -44,6 +44,24 @@ type mode struct {
 	run func(args []string, std stdio) int
 }
 
+// command is one run of a mode: its flags and what it does.
+type command interface {
+	flags() *flagSet
+	run(args []string, std stdio, help func(io.Writer)) int
+}
+
+// newMode makes a mode whose --help is intro, its flags and epilogue, and
+// whose runs are made by cmd.
+func newMode(name, summary, intro, epilogue string, cmd func() command) mode {
+	help := func(w io.Writer) {
+		fmt.Fprint(w, intro)
+		cmd().flags().writeHelp(w)
+		fmt.Fprint(w, epilogue)
+	}
+	return mode{name: name, summary: summary, help: help,
+		run: func(args []string, std stdio) int { return cmd().run(args, std, help) }}
+}
+
 // modes lists every mode, the dashboard first.
 func modes() []mode {
 	return []mode{dashboardMode(), headlessMode(), replMode(), serveMode(), mcpMode(), eventsMode()}

@@ -141,16 +141,7 @@ func (c *dashboardCmd) flags() *flagSet {
 }
 
 func dashboardMode() mode {
-	help := func(w io.Writer) {
-		fmt.Fprint(w, dashboardIntro)
-		newDashboardCmd().flags().writeHelp(w)
-		fmt.Fprint(w, dashboardEpilogue)
-	}
-	return mode{
-		summary: "open the dashboard (needs a terminal)",
-		help:    help,
-		run:     func(args []string, std stdio) int { return newDashboardCmd().run(args, std, help) },
-	}
+	return newMode("", "open the dashboard (needs a terminal)", dashboardIntro, dashboardEpilogue, func() command { return newDashboardCmd() })
 }
 
 func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {

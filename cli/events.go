@@ -78,17 +78,7 @@ func (c *eventsCmd) flags() *flagSet {
 }
 
 func eventsMode() mode {
-	help := func(w io.Writer) {
-		fmt.Fprint(w, eventsIntro)
-		(&eventsCmd{}).flags().writeHelp(w)
-		fmt.Fprint(w, eventsEpilogue)
-	}
-	return mode{
-		name:    "events",
-		summary: "read the event log: why each kernel was reaped or evicted",
-		help:    help,
-		run:     func(args []string, std stdio) int { return (&eventsCmd{}).run(args, std, help) },
-	}
+	return newMode("events", "read the event log: why each kernel was reaped or evicted", eventsIntro, eventsEpilogue, func() command { return &eventsCmd{} })
 }
 
 // parseWhen reads a --since or --until value against now.

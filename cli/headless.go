@@ -91,17 +91,7 @@ func (c *headlessCmd) flags() *flagSet {
 }
 
 func headlessMode() mode {
-	help := func(w io.Writer) {
-		fmt.Fprint(w, headlessIntro)
-		(&headlessCmd{}).flags().writeHelp(w)
-		fmt.Fprint(w, headlessEpilogue)
-	}
-	return mode{
-		name:    "headless",
-		summary: "serve the engine as JSON lines on stdin/stdout",
-		help:    help,
-		run:     func(args []string, std stdio) int { return (&headlessCmd{}).run(args, std, help) },
-	}
+	return newMode("headless", "serve the engine as JSON lines on stdin/stdout", headlessIntro, headlessEpilogue, func() command { return &headlessCmd{} })
 }
 
 func (c *headlessCmd) run(args []string, std stdio, help func(io.Writer)) int {

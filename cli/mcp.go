@@ -86,17 +86,7 @@ func (c *mcpCmd) flags() *flagSet {
 }
 
 func mcpMode() mode {
-	help := func(w io.Writer) {
-		fmt.Fprint(w, mcpIntro)
-		(&mcpCmd{}).flags().writeHelp(w)
-		fmt.Fprint(w, mcpEpilogue)
-	}
-	return mode{
-		name:    "mcp",
-		summary: "serve kernels to agents as an MCP server (stdio or HTTP)",
-		help:    help,
-		run:     func(args []string, std stdio) int { return (&mcpCmd{}).run(args, std, help) },
-	}
+	return newMode("mcp", "serve kernels to agents as an MCP server (stdio or HTTP)", mcpIntro, mcpEpilogue, func() command { return &mcpCmd{} })
 }
 
 func (c *mcpCmd) run(args []string, std stdio, help func(io.Writer)) int {

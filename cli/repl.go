@@ -106,17 +106,7 @@ func (c *replCmd) flags() *flagSet {
 }
 
 func replMode() mode {
-	help := func(w io.Writer) {
-		fmt.Fprint(w, replIntro)
-		(&replCmd{}).flags().writeHelp(w)
-		fmt.Fprint(w, replEpilogue)
-	}
-	return mode{
-		name:    "repl",
-		summary: "a persistent Python REPL on one kernel, for pipes and terminals",
-		help:    help,
-		run:     func(args []string, std stdio) int { return (&replCmd{}).run(args, std, help) },
-	}
+	return newMode("repl", "a persistent Python REPL on one kernel, for pipes and terminals", replIntro, replEpilogue, func() command { return &replCmd{} })
 }
 
 // parse parses the REPL's flags and the engine flags (one --backend at most).

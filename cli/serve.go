@@ -82,17 +82,7 @@ func (c *serveCmd) flags() *flagSet {
 }
 
 func serveMode() mode {
-	help := func(w io.Writer) {
-		fmt.Fprint(w, serveIntro)
-		(&serveCmd{}).flags().writeHelp(w)
-		fmt.Fprint(w, serveEpilogue)
-	}
-	return mode{
-		name:    "serve",
-		summary: "run the engine on a socket for agents and dashboards (no UI)",
-		help:    help,
-		run:     func(args []string, std stdio) int { return (&serveCmd{}).run(args, std, help) },
-	}
+	return newMode("serve", "run the engine on a socket for agents and dashboards (no UI)", serveIntro, serveEpilogue, func() command { return &serveCmd{} })
 }
 
 func (c *serveCmd) run(args []string, std stdio, help func(io.Writer)) int {
