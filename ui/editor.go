@@ -167,8 +167,7 @@ func (p *EditorPane) ShortHelp() []key.Binding {
 
 // FullHelp implements help.KeyMap.
 func (p *EditorPane) FullHelp() [][]key.Binding {
-	k := p.ctx.Keys
-	return [][]key.Binding{{k.Run, k.HistPrev, k.HistNext, k.NewTarget, k.Interrupt}}
+	return [][]key.Binding{append(p.keys.bindings(), p.ctx.Keys.Interrupt)}
 }
 
 // Typing implements Pane: every key the editor understands is text.

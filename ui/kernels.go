@@ -407,10 +407,7 @@ func helpOnly(keys, desc string) key.Binding {
 }
 
 // FullHelp implements help.KeyMap.
-func (p *KernelsPane) FullHelp() [][]key.Binding {
-	k := p.ctx.Keys
-	return [][]key.Binding{{k.Up, k.Down, k.PageUp, k.PageDown, k.Toggle, k.Filter, k.Sort}, {k.Select, k.Detail, k.Reset, k.InterruptSel, k.Kill, k.ShutdownOwner}}
-}
+func (p *KernelsPane) FullHelp() [][]key.Binding { return [][]key.Binding{p.keys.bindings()} }
 
 // SetSize implements Pane.
 func (p *KernelsPane) SetSize(w, h int) {

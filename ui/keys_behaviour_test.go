@@ -1300,3 +1300,28 @@ func TestNoTwoActionsShareAKey(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryActionIsInItsPanesHelp: a pane's help is made from its key
+// table, so no key it acts on is missing from it.
+func TestEveryActionIsInItsPanesHelp(t *testing.T) {
+	f := sized(t, fixtureOpts{})
+	for name, p := range map[string]struct {
+		pane Pane
+		keys actions
+	}{
+		"kernels": {f.m.kernels, f.m.kernels.keys}, "output": {f.m.output, f.m.output.keys},
+		"events": {f.m.evPane, f.m.evPane.keys}, "editor": {f.m.editor, f.m.editor.keys},
+	} {
+		help := map[string]bool{}
+		for _, col := range p.pane.FullHelp() {
+			for _, b := range col {
+				help[b.Help().Key] = true
+			}
+		}
+		for _, a := range p.keys {
+			if !help[a.key.Help().Key] {
+				t.Errorf("%s: key %q (%s) is not in its help", name, a.key.Help().Key, a.key.Help().Desc)
+			}
+		}
+	}
+}

@@ -1116,7 +1116,7 @@ func (m *Model) shortHelp(w int) string {
 const statusShown = 8 * time.Second
 
 // fullHelpRows is the height of the full help.
-const fullHelpRows = 8
+const fullHelpRows = 9
 
 // fullHelp is every pane's keys, then the dashboard's own, each key once,
 // in columns of fullHelpRows.
