@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -125,16 +123,6 @@ func (c *headlessCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	stop()
 
 	_, closeErr := eng.close()
-	switch {
-	case signaled && c.eng.keep:
-		r.say("stopped by a signal; the kernels keep running (--keep-kernels)")
-	case signaled:
-		r.say("stopped by a signal; every kernel was killed")
-	case serveErr != nil:
-		return r.fail(errors.Join(serveErr, closeErr))
-	}
-	if closeErr != nil {
-		return r.fail(fmt.Errorf("shut down kernels: %w", closeErr))
-	}
-	return exitOK
+	return r.finish(signaled, serveErr, closeErr, "; the kernels keep running (--keep-kernels)", "every kernel was killed",
+		"shut down kernels")
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -114,4 +115,22 @@ func (le *localEngine) close() (n int, err error) {
 		le.run.say("%v; the kernels are not recorded for the next start", recordErr)
 	}
 	return n, err
+}
+
+// finish says how a run that ended with its engine closed went, and returns
+// its exit status: stopped by a signal (kept or killed says what became of
+// the kernels), or runErr, or closeErr (what says what closing did).
+func (r *modeRun) finish(signaled bool, runErr, closeErr error, kept, killed, what string) int {
+	switch {
+	case signaled && r.eng.keep:
+		r.say("stopped by a signal%s", kept)
+	case signaled:
+		r.say("stopped by a signal; %s", killed)
+	case runErr != nil:
+		return r.fail(errors.Join(runErr, closeErr))
+	}
+	if closeErr != nil {
+		return r.fail(fmt.Errorf("%s: %w", what, closeErr))
+	}
+	return exitOK
 }

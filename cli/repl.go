@@ -3,7 +3,6 @@ package cli
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -218,18 +217,7 @@ func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
 		r.say("kernel %s (pid %d) keeps running on %s in %s; it exits after %v idle",
 			k.ID, k.PID, k.Backend, k.Dir, s.cfg.IdleExit)
 	}
-	switch {
-	case signaled && keep:
-		r.say("stopped by a signal")
-	case signaled:
-		r.say("stopped by a signal; the kernel was killed")
-	case runErr != nil:
-		return r.fail(errors.Join(runErr, closeErr))
-	}
-	if closeErr != nil {
-		return r.fail(fmt.Errorf("shut down the kernel: %w", closeErr))
-	}
-	return exitOK
+	return r.finish(signaled, runErr, closeErr, "", "the kernel was killed", "shut down the kernel")
 }
 
 // interruptsFromSignals forwards ctrl+c to the REPL; stop ends it.
