@@ -631,7 +631,10 @@ func Lifecycle(t *testing.T, newEnv func(t *testing.T) backends.Env) {
 	})
 
 	t.Run("RunnerExitsByItselfWhenForgotten", func(t *testing.T) {
-		h := New(t, newEnv(t), func(c *engine.Config) { c.IdleExit = time.Second })
+		// Long enough for Close and the look at the host after it to
+		// happen before the runner's own reap, on a loaded host too (a
+		// second was not, with the suites in parallel and ssh as root).
+		h := New(t, newEnv(t), func(c *engine.Config) { c.IdleExit = 6 * time.Second })
 		res := h.Run("a", "1", 0)
 		// Close keeping kernels: nobody will reap this one, so the runner must.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -642,7 +645,7 @@ func Lifecycle(t *testing.T, newEnv func(t *testing.T) backends.Env) {
 		if !h.Alive(res.Kernel.PID) {
 			t.Fatal("kept kernel was killed by Close(keep)")
 		}
-		h.WaitFor("runner to exit by itself", 20*time.Second, func() bool { return !h.Alive(res.Kernel.PID) })
+		h.WaitFor("runner to exit by itself", 30*time.Second, func() bool { return !h.Alive(res.Kernel.PID) })
 		// Its watcher removes the dir the moment the runner is gone.
 		h.WaitFor("the runner's dir to go", 5*time.Second, func() bool {
 			return strings.TrimSpace(h.Host("ls -d "+res.Kernel.Dir+" 2>/dev/null; true")) == ""
