@@ -369,15 +369,37 @@ type cellRun struct {
 	// timeoutSec tells the runner how long the cell may take.
 	timeoutSec float64
 	rpc        *rpcSession
-	// maybePublished is set once a request may have reached the runner;
-	// sentOverSocket once it may have come over the runner's socket, which
-	// leaves no .req record on the host (so the record's absence proves
-	// nothing).
-	maybePublished bool
-	sentOverSocket bool
-	interrupted    bool // the deadline passed and the grace started
-	interruptSent  bool // the interrupt reached the host (a KD answer or a stream write)
-	graceEnd       time.Time
+	// reach is how far the cell's request may have got (see mayHaveRun).
+	reach         reach
+	interrupted   bool // the deadline passed and the grace started
+	interruptSent bool // the interrupt reached the host (a KD answer or a stream write)
+	graceEnd      time.Time
+}
+
+// reach is how far a cell's request may have got toward its runner, each
+// level including the ones below. It alone decides whether a runner found
+// gone means the cell never ran (it may run again in a new kernel) or may
+// have run (its state is lost, and it is never run again).
+type reach int
+
+const (
+	reachNone   reach = iota // nothing has left the engine
+	reachRecord              // it may have been written as the cell's record (.req) on the host
+	reachSocket              // it may have come over the runner's socket, which leaves no record
+)
+
+// reached notes that the request may now have got as far as r.
+func (c *cellRun) reached(r reach) { c.reach = max(c.reach, r) }
+
+// mayHaveRun says whether the cell may have run in a runner now gone.
+// recordAbsent: the host showed that the cell's record is not there (the
+// runner was found dead before it, or writing it failed), which rules out
+// the record but not the socket.
+func (c *cellRun) mayHaveRun(recordAbsent bool) bool {
+	if recordAbsent {
+		return c.reach >= reachSocket
+	}
+	return c.reach > reachNone
 }
 
 // runCell runs c on k: over the runner's socket when the backend offers

@@ -93,12 +93,14 @@ func (x *execDoor) run(ctx context.Context) outcome {
 			if errors.Is(err, backends.ErrHostGone) {
 				// Its container was removed or stopped: nothing more will
 				// answer. A cell never handed over is safe to run again.
-				if c.maybePublished || !publish {
+				if c.mayHaveRun(false) {
 					return outcome{kind: outLost, detail: err.Error()}
 				}
 				return outcome{kind: outDead}
 			}
-			c.maybePublished = c.maybePublished || publish
+			if publish {
+				c.reached(reachRecord)
+			}
 			failures, lastErr = failures+1, err.Error()
 			e.emit(kernelEvent(EventTransportError, k, err.Error()))
 			if time.Now().After(c.deadline.Add(e.cfg.InterruptGrace)) {
@@ -138,7 +140,7 @@ func (x *execDoor) run(ctx context.Context) outcome {
 		switch {
 		case hasLine(res.Output, markRPCWait):
 			if publish {
-				c.maybePublished = true
+				c.reached(reachRecord)
 			}
 			publish = false
 			// Tool calls: answer them in the next round trip, which also
@@ -148,14 +150,14 @@ func (x *execDoor) run(ctx context.Context) outcome {
 			})...)
 		case hasLine(res.Output, markPending):
 			if publish {
-				c.maybePublished = true
+				c.reached(reachRecord)
 			}
 			publish = false
 		case hasLine(res.Output, markDead):
 			// The runner is dead and the .req record is absent: it never
 			// ran, unless the cell went over its socket (which writes no
 			// record), where it may have.
-			if c.sentOverSocket {
+			if c.mayHaveRun(true) {
 				return outcome{kind: outLost, detail: "the runner died during the cell" + exitCause(res.Output, markDead)}
 			}
 			return outcome{kind: outDead, detail: exitCause(res.Output, markDead)}
@@ -163,7 +165,7 @@ func (x *execDoor) run(ctx context.Context) outcome {
 			// The runner's watcher removes the dir when the runner ends,
 			// after keeping its exit status: with it known, say that instead.
 			cause := exitCause(res.Output, markGone)
-			if c.maybePublished || !publish {
+			if c.mayHaveRun(false) {
 				if cause != "" {
 					return outcome{kind: outLost, detail: "the runner ended" + cause}
 				}
@@ -174,7 +176,7 @@ func (x *execDoor) run(ctx context.Context) outcome {
 			return outcome{kind: outLost, detail: "the runner died during the cell" + exitCause(res.Output, markLost)}
 		case hasLine(res.Output, markPubFail):
 			detail := strings.TrimSpace(strings.ReplaceAll(redactRPC(res.Output), string(markPubFail), ""))
-			if c.sentOverSocket {
+			if c.mayHaveRun(true) {
 				// It went over the socket first and may have run.
 				return outcome{kind: outLost, detail: "the cell's record could not be written after its socket broke: " + detail}
 			}

@@ -35,14 +35,14 @@ func (s *streamDoor) run(ctx context.Context) (outcome, bool) {
 		if conn == nil {
 			return outcome{}, false
 		}
-		published, sent := c.maybePublished, c.sentOverSocket
-		c.maybePublished, c.sentOverSocket = true, true
+		before := c.reach
+		c.reached(reachSocket)
 		if conn.send(req) == nil {
 			break
 		}
 		// A write that failed left no whole line, and a runner runs only
 		// whole lines.
-		c.maybePublished, c.sentOverSocket = published, sent
+		c.reach = before
 		conn.close()
 		// Nothing reads a stream between cells, so a stream that broke
 		// then is found here: it is opened again, once.
