@@ -44,11 +44,9 @@ func TestDockerLifecycle(t *testing.T) {
 	name := dockertest.Container(t, dockertest.ContainerOptions{})
 	for _, user := range []string{"", "alice"} {
 		t.Run("user="+user+"/stream", func(t *testing.T) {
-			t.Parallel() // its own engine, env and state dir
 			enginetest.Lifecycle(t, func(t *testing.T) backends.Env { return dockerEnvOwnTemp(t, name, user) })
 		})
 		t.Run("user="+user+"/execute", func(t *testing.T) {
-			t.Parallel() // its own engine, env and state dir
 			enginetest.Lifecycle(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(dockerEnvOwnTemp(t, name, user)) })
 		})
 	}
@@ -58,11 +56,9 @@ func TestDockerLifecycle(t *testing.T) {
 func TestDockerToolCalls(t *testing.T) {
 	name := dockertest.Container(t, dockertest.ContainerOptions{})
 	t.Run("stream", func(t *testing.T) {
-		t.Parallel() // its own engine, env and state dir
 		enginetest.ToolCalls(t, func(t *testing.T) backends.Env { return dockerEnvOwnTemp(t, name, "alice") })
 	})
 	t.Run("execute", func(t *testing.T) {
-		t.Parallel() // its own engine, env and state dir
 		enginetest.ToolCalls(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(dockerEnvOwnTemp(t, name, "alice")) })
 	})
 }

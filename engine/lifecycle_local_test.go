@@ -11,11 +11,9 @@ import (
 // path and once over plain Execute, which every backend must support.
 func TestLocalLifecycle(t *testing.T) {
 	t.Run("stream", func(t *testing.T) {
-		t.Parallel() // its own engine, env and state dir
 		enginetest.Lifecycle(t, func(t *testing.T) backends.Env { return backends.NewLocal(enginetest.ShortTempDir(t)) })
 	})
 	t.Run("execute", func(t *testing.T) {
-		t.Parallel() // its own engine, env and state dir
 		enginetest.Lifecycle(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(backends.NewLocal(t.TempDir())) })
 	})
 }
@@ -27,11 +25,9 @@ func TestLocalStreamsOutput(t *testing.T) {
 // The tool RPC suite on the real local backend, over both doors.
 func TestLocalToolCalls(t *testing.T) {
 	t.Run("stream", func(t *testing.T) {
-		t.Parallel() // its own engine, env and state dir
 		enginetest.ToolCalls(t, func(t *testing.T) backends.Env { return backends.NewLocal(enginetest.ShortTempDir(t)) })
 	})
 	t.Run("execute", func(t *testing.T) {
-		t.Parallel() // its own engine, env and state dir
 		enginetest.ToolCalls(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(backends.NewLocal(t.TempDir())) })
 	})
 }

@@ -37,11 +37,9 @@ func TestSSHLifecycle(t *testing.T) {
 	for _, name := range []string{"", "kdtest1"} {
 		u := srv.User(t, name, sshdtest.UserOptions{})
 		t.Run(u.Name+"/stream", func(t *testing.T) {
-			t.Parallel() // its own engine, env and state dir
 			enginetest.Lifecycle(t, func(t *testing.T) backends.Env { return sshEnv(t, srv, u, nil) })
 		})
 		t.Run(u.Name+"/execute", func(t *testing.T) {
-			t.Parallel() // its own engine, env and state dir
 			enginetest.Lifecycle(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(sshEnv(t, srv, u, nil)) })
 		})
 	}
@@ -71,11 +69,9 @@ func TestSSHToolCalls(t *testing.T) {
 	srv := sshdtest.Start(t, sshdtest.Options{})
 	u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
 	t.Run("stream", func(t *testing.T) {
-		t.Parallel() // its own engine, env and state dir
 		enginetest.ToolCalls(t, func(t *testing.T) backends.Env { return sshEnv(t, srv, u, nil) })
 	})
 	t.Run("execute", func(t *testing.T) {
-		t.Parallel() // its own engine, env and state dir
 		enginetest.ToolCalls(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(sshEnv(t, srv, u, nil)) })
 	})
 }
