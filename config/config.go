@@ -167,7 +167,7 @@ func parse(data, path string, cfg *Config) error {
 		case "theme":
 			s, ok := v.(string)
 			if !ok {
-				return fail("theme", "= %s is invalid: it must be a string, e.g. theme = \"dark\"", tomlValue(v))
+				return fail("theme", "= %s is invalid: it must be a string, e.g. theme = \"dark\"", settings.TOMLValue(v))
 			}
 			cfg.Theme = s
 		case "backends":
@@ -175,22 +175,22 @@ func parse(data, path string, cfg *Config) error {
 		case "default_backend":
 			s, ok := v.(string)
 			if !ok || s == "" {
-				return fail("default_backend", "= %s is invalid: it must be a backend name from [backends] or a URI such as \"local\"", tomlValue(v))
+				return fail("default_backend", "= %s is invalid: it must be a backend name from [backends] or a URI such as \"local\"", settings.TOMLValue(v))
 			}
 			cfg.DefaultBackend = s
 		case "workspace":
 			s, ok := v.(string)
 			switch {
 			case !ok || strings.TrimSpace(s) == "":
-				return fail("workspace", "= %s is invalid: it must be a directory path, e.g. workspace = \"/home/me/project\" (leave it out to use the current directory)", tomlValue(v))
+				return fail("workspace", "= %s is invalid: it must be a directory path, e.g. workspace = \"/home/me/project\" (leave it out to use the current directory)", settings.TOMLValue(v))
 			case strings.HasPrefix(s, "~"):
-				return fail("workspace", "= %s is invalid: \"~\" is not expanded; write the full path, e.g. workspace = \"/home/me/project\"", tomlValue(v))
+				return fail("workspace", "= %s is invalid: \"~\" is not expanded; write the full path, e.g. workspace = \"/home/me/project\"", settings.TOMLValue(v))
 			}
 			cfg.Workspace = s
 		case "approve":
 			s, ok := v.(string)
 			if !ok || !ValidApprove(s) {
-				return fail("approve", "= %s is invalid: write approve = \"all\" (every tool call runs), \"ask\" (every call asks the operator) or \"none\" (every call is refused), or leave it out to use [approvals] and the defaults", tomlValue(v))
+				return fail("approve", "= %s is invalid: write approve = \"all\" (every tool call runs), \"ask\" (every call asks the operator) or \"none\" (every call is refused), or leave it out to use [approvals] and the defaults", settings.TOMLValue(v))
 			}
 			cfg.Approve = s
 		case "http_allow":
@@ -215,12 +215,12 @@ func parse(data, path string, cfg *Config) error {
 func parseBackends(v any, cfg *Config, fail func(key, format string, args ...any) error) error {
 	table, ok := v.(map[string]any)
 	if !ok {
-		return fail("backends", "= %s is invalid: it must be a table of name = \"URI\", e.g.\n[backends]\ngpu = \"ssh://me@gpu-box\"", tomlValue(v))
+		return fail("backends", "= %s is invalid: it must be a table of name = \"URI\", e.g.\n[backends]\ngpu = \"ssh://me@gpu-box\"", settings.TOMLValue(v))
 	}
 	for _, name := range slices.Sorted(maps.Keys(table)) {
 		uri, ok := table[name].(string)
 		if !ok || strings.TrimSpace(uri) == "" {
-			return fail("backends."+name, "= %s is invalid: it must be a non-empty URI string, e.g. %s = \"ssh://user@host:22\"", tomlValue(table[name]), name)
+			return fail("backends."+name, "= %s is invalid: it must be a non-empty URI string, e.g. %s = \"ssh://user@host:22\"", settings.TOMLValue(table[name]), name)
 		}
 		if strings.Contains(name, "://") || name == "" {
 			return fail("backends."+name, "has an invalid name: pick a short name without \"://\", e.g. gpu = %q", uri)
@@ -233,13 +233,13 @@ func parseBackends(v any, cfg *Config, fail func(key, format string, args ...any
 func parseHTTPAllow(v any, cfg *Config, fail func(key, format string, args ...any) error) error {
 	items, ok := v.([]any)
 	if !ok {
-		return fail("http_allow", "= %s is invalid: it must be an array of host names, IP addresses or CIDR prefixes, e.g. http_allow = [\"localhost\", \"127.0.0.0/8\"] ([] allows nothing)", tomlValue(v))
+		return fail("http_allow", "= %s is invalid: it must be an array of host names, IP addresses or CIDR prefixes, e.g. http_allow = [\"localhost\", \"127.0.0.0/8\"] ([] allows nothing)", settings.TOMLValue(v))
 	}
 	entries := make([]string, len(items))
 	for i, it := range items {
 		s, ok := it.(string)
 		if !ok {
-			return fail("http_allow", "item %d = %s is invalid: every item must be a quoted string, e.g. \"10.0.0.0/8\"", i+1, tomlValue(it))
+			return fail("http_allow", "item %d = %s is invalid: every item must be a quoted string, e.g. \"10.0.0.0/8\"", i+1, settings.TOMLValue(it))
 		}
 		entries[i] = s
 	}
@@ -263,13 +263,13 @@ func parseApprovals(v any) (engine.Approvals, error) {
 	var a engine.Approvals
 	table, ok := v.(map[string]any)
 	if !ok {
-		return a, fmt.Errorf("approvals = %s is invalid: it must be a table, e.g.\n[approvals]\nterminal = \"deny\"\n[approvals.owners.alice]\nterminal = \"allow\"", tomlValue(v))
+		return a, fmt.Errorf("approvals = %s is invalid: it must be a table, e.g.\n[approvals]\nterminal = \"deny\"\n[approvals.owners.alice]\nterminal = \"allow\"", settings.TOMLValue(v))
 	}
 	policy := func(key string, v any, example string) (engine.Policy, error) {
 		s, _ := v.(string)
 		p, err := engine.ParsePolicy(s)
 		if err != nil || s == "" {
-			return "", fmt.Errorf("%s = %s is invalid: %s, e.g. %s", key, tomlValue(v), policyHint, example)
+			return "", fmt.Errorf("%s = %s is invalid: %s, e.g. %s", key, settings.TOMLValue(v), policyHint, example)
 		}
 		return p, nil
 	}
@@ -304,14 +304,14 @@ func parseApprovals(v any) (engine.Approvals, error) {
 	}
 	ownerTables, ok := owners.(map[string]any)
 	if !ok {
-		return a, fmt.Errorf("approvals.owners = %s is invalid: give each owner a table, e.g.\n[approvals.owners.alice]\nterminal = \"allow\"\n\"*\" = \"ask\"", tomlValue(owners))
+		return a, fmt.Errorf("approvals.owners = %s is invalid: give each owner a table, e.g.\n[approvals.owners.alice]\nterminal = \"allow\"\n\"*\" = \"ask\"", settings.TOMLValue(owners))
 	}
 	for _, owner := range slices.Sorted(maps.Keys(ownerTables)) {
 		v := ownerTables[owner]
 		key := "approvals.owners." + owner
 		rules, ok := v.(map[string]any)
 		if !ok {
-			return a, fmt.Errorf("%s = %s is invalid: each owner is a table of tool = policy lines, e.g.\n[approvals.owners.%s]\nterminal = \"allow\"\n\"*\" = \"ask\"", key, tomlValue(v), owner)
+			return a, fmt.Errorf("%s = %s is invalid: each owner is a table of tool = policy lines, e.g.\n[approvals.owners.%s]\nterminal = \"allow\"\n\"*\" = \"ask\"", key, settings.TOMLValue(v), owner)
 		}
 		if owner == "" {
 			return a, errors.New(`[approvals.owners.""] is invalid: name an owner, e.g. [approvals.owners.alice]`)
@@ -406,20 +406,6 @@ func checkHostName(h string) error {
 		}
 	}
 	return nil
-}
-
-// tomlValue renders a decoded value roughly as it was written, for messages.
-func tomlValue(v any) string {
-	switch v := v.(type) {
-	case string:
-		return fmt.Sprintf("%q", v)
-	case map[string]any:
-		return "a table"
-	case []any, []map[string]any:
-		return "an array"
-	default:
-		return fmt.Sprint(v)
-	}
 }
 
 // ResolveBackend turns a backend name from [backends] into its URI; anything

@@ -282,7 +282,7 @@ func (s Setting) ParseText(text string) (any, error) {
 // ParseFile reads a value as the TOML decoder gives it (int64, string,
 // bool). where names the file for the error.
 func (s Setting) ParseFile(where string, v any) (any, error) {
-	given := tomlValue(v)
+	given := TOMLValue(v)
 	bad := func(why string) error {
 		return fmt.Errorf("%s: %w", where, s.Invalid(s.Key+" = "+given, why, s.FileExample()))
 	}
@@ -436,8 +436,9 @@ func formatSize(n int64) string {
 	return strconv.FormatInt(n, 10) + " bytes"
 }
 
-// tomlValue renders a decoded value roughly as it was written.
-func tomlValue(v any) string {
+// TOMLValue renders a value the TOML decoder gave roughly as it was
+// written, for messages about it.
+func TOMLValue(v any) string {
 	switch v := v.(type) {
 	case string:
 		return strconv.Quote(v)
