@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -185,9 +184,7 @@ func (m *Model) runCommand(line string) (tea.Cmd, error) {
 			delete(m.cellsAsked, k.ID)
 			return m.fetchCells(k.ID), nil
 		}
-		id := k.ID
-		m.layers.open(&question{text: fmt.Sprintf("Kill %s (%s)? Its state is lost. y/n", kernelName(k), id),
-			yes: m.action("killed "+kernelName(k), func(c context.Context, eng Engine) error { return eng.Kill(c, id) })})
+		m.ctx.ask(m.ctx.Keys.Kill.question(kernelSubject(k)), killAct(m.action, k))
 		return nil, nil
 	case "owner":
 		if err := need("an owner name"); err != nil {

@@ -60,6 +60,20 @@ func (as actions) bindings() []key.Binding {
 	return out
 }
 
+// destroy is the action of a destructive key: pick names what it would act
+// on now and the act (ok=false: nothing to act on); the operator is asked
+// first, in the key's own words, and the act runs only on y.
+func destroy(ctx *Context, d Destructive, pick func() (what string, act tea.Cmd, ok bool)) action {
+	return action{key: d.Binding, do: func(tea.KeyMsg) (tea.Cmd, bool) {
+		what, act, ok := pick()
+		if !ok {
+			return nil, false
+		}
+		ctx.ask(d.question(what), act)
+		return nil, true
+	}}
+}
+
 // run wraps a handler that always handles its key.
 func run(f func() tea.Cmd) func(tea.KeyMsg) (tea.Cmd, bool) {
 	return func(tea.KeyMsg) (tea.Cmd, bool) { return f(), true }

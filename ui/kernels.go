@@ -215,6 +215,15 @@ func kernelName(k engine.KernelInfo) string {
 	return name
 }
 
+// kernelSubject is how a question about a kernel names it: name and id.
+func kernelSubject(k engine.KernelInfo) string { return fmt.Sprintf("%s (%s)", kernelName(k), k.ID) }
+
+// killAct kills k, reporting through act.
+func killAct(act func(string, func(context.Context, Engine) error) tea.Cmd, k engine.KernelInfo) tea.Cmd {
+	id := k.ID
+	return act("killed "+kernelName(k), func(c context.Context, eng Engine) error { return eng.Kill(c, id) })
+}
+
 func taskLabel(k *engine.KernelInfo) string {
 	if k.Child != "" {
 		return plain(k.Task + "/" + k.Child)
@@ -268,32 +277,35 @@ func newKernelsPane(ctx *Context) *KernelsPane {
 			return f(sel), true
 		}
 	}
+	// onKernelAct names the selected kernel for a destructive key's question.
+	onKernelAct := func(f func(k engine.KernelInfo) tea.Cmd) func() (string, tea.Cmd, bool) {
+		return func() (string, tea.Cmd, bool) {
+			sel, ok := p.Selected()
+			if !ok {
+				return "", nil, false
+			}
+			return kernelSubject(sel), f(sel), true
+		}
+	}
 	p.keys = actions{
 		{k.Select, onKernel(func(sel engine.KernelInfo) tea.Cmd { return p.onEdit(targetOf(sel)) })},
 		{k.Toggle, run(func() tea.Cmd { p.toggleFold(); return nil })},
-		{k.Reset, onKernel(func(sel engine.KernelInfo) tea.Cmd {
+		destroy(ctx, k.Reset, onKernelAct(func(sel engine.KernelInfo) tea.Cmd {
 			t := targetOf(sel)
-			ctx.ask(fmt.Sprintf("Reset %s (%s)? Its state is lost. y/n", kernelName(sel), sel.ID),
-				ctx.act("reset "+kernelName(sel), func(c context.Context, eng Engine) error {
-					_, err := eng.Execute(c, engine.Request{Owner: t.Owner, Task: t.Task, Backend: t.Backend, Child: t.Child,
-						Tools: t.Tools, Code: "pass", Reset: true})
-					return err
-				}))
-			return nil
-		})},
+			return ctx.act("reset "+kernelName(sel), func(c context.Context, eng Engine) error {
+				_, err := eng.Execute(c, engine.Request{Owner: t.Owner, Task: t.Task, Backend: t.Backend, Child: t.Child,
+					Tools: t.Tools, Code: "pass", Reset: true})
+				return err
+			})
+		})),
 		{k.InterruptSel, onKernel(func(sel engine.KernelInfo) tea.Cmd {
 			return ctx.act("interrupted "+sel.ID, func(c context.Context, eng Engine) error { return eng.Interrupt(c, sel.ID) })
 		})},
-		{k.Kill, onKernel(func(sel engine.KernelInfo) tea.Cmd {
-			id := sel.ID
-			ctx.ask(fmt.Sprintf("Kill %s (%s)? Its state is lost. y/n", kernelName(sel), id),
-				ctx.act("killed "+kernelName(sel), func(c context.Context, eng Engine) error { return eng.Kill(c, id) }))
-			return nil
-		})},
-		{k.ShutdownOwner, run(func() tea.Cmd {
+		destroy(ctx, k.Kill, onKernelAct(func(sel engine.KernelInfo) tea.Cmd { return killAct(ctx.act, sel) })),
+		destroy(ctx, k.ShutdownOwner, func() (string, tea.Cmd, bool) {
 			owner := p.SelectedOwner()
 			if owner == "" {
-				return nil
+				return "", nil, false
 			}
 			n := 0
 			for _, k := range p.kernels {
@@ -301,13 +313,12 @@ func newKernelsPane(ctx *Context) *KernelsPane {
 					n++
 				}
 			}
-			ctx.ask(fmt.Sprintf("Shut down owner %s: kill %s? y/n", plain(owner), english.Count(n, "kernel")),
+			return fmt.Sprintf("%s (%s)", plain(owner), english.Count(n, "kernel")),
 				ctx.act("shut down owner "+owner, func(c context.Context, eng Engine) error {
 					eng.ShutdownOwner(c, owner)
 					return nil
-				}))
-			return nil
-		})},
+				}), true
+		}),
 		{k.Filter, run(func() tea.Cmd { p.editing = true; return p.filterIn.Focus() })},
 		{k.Detail, run(func() tea.Cmd { return ctx.detail() })},
 		{k.Sort, run(func() tea.Cmd { p.sortBy = (p.sortBy + 1) % sortCount; p.rebuild(); return nil })},
@@ -397,7 +408,7 @@ func (p *KernelsPane) ShortHelp() []key.Binding {
 		return []key.Binding{k.Submit, k.Cancel}
 	}
 	// The footer is one line: pairs share an entry, the rest is under ?.
-	return []key.Binding{k.Select, k.Detail, k.Filter, k.Sort, k.Reset, k.Kill, k.ShutdownOwner,
+	return []key.Binding{k.Select, k.Detail, k.Filter, k.Sort, k.Reset.Binding, k.Kill.Binding, k.ShutdownOwner.Binding,
 		helpOnly("+/-", "cap"), helpOnly("[/]", "idle"), k.Help}
 }
 

@@ -1,13 +1,18 @@
 package ui
 
-import "github.com/charmbracelet/bubbles/key"
+import (
+	"fmt"
+
+	"github.com/charmbracelet/bubbles/key"
+)
 
 // KeyMap is every key the dashboard answers to, with its help text.
 type KeyMap struct {
 	Run, HistPrev, HistNext, NewTarget         key.Binding
 	Focus, FocusBack, Help, Quit, Interrupt    key.Binding
 	Up, Down, PageUp, PageDown, Toggle, Select key.Binding
-	Reset, InterruptSel, Kill, ShutdownOwner   key.Binding
+	Reset, Kill, ShutdownOwner                 Destructive
+	InterruptSel                               key.Binding
 	CapUp, CapDown, IdleUp, IdleDown           key.Binding
 	Filter, ApproveOnce, ApproveAlways, Deny   key.Binding
 	Yes, No, Cancel, Submit, Detail            key.Binding
@@ -37,10 +42,10 @@ func DefaultKeyMap() KeyMap {
 		PageDown:      b("pgdn", "page down", "pgdown"),
 		Toggle:        b("space", "fold owner", " ", "space"),
 		Select:        b("enter", "edit", "enter"),
-		Reset:         b("r", "reset", "r"),
+		Reset:         Destructive{b("r", "reset", "r"), "Reset %s? Its state is lost."},
 		InterruptSel:  b("i", "interrupt", "i"),
-		Kill:          b("x", "kill", "x"),
-		ShutdownOwner: b("X", "kill owner", "X"),
+		Kill:          Destructive{b("x", "kill", "x"), "Kill %s? Its state is lost."},
+		ShutdownOwner: Destructive{b("X", "kill owner", "X"), "Shut down owner %s? Their state is lost."},
 		CapUp:         b("+", "cap +1", "+", "="),
 		CapDown:       b("-", "cap -1", "-"),
 		IdleUp:        b("]", "idle_exit +", "]"),
@@ -67,3 +72,14 @@ func DefaultKeyMap() KeyMap {
 		OpenImage:     b("o", "open images", "o"),
 	}
 }
+
+// Destructive is a key whose act cannot be undone. Its record carries the
+// question asked before it acts, so every way to that act asks alike.
+type Destructive struct {
+	key.Binding
+	// Ask is the question, with %s for what the act falls on.
+	Ask string
+}
+
+// question is the prompt for acting on what.
+func (d Destructive) question(what string) string { return fmt.Sprintf(d.Ask, what) + " y/n" }

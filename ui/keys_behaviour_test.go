@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -221,7 +222,7 @@ func TestOtherKernelActions(t *testing.T) {
 		t.Errorf("reset: Execute calls = %+v", ex)
 	}
 	f.update(runes("X"))
-	mustContain(t, f.m.View(), "Shut down owner alice: kill 2 kernels? y/n")
+	mustContain(t, f.m.View(), "Shut down owner alice (2 kernels)? Their state is lost. y/n")
 	if got := f.eng.ShutdownOwners(); len(got) != 0 {
 		t.Fatalf("X shut down %v before it was confirmed", got)
 	}
@@ -1324,4 +1325,67 @@ func TestEveryActionIsInItsPanesHelp(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestDestructiveKeysAskFirst: every key the key map calls destructive
+// asks first, in its own words, and n leaves the engine untouched; no
+// other key of the kernels pane asks anything.
+func TestDestructiveKeysAskFirst(t *testing.T) {
+	untouched := func(t *testing.T, f *fixture) {
+		t.Helper()
+		if ex, k, s := f.eng.Executed(), f.eng.Killed(), f.eng.ShutdownOwners(); len(ex)+len(k)+len(s) != 0 {
+			t.Errorf("engine acted: executed %v, killed %v, owners shut down %v", ex, k, s)
+		}
+	}
+	destructive := map[string]bool{}
+	km := reflect.ValueOf(DefaultKeyMap())
+	for i := range km.NumField() {
+		d, ok := km.Field(i).Interface().(Destructive)
+		if !ok {
+			continue
+		}
+		name := km.Type().Field(i).Name
+		destructive[d.Help().Key] = true
+		t.Run(name, func(t *testing.T) {
+			f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+			f.keys(keyTab, runes("j")) // alice/default
+			if cmd := f.update(keyOf(d.Keys()[0])); cmd != nil {
+				t.Fatalf("%s ran a command before it was confirmed", name)
+			}
+			prefix, _, _ := strings.Cut(d.Ask, "%s")
+			if !f.asking() {
+				t.Fatalf("%s did not ask first", name)
+			}
+			mustContain(t, f.m.View(), prefix, " y/n")
+			f.update(runes("n"))
+			untouched(t, f)
+		})
+	}
+	if len(destructive) < 3 {
+		t.Fatalf("key map has %d destructive keys, want reset, kill and kill owner", len(destructive))
+	}
+	f0 := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	for _, a := range f0.m.kernels.keys {
+		if destructive[a.key.Help().Key] {
+			continue
+		}
+		f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+		f.keys(keyTab, runes("j"))
+		f.update(keyOf(a.key.Keys()[0]))
+		if f.asking() {
+			t.Errorf("%q (%s) asks, but the key map does not call it destructive", a.key.Keys()[0], a.key.Help().Desc)
+		}
+		untouched(t, f)
+	}
+}
+
+// keyOf is the key message a binding's key name stands for.
+func keyOf(name string) tea.KeyMsg {
+	for _, k := range []tea.KeyMsg{keyTab, keyEnter, keyEsc, {Type: tea.KeyUp}, {Type: tea.KeyDown},
+		{Type: tea.KeyPgUp}, {Type: tea.KeyPgDown}, {Type: tea.KeySpace, Runes: []rune{' '}}} {
+		if k.String() == name {
+			return k
+		}
+	}
+	return runes(name)
 }
