@@ -37,6 +37,17 @@ const (
 	killRetryMax          = 30 * time.Second
 )
 
+// The least cap, idle_exit and per-owner bound the engine takes; the
+// settings table bounds them with these same values.
+const (
+	MinMaxKernels         = 1
+	MinIdleExit           = time.Second
+	MinMaxKernelsPerOwner = 0
+)
+
+// ErrBadLimit is a limit below what the engine takes.
+var ErrBadLimit = errors.New("limit out of range")
+
 // runnerIdleMargin is the slack the runner adds to idle_exit before it exits
 // by itself (runner.py: min(30 s, max(1 s, idle_exit/4))).
 func runnerIdleMargin(idle time.Duration) time.Duration {
@@ -371,8 +382,8 @@ func (e *Engine) CellTimeout() time.Duration { return e.cfg.CellTimeout }
 // SetOwnerQuota changes max_kernels_per_owner (0: no bound); it applies to
 // the next kernel an owner starts.
 func (e *Engine) SetOwnerQuota(n int) error {
-	if n < 0 {
-		return fmt.Errorf("max_kernels_per_owner must be >= 0 (0: no bound), got %d", n)
+	if n < MinMaxKernelsPerOwner {
+		return fmt.Errorf("%w: max_kernels_per_owner must be at least %d (0: no bound), got %d", ErrBadLimit, MinMaxKernelsPerOwner, n)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -400,11 +411,11 @@ func (e *Engine) Limits() (maxKernels int, idleExit time.Duration) {
 // SetLimits changes the cap and/or idle_exit (nil leaves one unchanged) and
 // applies them at once: idle kernels are reaped and the cap enforced now.
 func (e *Engine) SetLimits(maxKernels *int, idleExit *time.Duration) error {
-	if maxKernels != nil && *maxKernels < 1 {
-		return fmt.Errorf("max_kernels must be at least 1, got %d", *maxKernels)
+	if maxKernels != nil && *maxKernels < MinMaxKernels {
+		return fmt.Errorf("%w: max_kernels must be at least %d, got %d", ErrBadLimit, MinMaxKernels, *maxKernels)
 	}
-	if idleExit != nil && *idleExit < time.Second {
-		return fmt.Errorf("idle_exit must be at least 1s, got %v", *idleExit)
+	if idleExit != nil && *idleExit < MinIdleExit {
+		return fmt.Errorf("%w: idle_exit must be at least %v, got %v", ErrBadLimit, MinIdleExit, *idleExit)
 	}
 	e.mu.Lock()
 	if maxKernels != nil {

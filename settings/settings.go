@@ -111,15 +111,15 @@ type Setting struct {
 }
 
 var table = []Setting{
-	{Key: "max_kernels", Flag: "max-kernels", Kind: Count, Min: 1, Max: math.MaxInt32, Example: "4", Live: true,
+	{Key: "max_kernels", Flag: "max-kernels", Kind: Count, Min: engine.MinMaxKernels, Max: math.MaxInt32, Example: "4", Live: true,
 		Help:  "at most `N` kernels at once; beyond that the least recently used idle kernel is killed",
 		field: func(v *Values) any { return &v.MaxKernels }},
-	{Key: "max_kernels_per_owner", Flag: "max-kernels-per-owner", Kind: Count, Min: 0, Max: math.MaxInt32, Zero: "0: no bound",
+	{Key: "max_kernels_per_owner", Flag: "max-kernels-per-owner", Kind: Count, Min: engine.MinMaxKernelsPerOwner, Max: math.MaxInt32, Zero: "0: no bound",
 		Example: "2", Live: true,
 		Help: "at most `N` kernels of one owner; an owner at it gives up its own least recently used idle kernel for a new " +
 			"one; with no bound, an --allow-group member's owner gets a quarter of --max-kernels",
 		field: func(v *Values) any { return &v.MaxKernelsPerOwner }},
-	{Key: "idle_exit", Flag: "idle-exit", Kind: Duration, Min: int64(time.Second), Example: "30m", Live: true,
+	{Key: "idle_exit", Flag: "idle-exit", Kind: Duration, Min: int64(engine.MinIdleExit), Example: "30m", Live: true,
 		Help:  "kill kernels idle for longer than this `DURATION`",
 		field: func(v *Values) any { return &v.IdleExit }},
 	{Key: "cell_timeout", Flag: "cell-timeout", Kind: Duration, Example: "10m",

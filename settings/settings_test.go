@@ -1,11 +1,15 @@
 package settings_test
 
 import (
+	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/settings"
 )
 
@@ -89,6 +93,37 @@ func TestDefaultsAreWrittenAsGiven(t *testing.T) {
 		s, _ := settings.Lookup(key)
 		if got := s.Default(); got != want {
 			t.Errorf("%s: default written %q, want %q", key, got, want)
+		}
+	}
+}
+
+// The settings the limits op changes live are bounded where the engine is:
+// its least accepted value is the table's Min, and one step below is refused.
+func TestLiveBoundsAreTheEngines(t *testing.T) {
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{backends.NewLocal(t.TempDir())}, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close(context.Background(), false) })
+	set := map[string]func(v int64) error{
+		"max_kernels":           func(v int64) error { n := int(v); return eng.SetLimits(&n, nil) },
+		"idle_exit":             func(v int64) error { d := time.Duration(v); return eng.SetLimits(nil, &d) },
+		"max_kernels_per_owner": func(v int64) error { return eng.SetOwnerQuota(int(v)) },
+	}
+	for _, s := range settings.All() {
+		if !s.Live {
+			continue
+		}
+		f, ok := set[s.Key]
+		if !ok {
+			t.Errorf("%s is live, but this test cannot set it on the engine", s.Key)
+			continue
+		}
+		if err := f(s.Min); err != nil {
+			t.Errorf("%s: the engine refuses the table's least value %d: %v", s.Key, s.Min, err)
+		}
+		if err := f(s.Min - 1); !errors.Is(err, engine.ErrBadLimit) {
+			t.Errorf("%s: the engine takes %d, below the table's least value: %v", s.Key, s.Min-1, err)
 		}
 	}
 }
