@@ -106,6 +106,8 @@ type rig struct {
 	clock *fakeClock
 	ev    *recorder
 	cfg   engine.Config
+	// streams is the host's sockets, for a rig made by newStreamRig.
+	streams *fakeenv.StreamEnv
 }
 
 // newRig starts an engine on a healthy fake host with small timeouts, a
@@ -115,9 +117,24 @@ type rig struct {
 func newRig(t *testing.T, mod ...func(*engine.Config)) *rig {
 	t.Helper()
 	env, host := fakeenv.Healthy()
+	return newRigOn(t, env, env, host, mod...)
+}
+
+// newStreamRig is newRig on a host whose runners answer on their sockets
+// too, so cells go by the stream door first.
+func newStreamRig(t *testing.T, mod ...func(*engine.Config)) *rig {
+	t.Helper()
+	se, host := fakeenv.HealthyStreams()
+	r := newRigOn(t, se, se.Env, host, mod...)
+	r.streams = se
+	return r
+}
+
+func newRigOn(t *testing.T, backend backends.Env, env *fakeenv.Env, host *fakeenv.Host, mod ...func(*engine.Config)) *rig {
+	t.Helper()
 	clock := &fakeClock{now: time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)}
 	cfg := engine.Config{
-		Backends:       []backends.Env{env},
+		Backends:       []backends.Env{backend},
 		MaxKernels:     4,
 		IdleExit:       30 * time.Minute,
 		CellTimeout:    5 * time.Second,
@@ -140,6 +157,9 @@ func newRig(t *testing.T, mod ...func(*engine.Config)) *rig {
 		defer cancel()
 		if err := eng.Close(ctx, false); err != nil {
 			t.Errorf("engine close: %v", err)
+		}
+		if se, ok := backend.(*fakeenv.StreamEnv); ok {
+			se.Wait()
 		}
 		for _, ev := range r.ev.all() {
 			if ev.Type == engine.EventMissed {
