@@ -94,7 +94,9 @@ func TestStreamDoorAnswersToolCallsOnTheStream(t *testing.T) {
 // A cell past its timeout is interrupted over the stream and keeps its kernel.
 func TestStreamDoorTimeoutInterrupts(t *testing.T) {
 	r := newStreamRig(t)
-	r.host.OnCell = func(req fakeenv.CellRequest) fakeenv.Outcome { return fakeenv.Outcome{Hang: req.Code == "while True: pass"} }
+	r.host.OnCell = func(req fakeenv.CellRequest) fakeenv.Outcome {
+		return fakeenv.Outcome{Hang: req.Code == "while True: pass"}
+	}
 	first := r.exec(engine.Request{Code: "x = 1"})
 	res := r.exec(engine.Request{Code: "while True: pass", Timeout: 100 * time.Millisecond})
 	if res.Status != "timeout" || res.Kernel.StateLost || !strings.Contains(res.Traceback, "KeyboardInterrupt") {
