@@ -111,19 +111,16 @@ func TestDeathDuringCellIsNotRerun(t *testing.T) {
 func TestExactlyOnceAfterTransportErrors(t *testing.T) {
 	const code = "charge_card()"
 	cases := []struct {
-		name      string
-		fault     func(r *rig) fakeenv.HandlerFunc
-		status    string
-		stateLost bool
-		spawns    int
-		runs      int
+		name  string
+		fault func(r *rig) fakeenv.HandlerFunc
+		want  onceWant
 	}{
 		{"answer lost after publish, retry finds the result", func(r *rig) fakeenv.HandlerFunc {
 			return fakeenv.AnswerLost(r.host.Cell)
-		}, "success", false, 1, 1},
+		}, onceWant{"success", false, 1, 1}},
 		{"request never reached the host, retry publishes", func(r *rig) fakeenv.HandlerFunc {
 			return fakeenv.TransportError("broken pipe")
-		}, "success", false, 1, 1},
+		}, onceWant{"success", false, 1, 1}},
 		{"answer lost, then the kernel dir is gone (KD:GONE)", func(r *rig) fakeenv.HandlerFunc {
 			return func(ctx context.Context, c fakeenv.Call) (backends.Result, error) {
 				a, _ := fakeenv.ParseCell(c.Command)
@@ -131,7 +128,7 @@ func TestExactlyOnceAfterTransportErrors(t *testing.T) {
 				r.host.RemoveDir(a.PID)
 				return backends.Result{}, fakeenv.ErrTransport
 			}
-		}, "error", true, 1, 1},
+		}, onceWant{"error", true, 1, 1}},
 		{"answer lost, then the runner dies (KD:LOST)", func(r *rig) fakeenv.HandlerFunc {
 			return func(ctx context.Context, c fakeenv.Call) (backends.Result, error) {
 				a, _ := fakeenv.ParseCell(c.Command)
@@ -140,33 +137,21 @@ func TestExactlyOnceAfterTransportErrors(t *testing.T) {
 				r.host.Crash(a.PID)
 				return backends.Result{}, fakeenv.ErrTransport
 			}
-		}, "error", true, 1, 1},
+		}, onceWant{"error", true, 1, 1}},
 		{"request never arrived and the runner is dead (KD:DEAD): respawn is safe", func(r *rig) fakeenv.HandlerFunc {
 			return func(ctx context.Context, c fakeenv.Call) (backends.Result, error) {
 				a, _ := fakeenv.ParseCell(c.Command)
 				r.host.Crash(a.PID)
 				return backends.Result{}, fakeenv.ErrTransport
 			}
-		}, "success", true, 2, 1},
+		}, onceWant{"success", true, 2, 1}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t)
 			r.exec(engine.Request{Code: "warm = 1"})
 			r.env.Prepend(fakeenv.On("cell", tc.fault(r)).If(fakeenv.StdinContains(code)).Once())
-			res := r.exec(engine.Request{Code: code})
-			if string(res.Status) != tc.status || res.Kernel.StateLost != tc.stateLost {
-				t.Fatalf("got status %s state_lost %v (%+v), want %s %v", res.Status, res.Kernel.StateLost, *res.Kernel, tc.status, tc.stateLost)
-			}
-			if tc.stateLost && !strings.Contains(res.Kernel.Note, phrase) {
-				t.Fatalf("note %q lacks %q", res.Kernel.Note, phrase)
-			}
-			if n := r.host.Runs(code); n != tc.runs {
-				t.Fatalf("the cell ran %d times on the host, want %d", n, tc.runs)
-			}
-			if n := r.env.Count("spawn"); n != tc.spawns {
-				t.Fatalf("%d spawns, want %d", n, tc.spawns)
-			}
+			r.checkOnce(code, r.exec(engine.Request{Code: code}), tc.want)
 			// Every retry of the cell used the same cell id.
 			ids := map[string]bool{}
 			for _, c := range r.env.CallsOf("cell")[1:] {
@@ -184,6 +169,36 @@ func TestExactlyOnceAfterTransportErrors(t *testing.T) {
 				t.Fatal("no reconnected event after the host answered again")
 			}
 		})
+	}
+}
+
+// onceWant is what a cell hit by a fault comes to: its status, whether its
+// kernel's state was lost, and the spawns and runs of it the host saw.
+type onceWant struct {
+	status    string
+	stateLost bool
+	spawns    int
+	runs      int
+}
+
+// checkOnce checks the result of code, and the host, against w.
+func (r *rig) checkOnce(code string, res *engine.Result, w onceWant) {
+	t := r.t
+	t.Helper()
+	if res.Kernel == nil {
+		t.Fatalf("no kernel in the result: %+v", res)
+	}
+	if string(res.Status) != w.status || res.Kernel.StateLost != w.stateLost {
+		t.Fatalf("got status %s state_lost %v (%+v), want %s %v", res.Status, res.Kernel.StateLost, *res.Kernel, w.status, w.stateLost)
+	}
+	if w.stateLost && !strings.Contains(res.Kernel.Note, phrase) {
+		t.Fatalf("note %q lacks %q", res.Kernel.Note, phrase)
+	}
+	if n := r.host.Runs(code); n != w.runs {
+		t.Fatalf("the cell ran %d times on the host, want %d", n, w.runs)
+	}
+	if n := r.env.Count("spawn"); n != w.spawns {
+		t.Fatalf("%d spawns, want %d", n, w.spawns)
 	}
 }
 

@@ -63,15 +63,7 @@ func TestStreamDoorStreamsOutput(t *testing.T) {
 func TestStreamDoorAnswersToolCallsOnTheStream(t *testing.T) {
 	reg, ran := fakeEchoTools(t)
 	r := newStreamRig(t, fakeToolsAllowed(reg))
-	r.host.OnCell = func(req fakeenv.CellRequest) fakeenv.Outcome {
-		if req.Code != "two_calls()" {
-			return fakeenv.Outcome{}
-		}
-		return fakeenv.Outcome{Stdout: "done\n", Calls: []fakeenv.ToolCall{
-			{Tool: "echo", Args: map[string]int{"x": 1}},
-			{Tool: "echo", Args: map[string]int{"x": 2}},
-		}}
-	}
+	r.host.OnCell = twoEchoCalls
 	tools := []string{"echo"}
 	r.exec(engine.Request{Code: "warm = 1", Tools: tools})
 	before := r.env.Count("cell")
@@ -120,22 +112,19 @@ func TestStreamDoorTimeoutInterrupts(t *testing.T) {
 func TestStreamDoorExactlyOnce(t *testing.T) {
 	const code = "charge_card()"
 	cases := []struct {
-		name      string
-		fault     func(r *rig)
-		status    string
-		stateLost bool
-		spawns    int
-		runs      int
+		name  string
+		fault func(r *rig)
+		want  onceWant
 	}{
 		{"the socket refuses: the Execute door publishes", func(r *rig) { r.streams.Refuse(true) },
-			"success", false, 1, 1},
+			onceWant{"success", false, 1, 1}},
 		{"the stream drops after the runner took the cell: its result is found", func(r *rig) { r.streams.CutAfterCell(true) },
-			"success", false, 1, 1},
+			onceWant{"success", false, 1, 1}},
 		{"the runner dies running the cell", func(r *rig) {
 			r.host.OnCell = func(req fakeenv.CellRequest) fakeenv.Outcome { return fakeenv.Outcome{Crash: req.Code == code} }
-		}, "error", true, 1, 1},
+		}, onceWant{"error", true, 1, 1}},
 		{"the runner dies as the cell reaches its socket: it may have run, so not again", func(r *rig) { r.streams.DieOnCell(true) },
-			"error", true, 1, 0},
+			onceWant{"error", true, 1, 0}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -143,22 +132,7 @@ func TestStreamDoorExactlyOnce(t *testing.T) {
 			r.exec(engine.Request{Code: "warm = 1"})
 			r.exec(engine.Request{Code: "warm = 2"}) // the stream is open
 			tc.fault(r)
-			res := r.exec(engine.Request{Code: code})
-			if res.Kernel == nil {
-				t.Fatalf("no kernel in the result: %+v", res)
-			}
-			if string(res.Status) != tc.status || res.Kernel.StateLost != tc.stateLost {
-				t.Fatalf("got status %s state_lost %v (%+v), want %s %v", res.Status, res.Kernel.StateLost, *res.Kernel, tc.status, tc.stateLost)
-			}
-			if tc.stateLost && !strings.Contains(res.Kernel.Note, phrase) {
-				t.Fatalf("note %q lacks %q", res.Kernel.Note, phrase)
-			}
-			if n := r.host.Runs(code); n != tc.runs {
-				t.Fatalf("the cell ran %d times on the host, want %d", n, tc.runs)
-			}
-			if n := r.env.Count("spawn"); n != tc.spawns {
-				t.Fatalf("%d spawns, want %d", n, tc.spawns)
-			}
+			r.checkOnce(code, r.exec(engine.Request{Code: code}), tc.want)
 			// Every command that carried the cell used the stream's id.
 			ids := map[string]bool{}
 			for _, c := range r.env.CallsOf("cell") {

@@ -71,18 +71,22 @@ func answerLines(t *testing.T, c fakeenv.Call) map[int64]string {
 // the next one carries their answers (ans=1) and goes on waiting. A cell
 // that makes two calls, one after the other, costs exactly two cell
 // commands more than one that makes none.
+// twoEchoCalls: the cell two_calls() calls echo with x = 1, then 2, and
+// prints "done"; other cells do nothing.
+func twoEchoCalls(req fakeenv.CellRequest) fakeenv.Outcome {
+	if req.Code != "two_calls()" {
+		return fakeenv.Outcome{}
+	}
+	return fakeenv.Outcome{Stdout: "done\n", Calls: []fakeenv.ToolCall{
+		{Tool: "echo", Args: map[string]int{"x": 1}},
+		{Tool: "echo", Args: map[string]int{"x": 2}},
+	}}
+}
+
 func TestToolCallsOverExecute(t *testing.T) {
 	reg, ran := fakeEchoTools(t)
 	r := newRig(t, fakeToolsAllowed(reg))
-	r.host.OnCell = func(req fakeenv.CellRequest) fakeenv.Outcome {
-		if req.Code != "two_calls()" {
-			return fakeenv.Outcome{}
-		}
-		return fakeenv.Outcome{Stdout: "done\n", Calls: []fakeenv.ToolCall{
-			{Tool: "echo", Args: map[string]int{"x": 1}},
-			{Tool: "echo", Args: map[string]int{"x": 2}},
-		}}
-	}
+	r.host.OnCell = twoEchoCalls
 	tools := []string{"echo"}
 	r.exec(engine.Request{Code: "warm = 1", Tools: tools})
 	if n := r.env.Count("cell"); n != 1 {
