@@ -250,7 +250,45 @@ func (s Setting) FileExample() string {
 // ParseText reads a value as a flag gives it. The error says why it is
 // invalid, the rule and an example.
 func (s Setting) ParseText(text string) (any, error) {
-	bad := func(why string) error { return s.Invalid("--"+s.Flag+" "+text, why, s.FlagExample()) }
+	return s.parse(text, false, func(why string) error { return s.Invalid("--"+s.Flag+" "+text, why, s.FlagExample()) })
+}
+
+// ParseFile reads a value as the TOML decoder gives it (int64, string,
+// bool). where names the file for the error.
+func (s Setting) ParseFile(where string, v any) (any, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("%s: %w", where, s.Invalid(s.Key+" = "+TOMLValue(v), why, s.FileExample()))
+	}
+	var text string
+	ok := false
+	switch s.Kind {
+	case Count, Megabytes:
+		var n int64
+		n, ok = v.(int64)
+		text = strconv.FormatInt(n, 10)
+	case Duration:
+		if text, ok = v.(string); !ok {
+			return nil, bad("a duration is a quoted duration string with a unit")
+		}
+	case Size:
+		if text, ok = v.(string); !ok {
+			return nil, bad("a size is a quoted string with a unit")
+		}
+	default:
+		var b bool
+		b, ok = v.(bool)
+		text = strconv.FormatBool(b)
+	}
+	if !ok {
+		return nil, bad("")
+	}
+	return s.parse(text, true, bad)
+}
+
+// parse reads text as the setting's kind and holds it to its bounds;
+// quoted: the source writes strings in quotes (a file), so the examples
+// in errors do too.
+func (s Setting) parse(text string, quoted bool, bad func(why string) error) (any, error) {
 	switch s.Kind {
 	case Count, Megabytes:
 		n, err := strconv.ParseInt(strings.TrimSpace(text), 10, 64)
@@ -261,7 +299,11 @@ func (s Setting) ParseText(text string) (any, error) {
 	case Duration:
 		d, err := time.ParseDuration(text)
 		if err != nil {
-			return nil, bad("not a Go duration (units s, m, h: 90s, 1h30m)")
+			units := "90s, 1h30m"
+			if quoted {
+				units = `"90s", "1h30m"`
+			}
+			return nil, bad(fmt.Sprintf("%q is not a Go duration (units s, m, h: %s)", text, units))
 		}
 		return s.check(d, bad)
 	case Size:
@@ -273,49 +315,6 @@ func (s Setting) ParseText(text string) (any, error) {
 	default:
 		b, err := strconv.ParseBool(text)
 		if err != nil {
-			return nil, bad("")
-		}
-		return b, nil
-	}
-}
-
-// ParseFile reads a value as the TOML decoder gives it (int64, string,
-// bool). where names the file for the error.
-func (s Setting) ParseFile(where string, v any) (any, error) {
-	given := TOMLValue(v)
-	bad := func(why string) error {
-		return fmt.Errorf("%s: %w", where, s.Invalid(s.Key+" = "+given, why, s.FileExample()))
-	}
-	switch s.Kind {
-	case Count, Megabytes:
-		n, ok := v.(int64)
-		if !ok {
-			return nil, bad("")
-		}
-		return s.check(n, bad)
-	case Duration:
-		text, ok := v.(string)
-		if !ok {
-			return nil, bad("a duration is a quoted duration string with a unit")
-		}
-		d, err := time.ParseDuration(text)
-		if err != nil {
-			return nil, bad(fmt.Sprintf("%q is not a Go duration (units s, m, h: \"90s\", \"1h30m\")", text))
-		}
-		return s.check(d, bad)
-	case Size:
-		text, ok := v.(string)
-		if !ok {
-			return nil, bad("a size is a quoted string with a unit")
-		}
-		n, err := bytesize.Parse(text)
-		if err != nil {
-			return nil, bad("")
-		}
-		return s.check(n, bad)
-	default:
-		b, ok := v.(bool)
-		if !ok {
 			return nil, bad("")
 		}
 		return b, nil
