@@ -102,15 +102,10 @@ func (c *headlessCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	} else if connects {
 		return c.bridge(std)
 	}
-	s, code, ok := r.settings()
+	eng, code, ok := r.ownEngine(context.Background())
 	if !ok {
 		return code
 	}
-	eng, code, ok := r.openEngine(s)
-	if !ok {
-		return code
-	}
-	eng.takeKept(context.Background())
 
 	// A reader that goes away must not kill us with SIGPIPE before the
 	// kernels are killed: the write fails instead and Serve returns.

@@ -98,6 +98,20 @@ func (r *modeRun) openEngine(s *resolved) (le *localEngine, code int, ok bool) {
 	return &localEngine{Engine: eng, run: r, settings: s, cleanup: cleanup}, exitOK, true
 }
 
+// ownEngine is the start of a mode that runs at once on an engine of its
+// own: its settings, the engine, and the kept kernels taken over. The
+// settings are le.settings.
+func (r *modeRun) ownEngine(ctx context.Context) (le *localEngine, code int, ok bool) {
+	s, code, ok := r.settings()
+	if !ok {
+		return nil, code, false
+	}
+	if le, code, ok = r.openEngine(s); ok {
+		le.takeKept(ctx)
+	}
+	return le, code, ok
+}
+
 // takeKept takes over the kernels an earlier run left running, when this
 // run was asked to (--keep-kernels, --adopt), and says what it did.
 func (le *localEngine) takeKept(ctx context.Context) {

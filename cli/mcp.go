@@ -140,15 +140,10 @@ func (c *mcpCmd) run(args []string, std stdio, help func(io.Writer)) int {
 		}
 		eng, opts.Events, closeEng = cl, cl.Events(), cl.Close
 	} else {
-		s, code, ok := r.settings()
+		le, code, ok := r.ownEngine(ctx)
 		if !ok {
 			return code
 		}
-		le, code, ok := r.openEngine(s)
-		if !ok {
-			return code
-		}
-		le.takeKept(ctx)
 		sub := le.SubscribeWith(engine.SubscribeOptions{Buffer: 1024})
 		eng, opts.Events = le.Engine, sub.C
 		closeEng = func() error {

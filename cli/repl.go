@@ -169,16 +169,12 @@ func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if c.connected {
 		return c.runConnected(std)
 	}
-	s, code, ok := r.settings()
+	eng, code, ok := r.ownEngine(context.Background())
 	if !ok {
 		return code
 	}
+	s := eng.settings
 	uri := s.backendURIs[0]
-	eng, code, ok := r.openEngine(s)
-	if !ok {
-		return code
-	}
-	eng.takeKept(context.Background())
 
 	// ctrl+c goes to the REPL, never to the default handler: it interrupts
 	// a cell or clears the block being typed.
