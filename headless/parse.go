@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
@@ -95,13 +96,13 @@ func (s *server) parse(line []byte) (*request, json.RawMessage, error) {
 	if msg == nil {
 		return fail(fmt.Errorf("unknown op %q; use one of %s", name, opList()))
 	}
-	known := wire.Fields(msg)
+	sh := shapes()[r.op]
 	for k := range m {
-		if !slices.Contains(known, k) {
-			return fail(fmt.Errorf("unknown field %.80q in %s; its fields are: %s", k, r.op, strings.Join(known, ", ")))
+		if !slices.Contains(sh.known, k) {
+			return fail(fmt.Errorf("unknown field %.80q in %s; its fields are: %s", k, r.op, strings.Join(sh.known, ", ")))
 		}
 	}
-	if err := f.check(msg); err != nil {
+	if err := f.check(sh.checks); err != nil {
 		return fail(err)
 	}
 	if err := json.Unmarshal(line, msg); err != nil {
@@ -244,39 +245,68 @@ func parseSubscribe(msg *wire.Subscribe, r *request) error {
 	return nil
 }
 
-// check validates the JSON type of each field of f that msg, a request
-// struct, has, by the Go type of that field, so that decoding it cannot
-// fail; a whole-number field takes only whole numbers of 32 bits.
-func (f fields) check(msg any) error {
-	t := reflect.TypeOf(msg).Elem()
-	for i := range t.NumField() {
-		sf := t.Field(i)
-		if sf.Anonymous {
-			continue // the head: id and op are read already
+// shape is what parse needs of one op's request type, worked out once.
+type shape struct {
+	known  []string     // every field, for the unknown-field error
+	checks []fieldCheck // the fields past the head, by their Go kind
+}
+
+// fieldCheck is one field to check: its JSON name and the kind of its Go
+// type (a pointer's element).
+type fieldCheck struct {
+	name string
+	kind reflect.Kind
+}
+
+// shapes is the shape of every op, made on first use and only read after.
+var shapes = sync.OnceValue(func() map[wire.Op]shape {
+	out := map[wire.Op]shape{}
+	for _, op := range wire.Ops() {
+		msg := wire.NewRequest(op)
+		sh := shape{known: wire.Fields(msg)}
+		t := reflect.TypeOf(msg).Elem()
+		for sf := range t.Fields() {
+			if sf.Anonymous {
+				continue // the head: id and op are read already
+			}
+			name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+			ft := sf.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			switch ft.Kind() {
+			case reflect.String, reflect.Bool, reflect.Slice, reflect.Float64, reflect.Int:
+			default:
+				panic(fmt.Sprintf("headless: field %q of %s has a type the protocol does not read", name, t.Name()))
+			}
+			sh.checks = append(sh.checks, fieldCheck{name: name, kind: ft.Kind()})
 		}
-		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
-		ft := sf.Type
-		if ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
+		out[op] = sh
+	}
+	return out
+})
+
+// check validates the JSON type of each field of f that the request type
+// has, by its Go type, so that decoding it cannot fail; a whole-number
+// field takes only whole numbers of 32 bits.
+func (f fields) check(checks []fieldCheck) error {
+	for _, c := range checks {
 		var err error
-		switch ft.Kind() {
+		switch c.kind {
 		case reflect.String:
-			_, _, err = f.str(name)
+			_, _, err = f.str(c.name)
 		case reflect.Bool:
-			_, err = f.boolean(name)
+			_, err = f.boolean(c.name)
 		case reflect.Slice:
-			_, err = f.strs(name)
+			_, err = f.strs(c.name)
 		case reflect.Float64:
-			_, _, err = f.number(name)
+			_, _, err = f.number(c.name)
 		case reflect.Int:
 			var n float64
 			var ok bool
-			if n, ok, err = f.number(name); err == nil && ok && (n != math.Trunc(n) || math.Abs(n) > math.MaxInt32) {
-				err = fmt.Errorf("%q must be a whole number, got %g", name, n)
+			if n, ok, err = f.number(c.name); err == nil && ok && (n != math.Trunc(n) || math.Abs(n) > math.MaxInt32) {
+				err = fmt.Errorf("%q must be a whole number, got %g", c.name, n)
 			}
-		default:
-			err = fmt.Errorf("field %q of %s has a type the protocol does not read", name, t.Name())
 		}
 		if err != nil {
 			return err

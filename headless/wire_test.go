@@ -93,3 +93,15 @@ func TestLimitsTakeTheLiveSettings(t *testing.T) {
 		t.Errorf("the limits op takes %v; the live settings are %v", fields, live)
 	}
 }
+
+// BenchmarkParseExecute reads a typical execute line.
+func BenchmarkParseExecute(b *testing.B) {
+	line := []byte(`{"id":"42","op":"execute","owner":"agent-7","task":"etl","code":"df = load()\nprint(len(df))","timeout":30,"tools":["read_file"],"stream":true}`)
+	s := &server{}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := s.parse(line); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
