@@ -238,39 +238,8 @@ func TestREADMENamesTheFieldsOfEveryLine(t *testing.T) {
 			if err != nil || op == "" {
 				continue // a display's shape or an example value, not a line
 			}
-			var typ reflect.Type
-			switch op {
-			case wire.OpOK:
-				switch {
-				case slices.Contains(rowOps, wire.OpSubscribe):
-					typ = reflect.TypeFor[wire.Subscribed]()
-				case slices.Contains(rowOps, wire.OpShutdownAll):
-					typ = reflect.TypeFor[wire.Killed]()
-				default:
-					typ = reflect.TypeFor[wire.OK]()
-				}
-			case wire.OpResult:
-				typ = reflect.TypeFor[wire.Result]()
-			case wire.OpStarted:
-				typ = reflect.TypeFor[wire.Started]()
-			case wire.OpOutput:
-				typ = reflect.TypeFor[wire.Output]()
-				if _, ok := doc["display"]; ok {
-					typ = reflect.TypeFor[wire.DisplayOutput]()
-				}
-			case wire.OpKernels:
-				typ = reflect.TypeFor[wire.Kernels]()
-			case wire.OpHello:
-				typ = reflect.TypeFor[wire.Hello]()
-			case wire.OpCells:
-				typ = reflect.TypeFor[wire.Cells]()
-			case wire.OpError:
-				typ = reflect.TypeFor[wire.Error]()
-			case wire.OpGoodbye:
-				typ = reflect.TypeFor[wire.Goodbye]()
-			case wire.OpEvent:
-				typ = reflect.TypeFor[wire.Event]()
-			default:
+			typ := answerType(op, rowOps, doc)
+			if typ == nil {
 				t.Errorf("README answer %s: no line of the protocol has op %q", src, op)
 				continue
 			}
@@ -283,14 +252,45 @@ func TestREADMENamesTheFieldsOfEveryLine(t *testing.T) {
 			t.Errorf("the README's table has no request %s", op)
 		}
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[wire.OK](), reflect.TypeFor[wire.Killed](), reflect.TypeFor[wire.Subscribed](),
-		reflect.TypeFor[wire.Result](), reflect.TypeFor[wire.Started](), reflect.TypeFor[wire.Output](),
-		reflect.TypeFor[wire.DisplayOutput](), reflect.TypeFor[wire.Kernels](), reflect.TypeFor[wire.Hello](),
-		reflect.TypeFor[wire.Cells](), reflect.TypeFor[wire.Error](), reflect.TypeFor[wire.Goodbye](), reflect.TypeFor[wire.Event]()} {
-		if !answers[typ] {
-			t.Errorf("the README's table shows no line of wire.%s", typ.Name())
+	for _, l := range answerLines {
+		if !answers[l.typ] {
+			t.Errorf("the README's table shows no line of wire.%s", l.typ.Name())
 		}
 	}
+}
+
+// answerLines is each line the server writes: its op and type, and, where
+// one op has several types, which one a README row shows (by the row's
+// requests and the line's fields). The first that fits is it.
+var answerLines = []struct {
+	op   wire.Op
+	typ  reflect.Type
+	when func(rowOps []wire.Op, doc shape) bool
+}{
+	{wire.OpOK, reflect.TypeFor[wire.Subscribed](), func(ops []wire.Op, _ shape) bool { return slices.Contains(ops, wire.OpSubscribe) }},
+	{wire.OpOK, reflect.TypeFor[wire.Killed](), func(ops []wire.Op, _ shape) bool { return slices.Contains(ops, wire.OpShutdownAll) }},
+	{wire.OpOK, reflect.TypeFor[wire.OK](), nil},
+	{wire.OpResult, reflect.TypeFor[wire.Result](), nil},
+	{wire.OpStarted, reflect.TypeFor[wire.Started](), nil},
+	{wire.OpOutput, reflect.TypeFor[wire.DisplayOutput](), func(_ []wire.Op, doc shape) bool { _, ok := doc["display"]; return ok }},
+	{wire.OpOutput, reflect.TypeFor[wire.Output](), nil},
+	{wire.OpKernels, reflect.TypeFor[wire.Kernels](), nil},
+	{wire.OpHello, reflect.TypeFor[wire.Hello](), nil},
+	{wire.OpCells, reflect.TypeFor[wire.Cells](), nil},
+	{wire.OpError, reflect.TypeFor[wire.Error](), nil},
+	{wire.OpGoodbye, reflect.TypeFor[wire.Goodbye](), nil},
+	{wire.OpEvent, reflect.TypeFor[wire.Event](), nil},
+}
+
+// answerType is the type of the answer line with op that a README row
+// shows, or nil when the protocol has no such line.
+func answerType(op wire.Op, rowOps []wire.Op, doc shape) reflect.Type {
+	for _, l := range answerLines {
+		if l.op == op && (l.when == nil || l.when(rowOps, doc)) {
+			return l.typ
+		}
+	}
+	return nil
 }
 
 // spans returns the code spans of a Markdown table cell that hold a line
