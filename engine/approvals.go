@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/hosttools"
@@ -131,6 +132,70 @@ type pendingApproval struct {
 	decided chan Decision // buffered 1
 }
 
+// approvalDesk holds the tool calls waiting for the operator and the
+// (owner, tool) pairs approved "always"; its lock is its own, so a call
+// waiting for an answer never touches the registry's.
+type approvalDesk struct {
+	mu      sync.Mutex
+	pending map[string]*pendingApproval // by request id
+	grants  map[grant]bool
+}
+
+// grant is an (owner, tool) pair approved for every call.
+type grant struct{ owner, tool string }
+
+func newApprovalDesk() *approvalDesk {
+	return &approvalDesk{pending: map[string]*pendingApproval{}, grants: map[grant]bool{}}
+}
+
+func (d *approvalDesk) granted(owner, tool string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.grants[grant{owner, tool}]
+}
+
+func (d *approvalDesk) allow(owner, tool string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.grants[grant{owner, tool}] = true
+}
+
+// open files p until the returned close is called.
+func (d *approvalDesk) open(p *pendingApproval) (close func()) {
+	d.mu.Lock()
+	d.pending[p.req.ID] = p
+	d.mu.Unlock()
+	return func() {
+		d.mu.Lock()
+		delete(d.pending, p.req.ID)
+		d.mu.Unlock()
+	}
+}
+
+func (d *approvalDesk) find(id string) (*pendingApproval, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p, ok := d.pending[id]
+	return p, ok
+}
+
+// list returns the waiting requests, oldest first.
+func (d *approvalDesk) list() []ApprovalRequest {
+	d.mu.Lock()
+	out := make([]ApprovalRequest, 0, len(d.pending))
+	for _, p := range d.pending {
+		out = append(out, p.req)
+	}
+	d.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Since.Equal(out[j].Since) {
+			return out[i].Since.Before(out[j].Since)
+		}
+		return strings.Compare(out[i].ID, out[j].ID) < 0
+	})
+	return out
+}
+
 // maxEventArgs bounds the arguments shown in an approval request.
 const maxEventArgs = 4096
 
@@ -156,10 +221,9 @@ var errDenied = errors.New("denied")
 func (e *Engine) authorize(ctx context.Context, k *Kernel, tool string, args hosttools.Args) error {
 	owner := k.key.Owner
 	e.mu.Lock()
-	granted := e.grants[owner+"\x00"+tool]
 	kernelID, cell := k.id, k.runningCell
 	e.mu.Unlock()
-	if granted {
+	if e.approvals.granted(owner, tool) {
 		return nil
 	}
 	switch e.cfg.Approvals.For(owner, tool) {
@@ -179,14 +243,7 @@ func (e *Engine) authorize(ctx context.Context, k *Kernel, tool string, args hos
 		req:     ApprovalRequest{ID: "a" + randomHex(6), Kernel: kernelID, Owner: owner, Tool: tool, Args: shown, Since: e.cfg.Now()},
 		decided: make(chan Decision, 1),
 	}
-	e.mu.Lock()
-	e.approvals[p.req.ID] = p
-	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		delete(e.approvals, p.req.ID)
-		e.mu.Unlock()
-	}()
+	defer e.approvals.open(p)()
 	e.emit(Event{Type: EventApprovalRequest, Kernel: kernelID, Owner: owner, Key: k.key.String(), Cell: cell,
 		Request: p.req.ID, Tool: tool, Args: shown, Until: p.req.Since.Add(e.cfg.ApprovalTimeout),
 		Detail: fmt.Sprintf("%s wants to call %s", owner, tool)})
@@ -203,9 +260,7 @@ func (e *Engine) authorize(ctx context.Context, k *Kernel, tool string, args hos
 			decided(d, "approved once by the operator")
 			return nil
 		case ApproveAlways:
-			e.mu.Lock()
-			e.grants[owner+"\x00"+tool] = true
-			e.mu.Unlock()
+			e.approvals.allow(owner, tool)
 			decided(d, fmt.Sprintf("approved by the operator for every %s call of owner %s", tool, owner))
 			return nil
 		default:
@@ -228,9 +283,7 @@ func (e *Engine) Approve(requestID string, d Decision) error {
 	default:
 		return fmt.Errorf("decision %q is invalid: use once, always or deny", d)
 	}
-	e.mu.Lock()
-	p, ok := e.approvals[requestID]
-	e.mu.Unlock()
+	p, ok := e.approvals.find(requestID)
 	if !ok {
 		return fmt.Errorf("%w %q (it may have been answered or timed out)", ErrUnknownApproval, requestID)
 	}
@@ -243,18 +296,4 @@ func (e *Engine) Approve(requestID string, d Decision) error {
 }
 
 // PendingApprovals lists the tool calls waiting for the operator, oldest first.
-func (e *Engine) PendingApprovals() []ApprovalRequest {
-	e.mu.Lock()
-	out := make([]ApprovalRequest, 0, len(e.approvals))
-	for _, p := range e.approvals {
-		out = append(out, p.req)
-	}
-	e.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].Since.Equal(out[j].Since) {
-			return out[i].Since.Before(out[j].Since)
-		}
-		return strings.Compare(out[i].ID, out[j].ID) < 0
-	})
-	return out
-}
+func (e *Engine) PendingApprovals() []ApprovalRequest { return e.approvals.list() }

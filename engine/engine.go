@@ -159,10 +159,9 @@ type Engine struct {
 	// error, e.g. no free ssh session within killTimeout), by kernel id. The
 	// sweep retries them and ShutdownAll kills them with the rest.
 	unkilled map[string]*pendingKill
-	// approvals are the tool calls waiting for the operator, by request id;
-	// grants are (owner, tool) pairs the operator approved "always".
-	approvals map[string]*pendingApproval
-	grants    map[string]bool
+	// approvals are the tool calls waiting for the operator, and the
+	// grants they made (a lock of their own).
+	approvals *approvalDesk
 	// spareSets are the spare runners of each backend (Config.SpareKernels).
 	spareSets map[string]*spareBackend
 
@@ -216,8 +215,7 @@ func New(cfg Config) (*Engine, error) {
 		noUserNS:   map[string]bool{},
 		lost:       map[Key]string{},
 		unkilled:   map[string]*pendingKill{},
-		approvals:  map[string]*pendingApproval{},
-		grants:     map[string]bool{},
+		approvals:  newApprovalDesk(),
 		spareSets:  map[string]*spareBackend{},
 		max:        cfg.MaxKernels,
 		perOwner:   cfg.MaxKernelsPerOwner,
