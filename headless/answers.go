@@ -180,6 +180,7 @@ func listingVersion(maxKernels int, idleExit time.Duration, spares int, infos []
 	num(int64(maxKernels))
 	num(int64(idleExit))
 	num(int64(spares))
+	h.Write(b)
 	for _, k := range infos {
 		b = b[:0]
 		for _, s := range []string{k.ID, k.Owner, k.Task, k.Backend, k.Child, k.Dir, string(k.State), k.RunningCell, k.Confinement} {
