@@ -181,6 +181,9 @@ func expectStatus(t *testing.T, res *engine.Result, want string) {
 // Lifecycle runs the lifecycle suite; newEnv returns a fresh backend for one
 // subtest.
 func Lifecycle(t *testing.T, newEnv func(t *testing.T) backends.Env) {
+	// A runner nobody will reap is left first and looked at last, so that
+	// its idle_exit passes while the other subtests run.
+	forgotten := forgetARunner(t, newEnv(t))
 	t.Run("StatePersistsAndCountGrows", func(t *testing.T) {
 		h := New(t, newEnv(t), nil)
 		first := h.Run("a", "x = 40", 0)
@@ -631,26 +634,44 @@ func Lifecycle(t *testing.T, newEnv func(t *testing.T) backends.Env) {
 	})
 
 	t.Run("RunnerExitsByItselfWhenForgotten", func(t *testing.T) {
-		// Long enough for Close and the look at the host after it to
-		// happen before the runner's own reap, on a loaded host too (a
-		// second was not, with the suites in parallel and ssh as root).
-		h := New(t, newEnv(t), func(c *engine.Config) { c.IdleExit = 6 * time.Second })
-		res := h.Run("a", "1", 0)
-		// Close keeping kernels: nobody will reap this one, so the runner must.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := h.Eng.Close(ctx, true); err != nil {
-			t.Fatal(err)
-		}
-		if !h.Alive(res.Kernel.PID) {
-			t.Fatal("kept kernel was killed by Close(keep)")
-		}
-		h.WaitFor("runner to exit by itself", 30*time.Second, func() bool { return !h.Alive(res.Kernel.PID) })
+		// Left at the start, the runner has had its idle_exit while the
+		// subtests above ran: its own reap is looked at now.
+		h := forgotten.h
+		h.T = t
+		h.WaitFor("runner to exit by itself", 30*time.Second, func() bool { return !h.Alive(forgotten.pid) })
 		// Its watcher removes the dir the moment the runner is gone.
 		h.WaitFor("the runner's dir to go", 5*time.Second, func() bool {
-			return strings.TrimSpace(h.Host("ls -d "+res.Kernel.Dir+" 2>/dev/null; true")) == ""
+			return strings.TrimSpace(h.Host("ls -d "+forgotten.dir+" 2>/dev/null; true")) == ""
 		})
 	})
+}
+
+// forgottenRunner is a kernel whose engine closed keeping it, so that
+// nobody but the runner itself will reap it.
+type forgottenRunner struct {
+	h   *Harness
+	pid int
+	dir string
+}
+
+// forgetARunner starts a kernel on env with a short idle_exit and closes its
+// engine keeping it.
+func forgetARunner(t *testing.T, env backends.Env) forgottenRunner {
+	t.Helper()
+	// Long enough for Close and the look at the host after it to happen
+	// before the runner's own reap, on a loaded host too (a second was
+	// not, with the suites in parallel and ssh as root).
+	h := New(t, env, func(c *engine.Config) { c.IdleExit = 6 * time.Second })
+	res := h.Run("a", "1", 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := h.Eng.Close(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if !h.Alive(res.Kernel.PID) {
+		t.Fatal("kept kernel was killed by Close(keep)")
+	}
+	return forgottenRunner{h: h, pid: res.Kernel.PID, dir: res.Kernel.Dir}
 }
 
 // StreamsOutput checks that output reaches OnOutput while the cell runs,
