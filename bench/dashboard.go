@@ -67,21 +67,17 @@ func dashboardPhase(ctx context.Context, cfg config, env *setupEnv, res *results
 	s.Keys("BTab")
 	s.WaitScreen("the editor focused", 30*time.Second, editorFocused)
 	pid := s.PID()
-	window := 10 * time.Second
-	if cfg.Quick {
-		window = 3 * time.Second
-	}
 	cpu := func() (float64, error) {
 		// The first frames, the replayed history, a cell's start: let them pass.
 		select {
-		case <-time.After(2 * time.Second):
+		case <-time.After(cfg.CPUSettle):
 		case <-ctx.Done():
 		}
 		p0, ok := readProcStat(pid)
 		c0 := threadsCPU(pid)
 		start := time.Now()
 		select {
-		case <-time.After(window):
+		case <-time.After(cfg.CPUWindow):
 		case <-ctx.Done():
 		}
 		c1 := threadsCPU(pid)

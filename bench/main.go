@@ -30,27 +30,30 @@ import (
 
 // config is one run's shape.
 type config struct {
-	Quick       bool
-	Rounds      int // repetitions of every measurement
-	Warmup      int // unmeasured warm cells per subject before the first round
-	Warm        int // warm cells per subject per round
-	Blocks      int // warm cells run in this many interleaved blocks
-	Cold        int // cold starts per subject per round
-	HeavyFloor  int // ssh execs per round for the heavy-rc floor (each costs the rc)
-	ToolCells   int // cells of 100 tool calls per backend per round
-	Owners      int // owners running cells at once on one ssh host
-	OwnerCells  int // warm cells per owner per round in the concurrent burst
-	Kernels     int // registered kernels for the engine overhead figures
-	ScaleCells  int // warm cell pairs (with and without the kernels) per round
-	Views       int // dashboard View() calls per round
-	SkipSSH     bool
-	SkipDocker  bool
-	SkipJupyter bool
-	NoInstall   bool
-	Python      string // interpreter for the local runners and the Jupyter kernel
-	Date        string // printed in the header (default: today)
-	Phases      string // comma-separated phases to run (default all)
-	Raw         string // file to write every per-round value to, as JSON
+	Quick      bool
+	Rounds     int // repetitions of every measurement
+	Warmup     int // unmeasured warm cells per subject before the first round
+	Warm       int // warm cells per subject per round
+	Blocks     int // warm cells run in this many interleaved blocks
+	Cold       int // cold starts per subject per round
+	HeavyFloor int // ssh execs per round for the heavy-rc floor (each costs the rc)
+	ToolCells  int // cells of 100 tool calls per backend per round
+	Owners     int // owners running cells at once on one ssh host
+	OwnerCells int // warm cells per owner per round in the concurrent burst
+	Kernels    int // registered kernels for the engine overhead figures
+	ScaleCells int // warm cell pairs (with and without the kernels) per round
+	Views      int // dashboard View() calls per round
+	// CPUSettle is the wait before a CPU window, for one-off work (the
+	// replayed history, the first frames) to pass; CPUWindow, its length.
+	CPUSettle, CPUWindow time.Duration
+	SkipSSH              bool
+	SkipDocker           bool
+	SkipJupyter          bool
+	NoInstall            bool
+	Python               string // interpreter for the local runners and the Jupyter kernel
+	Date                 string // printed in the header (default: today)
+	Phases               string // comma-separated phases to run (default all)
+	Raw                  string // file to write every per-round value to, as JSON
 }
 
 // phaseNames are the phases, in run order.
@@ -58,12 +61,12 @@ var phaseNames = []string{"latency", "tools", "displays", "rss", "owners", "scal
 
 func fullConfig() config {
 	return config{Rounds: 7, Warmup: 20, Warm: 200, Blocks: 8, Cold: 3, HeavyFloor: 16, ToolCells: 3, Owners: 50, OwnerCells: 10,
-		Kernels: 10_000, ScaleCells: 200, Views: 20, Python: "/usr/bin/python3"}
+		Kernels: 10_000, ScaleCells: 200, Views: 20, CPUSettle: 2 * time.Second, CPUWindow: 10 * time.Second, Python: "/usr/bin/python3"}
 }
 
 func quickConfig() config {
 	return config{Quick: true, Rounds: 2, Warmup: 5, Warm: 20, Blocks: 2, Cold: 1, HeavyFloor: 2, ToolCells: 1, Owners: 50, OwnerCells: 2,
-		Kernels: 1_000, ScaleCells: 20, Views: 3, Python: "/usr/bin/python3"}
+		Kernels: 1_000, ScaleCells: 20, Views: 3, CPUSettle: time.Second, CPUWindow: time.Second, Python: "/usr/bin/python3"}
 }
 
 func main() {

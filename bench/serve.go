@@ -306,20 +306,16 @@ func dashboardCost(ctx context.Context, t *tb, cfg config, res *results, log io.
 		attached = nil
 	}
 	t.Cleanup(detachAll)
-	window := 10 * time.Second
-	if cfg.Quick {
-		window = 3 * time.Second
-	}
 	cpu := func() float64 {
 		// A dashboard that attaches first gets the last hour replayed (the
 		// kernels' registration here): a one-off, let it pass.
 		select {
-		case <-time.After(2 * time.Second):
+		case <-time.After(cfg.CPUSettle):
 		case <-ctx.Done():
 		}
 		start, c0 := time.Now(), cpuSeconds()
 		select {
-		case <-time.After(window):
+		case <-time.After(cfg.CPUWindow):
 		case <-ctx.Done():
 		}
 		return 100 * (cpuSeconds() - c0) / time.Since(start).Seconds()
