@@ -106,34 +106,44 @@ type streamCell struct {
 	stream bool // send its stdout as an output frame before the result
 }
 
+// runnerSide is the runner's end of one stream.
+type runnerSide struct {
+	s     *StreamEnv
+	k     *Kernel
+	c     net.Conn
+	br    *bufio.Reader
+	taken []*streamCell
+	watch string // a cell watched before it came
+}
+
+// frame is one line the engine sends a runner.
+type frame struct {
+	Op, ID, Code string
+	Stream       bool
+	Timeout      float64
+	Seq          int64
+	Result       json.RawMessage
+}
+
+func (r *runnerSide) send(v any) error {
+	line, _ := json.Marshal(v)
+	_, err := r.c.Write(append(line, '\n'))
+	return err
+}
+
 // serve is the runner's side of one stream: the handshake, then frames
 // until either side ends it or the runner dies.
 func (s *StreamEnv) serve(k *Kernel, c net.Conn) {
 	defer c.Close()
-	h := s.h
-	send := func(v any) error {
-		line, _ := json.Marshal(v)
-		_, err := c.Write(append(line, '\n'))
-		return err
-	}
-	br := bufio.NewReader(c)
-	nonce := kernelauth.NewNonce()
-	if send(map[string]string{"op": "hello", "nonce": nonce}) != nil {
-		return
-	}
-	var auth struct{ Op, MAC, Nonce string }
-	line, err := br.ReadBytes('\n')
-	if err != nil || json.Unmarshal(line, &auth) != nil || auth.Op != "auth" || !kernelauth.Valid(k.Token, auth.MAC, kernelauth.Engine, nonce) {
-		return // the runner drops a peer that cannot prove the secret
-	}
-	if send(map[string]string{"op": "auth_ok", "mac": kernelauth.MAC(k.Token, kernelauth.Runner, auth.Nonce)}) != nil {
+	r := &runnerSide{s: s, k: k, c: c, br: bufio.NewReader(c)}
+	if !r.handshake() {
 		return
 	}
 	lines := make(chan []byte)
 	go func() {
 		defer close(lines)
 		for {
-			l, err := br.ReadBytes('\n')
+			l, err := r.br.ReadBytes('\n')
 			if err != nil {
 				return
 			}
@@ -145,101 +155,125 @@ func (s *StreamEnv) serve(k *Kernel, c net.Conn) {
 		for range lines { // let the reader end
 		}
 	}()
-	var taken []*streamCell
-	watch := ""
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
-		var frames []any
-		drop := false
+		var out []any
 		select {
 		case l, ok := <-lines:
 			if !ok {
 				return
 			}
-			var m struct {
-				Op, ID, Code string
-				Stream       bool
-				Timeout      float64
-				Seq          int64
-				Result       json.RawMessage
-			}
-			if json.Unmarshal(l, &m) != nil {
-				frames = append(frames, map[string]string{"op": "error", "error": "bad frame"})
+			var f frame
+			if json.Unmarshal(l, &f) != nil {
+				out = append(out, map[string]string{"op": "error", "error": "bad frame"})
 				break
 			}
-			h.mu.Lock()
-			switch m.Op {
-			case "cell":
-				s.mu.Lock()
-				die := s.die
-				s.mu.Unlock()
-				if !k.Alive || die {
-					k.Alive = false
-					drop = true
-					break
-				}
-				cs := h.cells[cellKey(k.Dir, m.ID)]
-				if cs == nil {
-					cs = h.publishLocked(k, CellRequest{ID: m.ID, Code: m.Code, Timeout: m.Timeout, Kernel: k.ID, PID: k.PID,
-						Dir: k.Dir, Transient: k.Transient})
-				}
-				taken = append(taken, &streamCell{cs: cs, stream: m.Stream || watch == m.ID})
-				s.mu.Lock()
-				s.cells++
-				drop = s.cut
-				s.mu.Unlock()
-			case "watch":
-				watch = m.ID
-				for _, t := range taken {
-					t.stream = t.stream || t.cs.rec.ID == m.ID
-				}
-			case "interrupt":
-				if cs := h.cells[cellKey(k.Dir, m.ID)]; cs != nil {
-					h.interruptLocked(cs)
-				}
-			case "rpc_result":
-				h.deliverLocked(k, []Answer{{Seq: m.Seq, JSON: string(m.Result)}})
-			case "config":
-			default:
-				frames = append(frames, map[string]string{"op": "error", "error": "unknown op " + m.Op})
+			reply, drop := r.take(f)
+			if drop {
+				return
 			}
-			h.mu.Unlock()
+			out = append(out, reply...)
 		case <-tick.C:
 		}
-		if drop {
-			return
-		}
-		h.mu.Lock()
-		if !k.Alive || k.DirGone {
-			h.mu.Unlock()
+		due, alive := r.due()
+		if !alive {
 			return // a dead runner's socket ends
 		}
-		if len(taken) > 0 {
-			for _, f := range k.rpcFiles {
-				frames = append(frames, map[string]string{"op": "rpc", "name": f.name, "data": f.data})
-				k.Forwarded = append(k.Forwarded, f.name+" "+f.data)
-			}
-			k.rpcFiles = nil
-		}
-		rest := taken[:0]
-		for _, t := range taken {
-			r := t.cs.result
-			if r == nil {
-				rest = append(rest, t)
-				continue
-			}
-			if t.stream && r.Stdout != "" {
-				frames = append(frames, map[string]string{"op": "output", "id": r.ID, "stream": "stdout", "text": r.Stdout})
-			}
-			frames = append(frames, *r)
-		}
-		taken = rest
-		h.mu.Unlock()
-		for _, f := range frames {
-			if send(f) != nil {
+		for _, f := range append(out, due...) {
+			if r.send(f) != nil {
 				return
 			}
 		}
 	}
+}
+
+// handshake proves each side holds the kernel's secret, as the runner does;
+// a peer that cannot is dropped.
+func (r *runnerSide) handshake() bool {
+	nonce := kernelauth.NewNonce()
+	if r.send(map[string]string{"op": "hello", "nonce": nonce}) != nil {
+		return false
+	}
+	var auth struct{ Op, MAC, Nonce string }
+	line, err := r.br.ReadBytes('\n')
+	if err != nil || json.Unmarshal(line, &auth) != nil || auth.Op != "auth" || !kernelauth.Valid(r.k.Token, auth.MAC, kernelauth.Engine, nonce) {
+		return false
+	}
+	return r.send(map[string]string{"op": "auth_ok", "mac": kernelauth.MAC(r.k.Token, kernelauth.Runner, auth.Nonce)}) == nil
+}
+
+// take acts on one frame from the engine; drop: the stream ends here.
+func (r *runnerSide) take(f frame) (reply []any, drop bool) {
+	s, h, k := r.s, r.s.h, r.k
+	s.mu.Lock()
+	die, cut := s.die, s.cut
+	s.mu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch f.Op {
+	case "cell":
+		if !k.Alive || die {
+			k.Alive = false
+			return nil, true
+		}
+		cs := h.cells[cellKey(k.Dir, f.ID)]
+		if cs == nil {
+			cs = h.publishLocked(k, CellRequest{ID: f.ID, Code: f.Code, Timeout: f.Timeout, Kernel: k.ID, PID: k.PID,
+				Dir: k.Dir, Transient: k.Transient})
+		}
+		r.taken = append(r.taken, &streamCell{cs: cs, stream: f.Stream || r.watch == f.ID})
+		s.mu.Lock()
+		s.cells++
+		s.mu.Unlock()
+		return nil, cut
+	case "watch":
+		r.watch = f.ID
+		for _, t := range r.taken {
+			t.stream = t.stream || t.cs.rec.ID == f.ID
+		}
+	case "interrupt":
+		if cs := h.cells[cellKey(k.Dir, f.ID)]; cs != nil {
+			h.interruptLocked(cs)
+		}
+	case "rpc_result":
+		h.deliverLocked(k, []Answer{{Seq: f.Seq, JSON: string(f.Result)}})
+	case "config":
+	default:
+		return []any{map[string]string{"op": "error", "error": "unknown op " + f.Op}}, false
+	}
+	return nil, false
+}
+
+// due is what the runner has to send now: the tool requests of its cells,
+// and the results of those that finished (their stdout first, if
+// streamed). alive=false: the runner died.
+func (r *runnerSide) due() (out []any, alive bool) {
+	h, k := r.s.h, r.k
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !k.Alive || k.DirGone {
+		return nil, false
+	}
+	if len(r.taken) > 0 {
+		for _, f := range k.rpcFiles {
+			out = append(out, map[string]string{"op": "rpc", "name": f.name, "data": f.data})
+			k.Forwarded = append(k.Forwarded, f.name+" "+f.data)
+		}
+		k.rpcFiles = nil
+	}
+	rest := r.taken[:0]
+	for _, t := range r.taken {
+		res := t.cs.result
+		if res == nil {
+			rest = append(rest, t)
+			continue
+		}
+		if t.stream && res.Stdout != "" {
+			out = append(out, map[string]string{"op": "output", "id": res.ID, "stream": "stdout", "text": res.Stdout})
+		}
+		out = append(out, *res)
+	}
+	r.taken = rest
+	return out, true
 }
