@@ -141,9 +141,8 @@ type Engine struct {
 	// idle, so reapIdle need not scan the registry before idleSince +
 	// idle_exit: a release only moves lastUsed later. Zero forces a scan.
 	idleSince time.Time
-	pythons   map[string]string      // backend URI -> interpreter path its runners reported
-	roots     map[string]string      // backend URI -> the kernel root its runners were spawned in
-	codes     map[string]*runnerCode // codeKey -> the runner compiled by that interpreter
+	pythons   map[string]string // backend URI -> interpreter path its runners reported
+	roots     map[string]string // backend URI -> the kernel root its runners were spawned in
 	// unconfined holds, per backend URI, why its runners are not confined
 	// ("" once one was), so the event is said once per host.
 	unconfined map[string]string
@@ -162,6 +161,9 @@ type Engine struct {
 	// approvals are the tool calls waiting for the operator, and the
 	// grants they made (a lock of their own).
 	approvals *approvalDesk
+	// codes are the runners compiled by each backend's interpreters (a
+	// lock of their own).
+	codes *runnerCodes
 	// spareSets are the spare runners of each backend (Config.SpareKernels).
 	spareSets map[string]*spareBackend
 
@@ -210,7 +212,7 @@ func New(cfg Config) (*Engine, error) {
 		byID:       map[string]*Kernel{},
 		pythons:    map[string]string{},
 		roots:      map[string]string{},
-		codes:      map[string]*runnerCode{},
+		codes:      newRunnerCodes(),
 		unconfined: map[string]string{},
 		noUserNS:   map[string]bool{},
 		lost:       map[Key]string{},

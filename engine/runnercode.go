@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
@@ -47,14 +48,73 @@ const compileWait = 2 * time.Second
 
 func codeKey(env backends.Env, python string) string { return env.URI() + "\x00" + python }
 
+// runnerCodes is the engine's cache of compiled runners, by codeKey, with
+// a lock of its own, which also guards each entry's code and exe.
+type runnerCodes struct {
+	mu sync.Mutex
+	m  map[string]*runnerCode
+}
+
+func newRunnerCodes() *runnerCodes { return &runnerCodes{m: map[string]*runnerCode{}} }
+
+// get returns the entry for key, or nil.
+func (rc *runnerCodes) get(key string) *runnerCode {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.m[key]
+}
+
+// forget drops the entry for key.
+func (rc *runnerCodes) forget(key string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	delete(rc.m, key)
+}
+
+// claim makes the entry for key, unless there is one (ok false), and
+// returns with it the entry for from, if any.
+func (rc *runnerCodes) claim(key, from string) (c, fromEntry *runnerCode, ok bool) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.m[key] != nil {
+		return nil, nil, false
+	}
+	c = &runnerCode{done: make(chan struct{})}
+	rc.m[key] = c
+	if from != "" {
+		fromEntry = rc.m[from]
+	}
+	return c, fromEntry, true
+}
+
+// result is what c holds now: its code (nil until compiled, or if the
+// compile failed) and the interpreter that made it.
+func (rc *runnerCodes) result(c *runnerCode) (code []byte, exe string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return c.code, c.exe
+}
+
+// set stores what c's compile made.
+func (rc *runnerCodes) set(c *runnerCode, code []byte, exe string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	c.code, c.exe = code, exe
+}
+
+// len counts the entries.
+func (rc *runnerCodes) len() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.m)
+}
+
 // shippedRunner returns what a spawn on env with interpreter python ships
 // as runner.py and runner.code: the loader and the code once python
 // compiled it (waiting up to compileWait for a compile under way), else the
 // source and nothing.
 func (e *Engine) shippedRunner(ctx context.Context, env backends.Env, python string) (script, code []byte) {
-	e.mu.Lock()
-	c := e.codes[codeKey(env, python)]
-	e.mu.Unlock()
+	c := e.codes.get(codeKey(env, python))
 	if c == nil {
 		return runner.Source, nil
 	}
@@ -65,21 +125,17 @@ func (e *Engine) shippedRunner(ctx context.Context, env backends.Env, python str
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if c.code == nil {
-		return runner.Source, nil
+	if code, _ := e.codes.result(c); code != nil {
+		return runner.Loader, code
 	}
-	return runner.Loader, c.code
+	return runner.Source, nil
 }
 
 // forgetRunnerCode drops python's code on env after its loader refused it
 // (the interpreter changed under the same path); the next spawn that
 // learns the interpreter compiles again.
 func (e *Engine) forgetRunnerCode(env backends.Env, python string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.codes, codeKey(env, python))
+	e.codes.forget(codeKey(env, python))
 }
 
 // compileRunner starts, in the background, python compiling the runner on
@@ -87,36 +143,35 @@ func (e *Engine) forgetRunnerCode(env backends.Env, python string) {
 // kernel (a container each) would not reuse it. A compile that fails is not
 // tried again; spawns there ship the source, as before.
 func (e *Engine) compileRunner(env backends.Env, python string) {
-	key := codeKey(env, python)
 	e.mu.Lock()
-	_, configured := e.env(env.URI())
-	if e.closed || !configured || e.codes[key] != nil {
+	if _, configured := e.env(env.URI()); e.closed || !configured {
 		e.mu.Unlock()
 		return
 	}
-	c := &runnerCode{done: make(chan struct{})}
-	e.codes[key] = c
+	// Counted before the lock goes, so a Close that comes next waits for it.
+	e.wg.Add(1)
+	e.mu.Unlock()
 	// Where spares are kept, the python3 on PATH compiled (or is compiling)
 	// the runner already, and is most often the interpreter a spawn then
 	// reports: its code is taken rather than made again.
-	var onPath *runnerCode
+	from := ""
 	if python != "" {
-		onPath = e.codes[codeKey(env, "")]
+		from = codeKey(env, "")
 	}
-	e.mu.Unlock()
-	e.wg.Add(1)
+	c, onPath, ok := e.codes.claim(codeKey(env, python), from)
+	if !ok {
+		e.wg.Done()
+		return
+	}
 	go func() {
 		defer e.wg.Done()
 		defer close(c.done)
 		if onPath != nil {
 			<-onPath.done // a compile ends within spawnTimeout
-			e.mu.Lock()
-			if onPath.code != nil && onPath.exe == python {
-				c.code, c.exe = onPath.code, onPath.exe
-				e.mu.Unlock()
+			if code, exe := e.codes.result(onPath); code != nil && exe == python {
+				e.codes.set(c, code, exe)
 				return
 			}
-			e.mu.Unlock()
 		}
 		ctx, cancel := context.WithTimeout(e.base, spawnTimeout)
 		defer cancel()
@@ -129,9 +184,7 @@ func (e *Engine) compileRunner(env backends.Env, python string) {
 				"%s: every spawn there compiles the runner anew (about 10 ms more each): %v", env.URI(), err)})
 			return
 		}
-		e.mu.Lock()
-		c.code, c.exe = code, exe
-		e.mu.Unlock()
+		e.codes.set(c, code, exe)
 	}()
 }
 

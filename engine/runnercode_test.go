@@ -51,13 +51,10 @@ func waitRunnerCode(t *testing.T, eng *Engine, env backends.Env) []byte {
 	t.Helper()
 	python := eng.python(env)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		eng.mu.Lock()
-		c := eng.codes[codeKey(env, python)]
 		var code []byte
-		if c != nil {
-			code = c.code
+		if c := eng.codes.get(codeKey(env, python)); c != nil {
+			code, _ = eng.codes.result(c)
 		}
-		eng.mu.Unlock()
 		if code != nil {
 			return code
 		}
@@ -111,9 +108,7 @@ func TestSpawnShipsTheCompiledRunner(t *testing.T) {
 	if err != nil || len(magic) != 4 || !bytes.HasPrefix(code, magic) {
 		t.Fatalf("compiled runner starts %x, want %s's magic number %x (%v)", code[:min(8, len(code))], python, magic, err)
 	}
-	eng.mu.Lock()
-	n := len(eng.codes)
-	eng.mu.Unlock()
+	n := eng.codes.len()
 	if n != 1 {
 		t.Fatalf("%d compiled runners for one backend and interpreter, want 1", n)
 	}
@@ -143,16 +138,12 @@ func TestRunnerCompiledOnceWhereSparesAreKept(t *testing.T) {
 	eng, env := compiledRunnerEngine(t, 1)
 	codeRun(t, eng, "first", "1")
 	learnt := waitRunnerCode(t, eng, env)
-	eng.mu.Lock()
-	onPath := eng.codes[codeKey(env, "")]
-	eng.mu.Unlock()
+	onPath := eng.codes.get(codeKey(env, ""))
 	if onPath == nil {
 		t.Fatal("no compile of the python3 on PATH where a spare is kept")
 	}
 	<-onPath.done
-	eng.mu.Lock()
-	code, exe := onPath.code, onPath.exe
-	eng.mu.Unlock()
+	code, exe := eng.codes.result(onPath)
 	if code == nil || exe != eng.python(env) {
 		t.Fatalf("the compile on PATH ran %q and made %d bytes; the spawn reported %q", exe, len(code), eng.python(env))
 	}
@@ -171,9 +162,9 @@ func TestRefusedCompiledRunnerFallsBackToSource(t *testing.T) {
 	bad := bytes.Clone(good)
 	bad[0] ^= 0xff
 	key := codeKey(env, eng.python(env))
-	eng.mu.Lock()
-	eng.codes[key].code = bad
-	eng.mu.Unlock()
+	c := eng.codes.get(key)
+	_, exe := eng.codes.result(c)
+	eng.codes.set(c, bad, exe)
 	res := codeRun(t, eng, "second", "print('from source')")
 	if res.Status != StatusSuccess || res.Stdout != "from source\n" {
 		t.Fatalf("spawn with refused code: %+v", res)
