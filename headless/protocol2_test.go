@@ -377,7 +377,7 @@ func TestRefusalFloodKeepsTheHistory(t *testing.T) {
 		}
 	}
 	bob.finish() // its connection ends: what is still counted is said
-	said, counted := 0, 0
+	said, counted, notices := 0, 0, 0
 	deadline := time.After(10 * time.Second)
 	for said+counted < n {
 		select {
@@ -385,6 +385,7 @@ func TestRefusalFloodKeepsTheHistory(t *testing.T) {
 			if ev.Type != engine.EventNotice || ev.Owner != "bob" {
 				continue
 			}
+			notices++
 			if n := refusalsIn(ev); n > 1 || strings.Contains(ev.Detail, " more request") {
 				counted += n
 			} else {
@@ -394,8 +395,10 @@ func TestRefusalFloodKeepsTheHistory(t *testing.T) {
 			t.Fatalf("after the flood: %d notices said and %d refusals counted, want %d in all", said, counted, n)
 		}
 	}
-	if said > 20 {
-		t.Errorf("%d notices for one peer's %d refusals in a burst, want a few and a count", said, n)
+	// A few notices and a count for each second the flood lasted: however
+	// slow the host reads it, far fewer than one per refusal.
+	if notices > n/100 {
+		t.Errorf("%d notices (%d said one by one) for one peer's %d refusals, want at most %d", notices, said, n, n/100)
 	}
 	// Alice's cell is still in the engine's history.
 	sub := eng.SubscribeWith(engine.SubscribeOptions{Buffer: 16, Since: time.Now().Add(-time.Hour)})
