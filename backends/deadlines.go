@@ -37,6 +37,16 @@ func (d *deadlineConn) SetWriteDeadline(time.Time) error { return nil }
 
 func (d *deadlineConn) SetDeadline(t time.Time) error { return d.Conn.SetReadDeadline(t) }
 
+// CloseWrite ends what this side sends, when the stream under it can (an
+// ssh channel sends EOF): the peer sees the end and can still answer.
+// Without it, the stream is closed both ways.
+func (d *deadlineConn) CloseWrite() error {
+	if cw, ok := d.c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return d.Close()
+}
+
 func (d *deadlineConn) Close() error {
 	var err error
 	d.once.Do(func() {

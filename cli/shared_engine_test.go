@@ -346,6 +346,30 @@ func TestAttachOverSSH(t *testing.T) {
 	}
 }
 
+// Over ssh, --connect relays the lines; the end of its input ends the
+// connection once every request is answered, and it exits 0, as on the
+// local socket (it used to close the stream both ways and lose them).
+func TestConnectOverSSHAnswersEveryLine(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Options{})
+	u := srv.User(t, "", sshdtest.UserOptions{})
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	se := startServe(t, bin, dirs)
+	cfg := srv.WriteSSHConfig(t, "gateway", u)
+	cmd := exec.Command(bin, "headless", "--connect", "ssh://gateway"+se.sock, "--ssh-config", cfg)
+	cmd.Env = dirs.env()
+	cmd.Stdin = strings.NewReader(`{"id":"1","op":"execute","owner":"remote","code":"print(6*7)"}` + "\n" + `{"id":"2","op":"hello"}` + "\n")
+	var out, errOut syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("headless --connect ssh:// with its input ended: %v\nstderr: %s\nstdout: %s", err, errOut.String(), out.String())
+	}
+	got := out.String()
+	if !strings.Contains(got, `"id":"1","op":"result","status":"success","stdout":"42\n"`) || !strings.Contains(got, `"id":"2","op":"hello"`) {
+		t.Fatalf("answers over ssh:\n%s", got)
+	}
+}
+
 // With a file for stdin and stdout (not pipes the engine can take over),
 // --connect relays the lines itself, with the same answers.
 func TestConnectRelaysFiles(t *testing.T) {
