@@ -7,11 +7,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/headless"
 	"github.com/kerneldeck/kerneldeck/internal/english"
+	"github.com/kerneldeck/kerneldeck/internal/readiness"
 	"github.com/kerneldeck/kerneldeck/server"
 	"github.com/kerneldeck/kerneldeck/wire"
 )
@@ -61,6 +63,7 @@ type serveCmd struct {
 	eng        engineFlags
 	listen     string
 	allowGroup string
+	readyFD    int // -1: none
 }
 
 func (c *serveCmd) flags() *flagSet {
@@ -77,12 +80,22 @@ func (c *serveCmd) flags() *flagSet {
 			c.allowGroup = s
 			return nil
 		})
+	fs.Func("ready-fd", "once the socket takes connections, write \"READY <socket path>\" and a newline to the open file "+
+		"descriptor `N` and close it, for a supervisor that waits for it (systemd's NOTIFY_SOCKET is told READY=1 "+
+		"whenever it is set)", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a file descriptor number, e.g. --ready-fd 3", s)
+		}
+		c.readyFD = n
+		return nil
+	})
 	c.eng.register(fs)
 	return fs
 }
 
 func serveMode() mode {
-	return newMode("serve", "run the engine on a socket for agents and dashboards (no UI)", serveIntro, serveEpilogue, func() command { return &serveCmd{} })
+	return newMode("serve", "run the engine on a socket for agents and dashboards (no UI)", serveIntro, serveEpilogue, func() command { return &serveCmd{readyFD: -1} })
 }
 
 func (c *serveCmd) run(args []string, std stdio, help func(io.Writer)) int {
@@ -95,6 +108,12 @@ func (c *serveCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if !ok {
 		return code
 	}
+	note, err := readiness.New(c.readyFD, os.Getenv)
+	if err != nil {
+		return r.usage(err)
+	}
+	// The supervisor's socket is the engine's to speak to, not its kernels'.
+	os.Unsetenv("NOTIFY_SOCKET")
 	path := c.listen
 	if path == "" {
 		path = wire.SocketPath(s.stateDir)
@@ -120,6 +139,9 @@ func (c *serveCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if c.allowGroup != "" {
 		fmt.Fprintf(std.err, "  group %s: %s\n", c.allowGroup, headless.MemberBackends(eng.MemberBackends()))
 	}
+	if err := note.Ready(path); err != nil {
+		fmt.Fprintf(std.err, "%s: %v\n", prog, err)
+	}
 
 	var why string
 	var serveErr error
@@ -131,6 +153,7 @@ func (c *serveCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	}
 	// A second signal now ends the process at once.
 	signal.Stop(sigs)
+	note.Stopping()
 	grace := s.cfg.CellTimeout
 	if grace <= 0 {
 		grace = engine.DefaultCellTimeout
