@@ -62,6 +62,30 @@ func processesUnder(t *testing.T, dir string) []string {
 	return found
 }
 
+// killProcessesUnder kills what processesUnder finds (the runners an engine
+// killed with SIGKILL left) and waits until they are gone.
+func killProcessesUnder(t *testing.T, dir string) {
+	t.Helper()
+	// A spawn under way when the engine died shows its dir only once its
+	// runner starts: look until two looks in a row find nothing.
+	quiet := 0
+	for deadline := time.Now().Add(10 * time.Second); quiet < 2 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		found := processesUnder(t, dir)
+		if len(found) == 0 {
+			quiet++
+			continue
+		}
+		quiet = 0
+		for _, p := range found {
+			pidText, _, _ := strings.Cut(p, ":")
+			if pid, err := strconv.Atoi(pidText); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	wantNoProcessesUnder(t, dir)
+}
+
 func wantNoProcessesUnder(t *testing.T, dir string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

@@ -330,6 +330,10 @@ func (c *dashboardCmd) runAttached(std stdio) int {
 	if runErr != nil {
 		return fail(runErr)
 	}
+	if err := cl.Err(); err != nil {
+		fmt.Fprintf(std.err, "kerneldeck: the engine at %s went away (%v); what became of its kernels is not known here\n", cl.Where(), err)
+		return exitOK
+	}
 	fmt.Fprintf(std.err, "kerneldeck: detached from the engine at %s; its kernels keep running there\n", cl.Where())
 	return exitOK
 }

@@ -45,8 +45,13 @@ func TestServeSaysWhenItIsReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
+	termed := false
 	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
+		// One SIGTERM: serve then kills its kernels; a second would end
+		// it at once and leave them.
+		if !termed {
+			cmd.Process.Signal(syscall.SIGTERM)
+		}
 		cmd.Wait()
 	}()
 	r.SetReadDeadline(time.Now().Add(tmuxWait))
@@ -78,6 +83,7 @@ func TestServeSaysWhenItIsReady(t *testing.T) {
 	}
 
 	cmd.Process.Signal(syscall.SIGTERM)
+	termed = true
 	n, err = notify.Read(buf)
 	if err != nil || string(buf[:n]) != "STOPPING=1" {
 		t.Fatalf("NOTIFY_SOCKET got %q (%v) at SIGTERM, want STOPPING=1", buf[:n], err)

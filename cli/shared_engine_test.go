@@ -346,6 +346,37 @@ func TestAttachOverSSH(t *testing.T) {
 	}
 }
 
+// An attached dashboard whose engine is killed says so in its header, drops
+// the dead engine's kernels and timers, and says at exit that it does not
+// know what became of them.
+func TestAttachedDashboardSaysTheEngineIsGone(t *testing.T) {
+	tmuxtest.Require(t)
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	se := startServe(t, bin, dirs)
+	a := startAgent(t, bin, dirs.env(), "--connect", se.sock)
+	a.send(map[string]any{"id": "1", "op": "execute", "owner": "agent", "code": "x = 1"})
+	a.answer("1")
+	s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--attach", se.sock}, Env: dirs.env(), Width: 160, Height: 30})
+	s.WaitScreen("the engine's kernel", tmuxWait, func(screen string) bool { return findKernelRow(screen, "agent", "default") != nil })
+	se.cmd.Process.Kill()
+	// The runner and the spare outlive a killed engine (issue 40): gone at the end.
+	t.Cleanup(func() { killProcessesUnder(t, dirs.kernels) })
+	screen := s.WaitScreen("the header to say the engine is gone", tmuxWait, func(screen string) bool {
+		return strings.Contains(headerLine(screen), "ENGINE GONE")
+	})
+	if findKernelRow(screen, "agent", "default") != nil || strings.Contains(headerLine(screen), "kernels 1/") {
+		t.Fatalf("the gone engine's kernels are still shown:\n%s", screen)
+	}
+	if !strings.Contains(screen, "the engine is gone (") {
+		t.Errorf("the kernels pane does not say why it is empty:\n%s", screen)
+	}
+	s.Keys("C-c")
+	if code := s.WaitExit(tmuxWait); code != 0 || !strings.Contains(s.Stderr(), "went away") {
+		t.Fatalf("quitting after the engine went away: %d, %q", code, s.Stderr())
+	}
+}
+
 // Over ssh, --connect relays the lines; the end of its input ends the
 // connection once every request is answered, and it exits 0, as on the
 // local socket (it used to close the stream both ways and lose them).

@@ -249,6 +249,8 @@ type KernelsPane struct {
 	sortBy   kernelSort     // the order within each owner's group
 	header   string
 	keys     actions
+	// engineGone says why the engine went away ("" while it is there).
+	engineGone string
 	// The / filter: the line being edited, and the filter applied.
 	filterIn textinput.Model
 	editing  bool
@@ -447,6 +449,14 @@ func (p *KernelsPane) setSnapshot(ks []engine.KernelInfo, idleExit time.Duration
 	p.ageGone(now, reasons)
 	p.kernels, p.idleExit = ks, idleExit
 	p.lruPos = lruOrder(ks)
+	p.rebuild()
+}
+
+// engineLost empties the pane for an engine that went away (why): its
+// kernels, and those it had just lost, are no longer known.
+func (p *KernelsPane) engineLost(why string) {
+	p.kernels, p.lruPos, p.engineGone = nil, nil, why
+	clear(p.gone)
 	p.rebuild()
 }
 
@@ -752,6 +762,8 @@ func (p *KernelsPane) View() string {
 		lines = append(lines, line)
 	}
 	switch {
+	case p.engineGone != "":
+		lines = append(lines, p.ctx.Theme.Error.Render("  the engine is gone ("+plain(p.engineGone)+"): what its kernels do now is not known here"))
 	case len(p.rows) == 0 && p.filter.active():
 		lines = append(lines, p.ctx.Theme.Warn.Render(fmt.Sprintf("  no match for /%s among %s (esc clears the filter)",
 			plain(p.filter.text), english.Count(len(p.kernels), "kernel"))))

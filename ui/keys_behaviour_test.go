@@ -1389,3 +1389,33 @@ func keyOf(name string) tea.KeyMsg {
 	}
 	return runes(name)
 }
+
+// TestEngineGoneIsShown: when an attached dashboard's engine goes away,
+// the header says so instead of the last cap and counts, the kernels and
+// their timers leave the screen, and a cell run then says why it was not
+// sent.
+func TestEngineGoneIsShown(t *testing.T) {
+	why := errors.New("connection reset by peer")
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels(), lost: func() error { return why }})
+	f.m.where = "attached to /run/kd.sock"
+	mustContain(t, f.m.View(), "kernels 3/8", "alice")
+	f.update(eventsDoneMsg{})
+	v := f.m.View()
+	mustContain(t, v, "ENGINE GONE", "attached to /run/kd.sock", "the engine is gone (connection reset by peer)")
+	for _, stale := range []string{"kernels 3/8", "alice", "reaped in", "idle_exit"} {
+		if strings.Contains(v, stale) {
+			t.Errorf("the screen still shows %q from the engine that is gone:\n%s", stale, v)
+		}
+	}
+	f.clock.Advance(time.Minute)
+	f.m.refresh() // a tick: nothing is asked of a gone engine
+	if strings.Contains(f.m.View(), "alice") {
+		t.Error("a refresh brought the gone engine's kernels back")
+	}
+	f.keys(runes("print(1)"))
+	f.run(t, f.update(keyCtrlR)) // fails at once: nothing goes to the engine
+	mustContain(t, f.m.View(), "failed print(1)", "not run: the engine is gone (connection reset by")
+	if ex := f.eng.Executed(); len(ex) != 0 {
+		t.Errorf("a cell was sent to the gone engine: %+v", ex)
+	}
+}

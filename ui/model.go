@@ -164,9 +164,12 @@ type Model struct {
 	fetchWant   bool            // the target changed: show its kernel's cells
 	where       string
 	lost        func() error
-	status      string
-	statusAt    time.Time // when status was set: it goes after statusShown
-	statusErr   bool
+	// gone is why the engine went away (an attached dashboard's), or nil:
+	// its kernels are no longer shown, and no cell is sent.
+	gone      error
+	status    string
+	statusAt  time.Time // when status was set: it goes after statusShown
+	statusErr bool
 	// layers are the overlays open over the panes, lowest first: they take
 	// the keys before the panes.
 	layers     overlays
@@ -372,6 +375,9 @@ type kernelsVersioner interface {
 
 // refresh takes a new snapshot of the registry and the limits.
 func (m *Model) refresh() {
+	if m.gone != nil {
+		return // nothing to ask, and what it said last is no longer true
+	}
 	m.maxKernels, m.idleExit = m.eng.Limits()
 	if s, ok := m.eng.(spareCounter); ok {
 		m.spares = s.Spares()
@@ -441,7 +447,7 @@ func (m *Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case eventsDoneMsg:
 		if m.lost != nil {
 			if err := m.lost(); err != nil {
-				m.setStatus("lost the engine", err)
+				m.engineGone(err)
 			}
 		}
 		return m, nil
@@ -578,14 +584,29 @@ func (m *Model) onBackground(msg tea.Msg) {
 	}
 }
 
+// engineGone is the end of an attached dashboard's engine: its kernels,
+// timers and spares leave the screen, the header says so, and no cell is
+// sent to it.
+func (m *Model) engineGone(why error) {
+	m.gone = why
+	m.spares = 0
+	m.kernels.engineLost(why.Error())
+	m.setStatus("lost the engine", why)
+}
+
 // startCell runs a cell in the background; its output and result come back
 // through the inbox.
 func (m *Model) startCell(msg runCellMsg) {
 	m.runSeq++
 	r := &cellRun{seq: m.runSeq, target: msg.target, code: msg.code, started: m.ctx.Now(), running: true}
-	m.runs[r] = true
 	m.output.setTarget(msg.target)
 	m.output.add(r)
+	if m.gone != nil {
+		r.running, r.err, r.finished = false, fmt.Errorf("not run: the engine is gone (%w); quit, and attach again once it is back", m.gone), m.ctx.Now()
+		m.output.changed(r)
+		return
+	}
+	m.runs[r] = true
 	req := engine.Request{Owner: msg.target.Owner, Task: msg.target.Task, Backend: msg.target.Backend,
 		Child: msg.target.Child, Tools: msg.target.Tools, Code: msg.code,
 		OnStart: func(cell string) {
@@ -962,6 +983,11 @@ func (m *Model) headerView() string {
 			badge += " (p pauses)"
 		}
 		b.WriteString(t.Warn.Render(badge))
+	}
+	if m.gone != nil {
+		// Nothing the engine said last holds now: no cap, no counts.
+		b.WriteString("  " + t.Error.Render("ENGINE GONE") + t.Muted.Render("  "+plain(m.where)+" (q quits)"))
+		return b.String()
 	}
 	n := len(m.kernels.kernels)
 	capText := fmt.Sprintf("kernels %d/%d", n, m.maxKernels)

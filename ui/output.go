@@ -310,9 +310,14 @@ func (p *OutputPane) runLines(r *cellRun, w int) []string {
 		lines = append(lines, st.Render(head+string(r.res.Status))+t.Muted.Render(fmt.Sprintf(" %s · #%d", english.Duration(r.res.Duration), execCount(r.res)))+" "+t.Muted.Render(first))
 	}
 	if r.res == nil {
-		lines = append(lines, r.out.wrap(r.stdout.String(), w)...)
-		for _, l := range r.errOut.wrap(r.stderr.String(), w) {
-			lines = append(lines, t.Warn.Render(l))
+		// An empty stream is no line here either.
+		if r.stdout.Len() > 0 {
+			lines = append(lines, r.out.wrap(r.stdout.String(), w)...)
+		}
+		if r.stderr.Len() > 0 {
+			for _, l := range r.errOut.wrap(r.stderr.String(), w) {
+				lines = append(lines, t.Warn.Render(l))
+			}
 		}
 	} else {
 		// An empty stream is no line (wrapLines makes one empty line of it).

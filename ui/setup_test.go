@@ -123,6 +123,7 @@ type fixtureOpts struct {
 	limitsPause time.Duration
 	replay      ReplayControl
 	clipboard   io.Writer
+	lost        func() error
 }
 
 // fakeReplay is a replay's state as the dashboard sees it.
@@ -154,7 +155,7 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	if o.limitsPause == 0 {
 		o.limitsPause = time.Hour
 	}
-	m := New(Options{Engine: eng, Events: o.events, Theme: o.theme, Now: clock.Now, User: "me", TickEvery: -1, LimitsPause: o.limitsPause, Replay: o.replay, Clipboard: o.clipboard})
+	m := New(Options{Engine: eng, Events: o.events, Theme: o.theme, Now: clock.Now, User: "me", TickEvery: -1, LimitsPause: o.limitsPause, Replay: o.replay, Clipboard: o.clipboard, Lost: o.lost})
 	t.Cleanup(m.Close)
 	return &fixture{eng: eng, clock: clock, m: m}
 }
