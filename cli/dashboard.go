@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -42,6 +43,9 @@ and prompts for tool calls that need approval. The embedded engine is served
 on a socket too, so agents can join it with 'kerneldeck headless --connect'.
 With --attach it opens on a shared engine instead ('kerneldeck serve', or
 another dashboard's), here or over ssh, and quitting leaves it running.
+Started with no engine settings while an engine already serves the default
+socket, it attaches to that one (the header says so); --own-engine opens an
+engine of its own all the same.
 
 `
 
@@ -66,6 +70,8 @@ type dashboardCmd struct {
 	mouse        bool
 	replaySpeed  float64
 	attach       string
+	attachedHere bool // attached to the engine found on the default socket, unasked
+	ownEngine    bool
 	listen       string
 	images       string
 }
@@ -122,6 +128,8 @@ func (c *dashboardCmd) registerOwn(fs *flagSet) {
 		})
 	fs.Optional(&c.attach, "attach", "open the dashboard on "+connectTarget+", instead of an engine of its own; "+
 		"quitting leaves that engine and its kernels alone")
+	fs.Bool(&c.ownEngine, "own-engine", "open an engine of this dashboard's own even when one already serves the "+
+		"default socket (by default the dashboard, started with no engine settings, attaches to that one)")
 	fs.Func("listen", "serve the dashboard's engine to agents ('kerneldeck headless --connect') and other dashboards on "+
 		"the socket `PATH`, or none (default $XDG_RUNTIME_DIR/kerneldeck/engine.sock, else <state dir>/engine.sock)",
 		func(s string) error {
@@ -160,6 +168,10 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	s, code, ok := r.settings()
 	if !ok {
 		return code
+	}
+	if path, ok := c.engineServingHere(s.stateDir); ok {
+		c.attach, c.attachedHere = path, true
+		return c.runAttached(std)
 	}
 	theme, err := c.themeFor(s.cfg.Theme)
 	if err != nil {
@@ -262,6 +274,22 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	return exitOK
 }
 
+// engineServingHere returns the default socket when an engine answers
+// there and this dashboard would only open a second, empty one beside it:
+// no --own-engine, --listen or --replay, and no engine settings given.
+func (c *dashboardCmd) engineServingHere(stateDir string) (string, bool) {
+	if c.ownEngine || c.listen != "" || c.replay != "" || checkConnectFlags(&c.eng, "attach", "theme", "config", "images") != nil {
+		return "", false
+	}
+	path := wire.SocketPath(stateDir)
+	conn, err := net.DialTimeout("unix", path, 2*time.Second)
+	if err != nil {
+		return "", false
+	}
+	conn.Close()
+	return path, true
+}
+
 // historyShown is how far back a dashboard's events pane starts.
 const historyShown = time.Hour
 
@@ -307,6 +335,9 @@ func (c *dashboardCmd) runAttached(std stdio) int {
 	}
 	cl, err := dialEngine(&c.eng, c.attach, client.Options{Since: historyShown, Output: true, Batch: dashboardBatch})
 	if err != nil {
+		if c.attachedHere {
+			err = fmt.Errorf("an engine serves the default socket, but attaching to it failed: %w; --own-engine opens an engine of this dashboard's own", err)
+		}
 		return fail(err)
 	}
 	defer cl.Close()

@@ -377,6 +377,57 @@ func TestAttachedDashboardSaysTheEngineIsGone(t *testing.T) {
 	}
 }
 
+// Plain kerneldeck, while an engine serves the default socket, attaches to
+// it rather than opening a second, empty engine beside it; --own-engine
+// still opens one of its own.
+func TestPlainDashboardAttachesToTheEngineServingHere(t *testing.T) {
+	tmuxtest.Require(t)
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	env := append(dirs.env(), "XDG_RUNTIME_DIR=") // the default socket: <state dir>/engine.sock
+	sock := filepath.Join(dirs.state, "engine.sock")
+	serve := exec.Command(bin, "serve", "--state-dir", dirs.state)
+	serve.Env = env
+	var serveErr syncBuffer
+	serve.Stderr = &serveErr
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() })
+	waitUntil(t, "the engine to serve", func() bool { return strings.Contains(serveErr.String(), "serving the engine at "+sock) })
+	a := startAgent(t, bin, env, "--connect", sock)
+	a.send(map[string]any{"id": "1", "op": "execute", "owner": "agent", "code": "x = 1"})
+	a.answer("1")
+
+	s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--state-dir", dirs.state}, Env: env, Width: 200, Height: 30})
+	screen := s.WaitScreen("the serving engine's kernel", tmuxWait, func(screen string) bool {
+		return findKernelRow(screen, "agent", "default") != nil
+	})
+	if h := headerLine(screen); !strings.Contains(h, "attached to "+sock) {
+		t.Errorf("header %q, want it to say it attached to %s", h, sock)
+	}
+	s.Keys("C-c")
+	if code := s.WaitExit(tmuxWait); code != 0 || !strings.Contains(s.Stderr(), "detached from the engine") {
+		t.Fatalf("quitting: %d, %q", code, s.Stderr())
+	}
+
+	own := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--state-dir", dirs.state, "--own-engine", "--listen", "none"},
+		Env: env, Width: 200, Height: 30})
+	screen = own.WaitScreen("a dashboard of its own", tmuxWait, func(screen string) bool { return strings.Contains(screen, "no kernels yet") })
+	if h := headerLine(screen); strings.Contains(h, "attached to") {
+		t.Errorf("--own-engine attached: header %q", h)
+	}
+	own.Keys("C-c")
+	if code := own.WaitExit(tmuxWait); code != 0 {
+		t.Fatalf("quitting the dashboard with its own engine: %d, %q", code, own.Stderr())
+	}
+	// The serving engine's kernel was left alone by both.
+	a.send(map[string]any{"id": "2", "op": "execute", "owner": "agent", "code": "print(x)"})
+	if r := a.answer("2"); r["stdout"] != "1\n" {
+		t.Fatalf("the agent's kernel after both dashboards: %v", r)
+	}
+}
+
 // Over ssh, --connect relays the lines; the end of its input ends the
 // connection once every request is answered, and it exits 0, as on the
 // local socket (it used to close the stream both ways and lose them).
