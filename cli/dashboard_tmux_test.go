@@ -388,6 +388,9 @@ func (d dashboardDirs) env() []string {
 		"XDG_STATE_HOME":  filepath.Join(d.home, ".local", "state"),
 		"TMPDIR":          d.kernels,
 		"SHELL":           "/bin/sh",
+		// The default socket is <state dir>/engine.sock, the test's own: a
+		// dashboard never finds (and attaches to) an engine of the machine's.
+		"XDG_RUNTIME_DIR": "",
 	}, "COLUMNS", "LINES", "NO_COLOR", "TMUX", "TMUX_PANE")
 }
 

@@ -384,7 +384,7 @@ func TestPlainDashboardAttachesToTheEngineServingHere(t *testing.T) {
 	tmuxtest.Require(t)
 	bin := buildBinary(t)
 	dirs := newDashboardDirs(t)
-	env := append(dirs.env(), "XDG_RUNTIME_DIR=") // the default socket: <state dir>/engine.sock
+	env := dirs.env() // the default socket: <state dir>/engine.sock
 	sock := filepath.Join(dirs.state, "engine.sock")
 	serve := exec.Command(bin, "serve", "--state-dir", dirs.state)
 	serve.Env = env
