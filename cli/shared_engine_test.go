@@ -323,9 +323,7 @@ func TestAttachOverSSH(t *testing.T) {
 	bin := buildBinary(t)
 	dirs := newDashboardDirs(t)
 	se := startServe(t, bin, dirs)
-	a := startAgent(t, bin, dirs.env(), "--connect", se.sock)
-	a.send(map[string]any{"id": "1", "op": "execute", "owner": "agent", "code": "x = 1"})
-	a.answer("1")
+	a := agentWithAKernel(t, bin, dirs.env(), se.sock)
 	cfg := srv.WriteSSHConfig(t, "gateway", u)
 	s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--attach", "ssh://gateway" + se.sock, "--ssh-config", cfg},
 		Env: dirs.env(), Width: 200, Height: 30})
@@ -354,9 +352,7 @@ func TestAttachedDashboardSaysTheEngineIsGone(t *testing.T) {
 	bin := buildBinary(t)
 	dirs := newDashboardDirs(t)
 	se := startServe(t, bin, dirs)
-	a := startAgent(t, bin, dirs.env(), "--connect", se.sock)
-	a.send(map[string]any{"id": "1", "op": "execute", "owner": "agent", "code": "x = 1"})
-	a.answer("1")
+	agentWithAKernel(t, bin, dirs.env(), se.sock)
 	s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--attach", se.sock}, Env: dirs.env(), Width: 160, Height: 30})
 	s.WaitScreen("the engine's kernel", tmuxWait, func(screen string) bool { return findKernelRow(screen, "agent", "default") != nil })
 	se.cmd.Process.Kill()
@@ -395,9 +391,7 @@ func TestPlainDashboardAttachesToTheEngineServingHere(t *testing.T) {
 	}
 	t.Cleanup(func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() })
 	waitUntil(t, "the engine to serve", func() bool { return strings.Contains(serveErr.String(), "serving the engine at "+sock) })
-	a := startAgent(t, bin, env, "--connect", sock)
-	a.send(map[string]any{"id": "1", "op": "execute", "owner": "agent", "code": "x = 1"})
-	a.answer("1")
+	a := agentWithAKernel(t, bin, env, sock)
 
 	s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--state-dir", dirs.state}, Env: env, Width: 200, Height: 30})
 	screen := s.WaitScreen("the serving engine's kernel", tmuxWait, func(screen string) bool {
@@ -426,6 +420,16 @@ func TestPlainDashboardAttachesToTheEngineServingHere(t *testing.T) {
 	if r := a.answer("2"); r["stdout"] != "1\n" {
 		t.Fatalf("the agent's kernel after both dashboards: %v", r)
 	}
+}
+
+// agentWithAKernel connects an agent to the engine at sock and gives it a
+// kernel, owner agent, holding x = 1.
+func agentWithAKernel(t *testing.T, bin string, env []string, sock string) *agent {
+	t.Helper()
+	a := startAgent(t, bin, env, "--connect", sock)
+	a.send(map[string]any{"id": "1", "op": "execute", "owner": "agent", "code": "x = 1"})
+	a.answer("1")
+	return a
 }
 
 // Over ssh, --connect relays the lines; the end of its input ends the
