@@ -282,6 +282,12 @@ func (c *dashboardCmd) engineServingHere(stateDir string) (string, bool) {
 		return "", false
 	}
 	path := wire.SocketPath(stateDir)
+	// Only a socket of this user's (or root's) is taken for this user's
+	// engine, unasked.
+	var st syscall.Stat_t
+	if syscall.Lstat(path, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK || (st.Uid != uint32(os.Getuid()) && st.Uid != 0) {
+		return "", false
+	}
 	conn, err := net.DialTimeout("unix", path, 2*time.Second)
 	if err != nil {
 		return "", false

@@ -420,6 +420,20 @@ func TestPlainDashboardAttachesToTheEngineServingHere(t *testing.T) {
 	if r := a.answer("2"); r["stdout"] != "1\n" {
 		t.Fatalf("the agent's kernel after both dashboards: %v", r)
 	}
+	// A socket another user owns is not taken for this user's engine.
+	if os.Geteuid() != 0 {
+		return
+	}
+	if err := os.Lchown(sock, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	other := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--state-dir", dirs.state}, Env: env, Width: 200, Height: 30})
+	screen = other.WaitScreen("a dashboard of its own", tmuxWait, func(screen string) bool { return strings.Contains(screen, "no kernels yet") })
+	if h := headerLine(screen); strings.Contains(h, "attached to") {
+		t.Errorf("attached to a socket owned by another user: header %q", h)
+	}
+	other.Keys("C-c")
+	other.WaitExit(tmuxWait)
 }
 
 // agentWithAKernel connects an agent to the engine at sock and gives it a
