@@ -38,8 +38,9 @@ func checkConnectFlags(f *engineFlags, flag string, own ...string) error {
 		strings.Join(bad, ", "), flag, "--"+strings.Join(connectFlagsOK, ", --"))
 }
 
-// dialEngine connects to the engine at target for a client.
-func dialEngine(f *engineFlags, target string, o client.Options) (*client.Client, error) {
+// dialEngine connects to the engine at target for a client, within 30 s
+// and while ctx lasts.
+func dialEngine(ctx context.Context, f *engineFlags, target string, o client.Options) (*client.Client, error) {
 	stateDir := f.stateDir
 	if stateDir == "" {
 		var err error
@@ -47,7 +48,7 @@ func dialEngine(f *engineFlags, target string, o client.Options) (*client.Client
 			return nil, err
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	conn, err := client.Dial(ctx, target, client.DialOptions{StateDir: stateDir, SSH: f.ssh})
 	if err != nil {

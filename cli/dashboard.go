@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -339,16 +340,18 @@ func (c *dashboardCmd) runAttached(std stdio) int {
 	if err != nil {
 		return usageErr(err)
 	}
-	cl, err := dialEngine(&c.eng, c.attach, client.Options{Since: historyShown, Output: true, Batch: dashboardBatch})
+	copts := client.Options{Since: historyShown, Output: true, Batch: dashboardBatch}
+	cl, err := dialEngine(context.Background(), &c.eng, c.attach, copts)
 	if err != nil {
 		if c.attachedHere {
 			err = fmt.Errorf("an engine serves the default socket, but attaching to it failed: %w; --own-engine opens an engine of this dashboard's own", err)
 		}
 		return fail(err)
 	}
-	defer cl.Close()
+	cur := &attachment{cl: cl}
+	defer func() { cur.get().Close() }()
 	opts := ui.Options{Engine: cl, Events: cl.Events(), Theme: theme, User: os.Getenv("USER"),
-		Where: "attached to " + cl.Where(), Lost: cl.Err, KeepsKernels: true, Clipboard: out, SaveDir: workingDir()}
+		Where: "attached to " + cl.Where(), Lost: cl.Err, Reconnects: true, KeepsKernels: true, Clipboard: out, SaveDir: workingDir()}
 	stateDir := c.eng.stateDir
 	if stateDir == "" {
 		stateDir, _ = config.DefaultStateDir()
@@ -362,17 +365,74 @@ func (c *dashboardCmd) runAttached(std stdio) int {
 		<-ctx.Done()
 		p.Quit()
 	}()
+	loop, endLoop := context.WithCancel(context.Background())
+	looped := make(chan struct{})
+	go func() {
+		defer close(looped)
+		c.reattach(loop, p, cur, copts)
+	}()
 	_, runErr := p.Run()
+	endLoop()
+	<-looped
 	m.Close()
 	if runErr != nil {
 		return fail(runErr)
 	}
+	cl = cur.get()
 	if err := cl.Err(); err != nil {
 		fmt.Fprintf(std.err, "kerneldeck: the engine at %s went away (%v); what became of its kernels is not known here\n", cl.Where(), err)
 		return exitOK
 	}
 	fmt.Fprintf(std.err, "kerneldeck: detached from the engine at %s; its kernels keep running there\n", cl.Where())
 	return exitOK
+}
+
+// attachment is an attached dashboard's connection, which reattach
+// replaces when the engine comes back.
+type attachment struct {
+	mu sync.Mutex
+	cl *client.Client
+}
+
+func (a *attachment) get() *client.Client { a.mu.Lock(); defer a.mu.Unlock(); return a.cl }
+
+// swap puts next in and closes the connection it replaces.
+func (a *attachment) swap(next *client.Client) {
+	a.mu.Lock()
+	old := a.cl
+	a.cl = next
+	a.mu.Unlock()
+	old.Close()
+}
+
+// reattachWaitMax bounds the wait between two dials of an engine gone.
+const reattachWaitMax = 5 * time.Second
+
+// reattach dials the engine again whenever its connection ends, waiting
+// longer after each failure (up to reattachWaitMax), and hands the
+// dashboard each new connection; it returns when ctx ends.
+func (c *dashboardCmd) reattach(ctx context.Context, p *tea.Program, cur *attachment, opts client.Options) {
+	for {
+		select {
+		case <-cur.get().Done():
+		case <-ctx.Done():
+			return
+		}
+		for wait := 250 * time.Millisecond; ; wait = min(2*wait, reattachWaitMax) {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			}
+			next, err := dialEngine(ctx, &c.eng, c.attach, opts)
+			if err != nil {
+				continue
+			}
+			cur.swap(next)
+			p.Send(ui.Reattached{Engine: next, Events: next.Events(), Lost: next.Err, Where: "attached to " + next.Where()})
+			break
+		}
+	}
 }
 
 // imageOptions sets how the output pane draws images (--images) and what o

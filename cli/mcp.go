@@ -134,7 +134,7 @@ func (c *mcpCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	var eng mcpserver.Engine
 	var closeEng func() error
 	if connects {
-		cl, err := dialEngine(&c.eng, c.connect, client.Options{})
+		cl, err := dialEngine(context.Background(), &c.eng, c.connect, client.Options{})
 		if err != nil {
 			return r.fail(err)
 		}

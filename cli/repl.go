@@ -242,7 +242,7 @@ func interruptsFromSignals() (interrupts chan struct{}, stop func()) {
 func (c *replCmd) runConnected(std stdio) int {
 	const prog = "kerneldeck repl"
 	_, fail := reporters(std.err, prog)
-	cl, err := dialEngine(&c.eng, c.connect, client.Options{})
+	cl, err := dialEngine(context.Background(), &c.eng, c.connect, client.Options{})
 	if err != nil {
 		return fail(err)
 	}

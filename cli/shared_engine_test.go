@@ -344,10 +344,10 @@ func TestAttachOverSSH(t *testing.T) {
 	}
 }
 
-// An attached dashboard whose engine is killed says so in its header, drops
-// the dead engine's kernels and timers, and says at exit that it does not
-// know what became of them.
-func TestAttachedDashboardSaysTheEngineIsGone(t *testing.T) {
+// An attached dashboard whose engine is killed says so in its header,
+// drops the dead engine's kernels and timers, and dials it again: when an
+// engine serves there again, it shows that one's kernels.
+func TestAttachedDashboardSaysTheEngineIsGoneAndComesBack(t *testing.T) {
 	tmuxtest.Require(t)
 	bin := buildBinary(t)
 	dirs := newDashboardDirs(t)
@@ -356,10 +356,11 @@ func TestAttachedDashboardSaysTheEngineIsGone(t *testing.T) {
 	s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--attach", se.sock}, Env: dirs.env(), Width: 160, Height: 30})
 	s.WaitScreen("the engine's kernel", tmuxWait, func(screen string) bool { return findKernelRow(screen, "agent", "default") != nil })
 	se.cmd.Process.Kill()
+	se.cmd.Wait()
 	// The runner and the spare outlive a killed engine (issue 40): gone at the end.
 	t.Cleanup(func() { killProcessesUnder(t, dirs.kernels) })
 	screen := s.WaitScreen("the header to say the engine is gone", tmuxWait, func(screen string) bool {
-		return strings.Contains(headerLine(screen), "ENGINE GONE")
+		return strings.Contains(headerLine(screen), "ENGINE GONE, reconnecting")
 	})
 	if findKernelRow(screen, "agent", "default") != nil || strings.Contains(headerLine(screen), "kernels 1/") {
 		t.Fatalf("the gone engine's kernels are still shown:\n%s", screen)
@@ -367,73 +368,20 @@ func TestAttachedDashboardSaysTheEngineIsGone(t *testing.T) {
 	if !strings.Contains(screen, "the engine is gone (") {
 		t.Errorf("the kernels pane does not say why it is empty:\n%s", screen)
 	}
-	s.Keys("C-c")
-	if code := s.WaitExit(tmuxWait); code != 0 || !strings.Contains(s.Stderr(), "went away") {
-		t.Fatalf("quitting after the engine went away: %d, %q", code, s.Stderr())
-	}
-}
 
-// Plain kerneldeck, while an engine serves the default socket, attaches to
-// it rather than opening a second, empty engine beside it; --own-engine
-// still opens one of its own.
-func TestPlainDashboardAttachesToTheEngineServingHere(t *testing.T) {
-	tmuxtest.Require(t)
-	bin := buildBinary(t)
-	dirs := newDashboardDirs(t)
-	env := dirs.env() // the default socket: <state dir>/engine.sock
-	sock := filepath.Join(dirs.state, "engine.sock")
-	serve := exec.Command(bin, "serve", "--state-dir", dirs.state)
-	serve.Env = env
-	var serveErr syncBuffer
-	serve.Stderr = &serveErr
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() })
-	waitUntil(t, "the engine to serve", func() bool { return strings.Contains(serveErr.String(), "serving the engine at "+sock) })
-	a := agentWithAKernel(t, bin, env, sock)
-
-	s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--state-dir", dirs.state}, Env: env, Width: 200, Height: 30})
-	screen := s.WaitScreen("the serving engine's kernel", tmuxWait, func(screen string) bool {
-		return findKernelRow(screen, "agent", "default") != nil
+	// An engine serves there again: the dashboard is back on it by itself.
+	se = startServe(t, bin, dirs)
+	agentWithAKernel(t, bin, dirs.env(), se.sock)
+	screen = s.WaitScreen("the new engine's kernel", tmuxWait, func(screen string) bool {
+		return findKernelRow(screen, "agent", "default") != nil && !strings.Contains(headerLine(screen), "ENGINE GONE")
 	})
-	if h := headerLine(screen); !strings.Contains(h, "attached to "+sock) {
-		t.Errorf("header %q, want it to say it attached to %s", h, sock)
+	if h := headerLine(screen); !strings.Contains(h, "attached to "+se.sock) {
+		t.Errorf("header after the engine came back: %q", h)
 	}
 	s.Keys("C-c")
 	if code := s.WaitExit(tmuxWait); code != 0 || !strings.Contains(s.Stderr(), "detached from the engine") {
-		t.Fatalf("quitting: %d, %q", code, s.Stderr())
+		t.Fatalf("quitting after the engine came back: %d, %q", code, s.Stderr())
 	}
-
-	own := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--state-dir", dirs.state, "--own-engine", "--listen", "none"},
-		Env: env, Width: 200, Height: 30})
-	screen = own.WaitScreen("a dashboard of its own", tmuxWait, func(screen string) bool { return strings.Contains(screen, "no kernels yet") })
-	if h := headerLine(screen); strings.Contains(h, "attached to") {
-		t.Errorf("--own-engine attached: header %q", h)
-	}
-	own.Keys("C-c")
-	if code := own.WaitExit(tmuxWait); code != 0 {
-		t.Fatalf("quitting the dashboard with its own engine: %d, %q", code, own.Stderr())
-	}
-	// The serving engine's kernel was left alone by both.
-	a.send(map[string]any{"id": "2", "op": "execute", "owner": "agent", "code": "print(x)"})
-	if r := a.answer("2"); r["stdout"] != "1\n" {
-		t.Fatalf("the agent's kernel after both dashboards: %v", r)
-	}
-	// A socket another user owns is not taken for this user's engine.
-	if os.Geteuid() != 0 {
-		return
-	}
-	if err := os.Lchown(sock, 65534, 65534); err != nil {
-		t.Fatal(err)
-	}
-	other := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--state-dir", dirs.state}, Env: env, Width: 200, Height: 30})
-	screen = other.WaitScreen("a dashboard of its own", tmuxWait, func(screen string) bool { return strings.Contains(screen, "no kernels yet") })
-	if h := headerLine(screen); strings.Contains(h, "attached to") {
-		t.Errorf("attached to a socket owned by another user: header %q", h)
-	}
-	other.Keys("C-c")
-	other.WaitExit(tmuxWait)
 }
 
 // agentWithAKernel connects an agent to the engine at sock and gives it a

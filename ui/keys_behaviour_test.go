@@ -1419,3 +1419,36 @@ func TestEngineGoneIsShown(t *testing.T) {
 		t.Errorf("a cell was sent to the gone engine: %+v", ex)
 	}
 }
+
+// TestReattachedShowsTheNewEngine: a dashboard whose engine came back shows
+// the new engine's kernels, and cells go to it.
+func TestReattachedShowsTheNewEngine(t *testing.T) {
+	why := errors.New("EOF")
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels(), lost: func() error { return why }})
+	f.m.reconnects = true
+	f.update(eventsDoneMsg{})
+	mustContain(t, f.m.View(), "ENGINE GONE, reconnecting")
+	back := uitest.New(testBackends, 5, time.Hour)
+	back.SetKernels([]engine.KernelInfo{{ID: "k-n1", Owner: "newcomer", Task: "default", Backend: "local", PID: 9,
+		State: engine.StateIdle, LastUsed: t0}})
+	events := make(chan engine.Event)
+	if cmd := f.update(Reattached{Engine: back, Events: events, Lost: func() error { return nil }, Where: "attached to /run/kd.sock"}); cmd == nil {
+		t.Fatal("no waiter for the new engine's events")
+	}
+	v := f.m.View()
+	mustContain(t, v, "kernels 1/5", "newcomer", "attached to /run/kd.sock")
+	for _, stale := range []string{"ENGINE GONE", "alice", "the engine is gone"} {
+		if strings.Contains(v, stale) {
+			t.Errorf("after the engine came back the screen still shows %q:\n%s", stale, v)
+		}
+	}
+	f.keys(runes("print(2)"))
+	f.run(t, f.update(keyCtrlR))
+	f.drainInbox(t)
+	if ex := back.Executed(); len(ex) != 1 || ex[0].Code != "print(2)" {
+		t.Errorf("the cell did not go to the engine that came back: %+v", ex)
+	}
+	if ex := f.eng.Executed(); len(ex) != 0 {
+		t.Errorf("a cell went to the old engine: %+v", ex)
+	}
+}

@@ -41,6 +41,9 @@ type Options struct {
 	// Lost, when the events stop, says why the engine is gone (an attached
 	// dashboard's connection); nil or a nil error says nothing.
 	Lost func() error
+	// Reconnects says that an engine gone is dialled again: the header
+	// says so until a Reattached message brings it back.
+	Reconnects bool
 	// KeepsKernels says quitting leaves the kernels running (an attached
 	// dashboard, --keep-kernels), so it asks nothing first.
 	KeepsKernels bool
@@ -166,10 +169,11 @@ type Model struct {
 	lost        func() error
 	// gone is why the engine went away (an attached dashboard's), or nil:
 	// its kernels are no longer shown, and no cell is sent.
-	gone      error
-	status    string
-	statusAt  time.Time // when status was set: it goes after statusShown
-	statusErr bool
+	gone       error
+	reconnects bool
+	status     string
+	statusAt   time.Time // when status was set: it goes after statusShown
+	statusErr  bool
 	// layers are the overlays open over the panes, lowest first: they take
 	// the keys before the panes.
 	layers     overlays
@@ -221,6 +225,7 @@ func New(opts Options) *Model {
 		fetchWant:   true,
 		where:       opts.Where,
 		lost:        opts.Lost,
+		reconnects:  opts.Reconnects,
 		keeps:       opts.KeepsKernels,
 		limitsPause: cmp.Or(opts.LimitsPause, DefaultLimitsPause),
 		replay:      opts.Replay,
@@ -314,6 +319,15 @@ func (m *Model) globalKeys() actions {
 		{k.IdleUp, run(func() tea.Cmd { return setIdle(true) })},
 		{k.IdleDown, run(func() tea.Cmd { return setIdle(false) })},
 	}, replayKeys...)
+}
+
+// Reattached is an attached dashboard's engine back after it went away (a
+// new connection, often a new engine): the dashboard shows it from now on.
+type Reattached struct {
+	Engine Engine
+	Events <-chan engine.Event
+	Lost   func() error
+	Where  string
 }
 
 // Init starts the tick, the event listener and the inbox listener.
@@ -451,6 +465,12 @@ func (m *Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			}
 		}
 		return m, nil
+	case Reattached:
+		m.eng, m.events, m.lost, m.where = msg.Engine, msg.Events, msg.Lost, msg.Where
+		m.gone, m.kernels.engineGone, m.kernelsGen = nil, "", 0
+		m.refresh()
+		m.setStatus("back on the engine: "+plain(msg.Where), nil)
+		return m, waitEvents(m.events)
 	case inboxMsg:
 		for _, sub := range msg {
 			m.onBackground(sub)
@@ -602,7 +622,11 @@ func (m *Model) startCell(msg runCellMsg) {
 	m.output.setTarget(msg.target)
 	m.output.add(r)
 	if m.gone != nil {
-		r.running, r.err, r.finished = false, fmt.Errorf("not run: the engine is gone (%w); quit, and attach again once it is back", m.gone), m.ctx.Now()
+		then := "quit, and attach again once it is back"
+		if m.reconnects {
+			then = "run it again once it is back"
+		}
+		r.running, r.err, r.finished = false, fmt.Errorf("not run: the engine is gone (%w); %s", m.gone, then), m.ctx.Now()
 		m.output.changed(r)
 		return
 	}
@@ -986,7 +1010,11 @@ func (m *Model) headerView() string {
 	}
 	if m.gone != nil {
 		// Nothing the engine said last holds now: no cap, no counts.
-		b.WriteString("  " + t.Error.Render("ENGINE GONE") + t.Muted.Render("  "+plain(m.where)+" (q quits)"))
+		state := "ENGINE GONE"
+		if m.reconnects {
+			state += ", reconnecting"
+		}
+		b.WriteString("  " + t.Error.Render(state) + t.Muted.Render("  "+plain(m.where)+" (q quits)"))
 		return b.String()
 	}
 	n := len(m.kernels.kernels)
