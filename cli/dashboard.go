@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -348,10 +347,8 @@ func (c *dashboardCmd) runAttached(std stdio) int {
 		}
 		return fail(err)
 	}
-	cur := &attachment{cl: cl}
-	defer func() { cur.get().Close() }()
 	opts := ui.Options{Engine: cl, Events: cl.Events(), Theme: theme, User: os.Getenv("USER"),
-		Where: "attached to " + cl.Where(), Lost: cl.Err, Reconnects: true, KeepsKernels: true, Clipboard: out, SaveDir: workingDir()}
+		Where: attachedTo(cl), Lost: cl.Err, Reconnects: true, KeepsKernels: true, Clipboard: out, SaveDir: workingDir()}
 	stateDir := c.eng.stateDir
 	if stateDir == "" {
 		stateDir, _ = config.DefaultStateDir()
@@ -366,19 +363,16 @@ func (c *dashboardCmd) runAttached(std stdio) int {
 		p.Quit()
 	}()
 	loop, endLoop := context.WithCancel(context.Background())
-	looped := make(chan struct{})
-	go func() {
-		defer close(looped)
-		c.reattach(loop, p, cur, copts)
-	}()
+	last := make(chan *client.Client, 1)
+	go func() { last <- c.reattach(loop, p, cl, copts) }()
 	_, runErr := p.Run()
 	endLoop()
-	<-looped
+	cl = <-last
+	defer cl.Close()
 	m.Close()
 	if runErr != nil {
 		return fail(runErr)
 	}
-	cl = cur.get()
 	if err := cl.Err(); err != nil {
 		fmt.Fprintf(std.err, "kerneldeck: the engine at %s went away (%v); what became of its kernels is not known here\n", cl.Where(), err)
 		return exitOK
@@ -387,49 +381,36 @@ func (c *dashboardCmd) runAttached(std stdio) int {
 	return exitOK
 }
 
-// attachment is an attached dashboard's connection, which reattach
-// replaces when the engine comes back.
-type attachment struct {
-	mu sync.Mutex
-	cl *client.Client
-}
-
-func (a *attachment) get() *client.Client { a.mu.Lock(); defer a.mu.Unlock(); return a.cl }
-
-// swap puts next in and closes the connection it replaces.
-func (a *attachment) swap(next *client.Client) {
-	a.mu.Lock()
-	old := a.cl
-	a.cl = next
-	a.mu.Unlock()
-	old.Close()
-}
+// attachedTo is what the header says of an attached dashboard's engine.
+func attachedTo(cl *client.Client) string { return "attached to " + cl.Where() }
 
 // reattachWaitMax bounds the wait between two dials of an engine gone.
 const reattachWaitMax = 5 * time.Second
 
-// reattach dials the engine again whenever its connection ends, waiting
-// longer after each failure (up to reattachWaitMax), and hands the
-// dashboard each new connection; it returns when ctx ends.
-func (c *dashboardCmd) reattach(ctx context.Context, p *tea.Program, cur *attachment, opts client.Options) {
+// reattach dials the engine again whenever cl, its connection, ends,
+// waiting longer after each failure (up to reattachWaitMax), and hands the
+// dashboard each new connection; when ctx ends it returns the connection
+// in use, for the caller to close.
+func (c *dashboardCmd) reattach(ctx context.Context, p *tea.Program, cl *client.Client, opts client.Options) *client.Client {
 	for {
 		select {
-		case <-cur.get().Done():
+		case <-cl.Done():
 		case <-ctx.Done():
-			return
+			return cl
 		}
 		for wait := 250 * time.Millisecond; ; wait = min(2*wait, reattachWaitMax) {
 			select {
 			case <-time.After(wait):
 			case <-ctx.Done():
-				return
+				return cl
 			}
 			next, err := dialEngine(ctx, &c.eng, c.attach, opts)
 			if err != nil {
 				continue
 			}
-			cur.swap(next)
-			p.Send(ui.Reattached{Engine: next, Events: next.Events(), Lost: next.Err, Where: "attached to " + next.Where()})
+			cl.Close()
+			cl = next
+			p.Send(ui.Reattached{Engine: next, Events: next.Events(), Lost: next.Err, Where: attachedTo(next)})
 			break
 		}
 	}
