@@ -32,6 +32,9 @@ type KeptKernel struct {
 	LastUsed       time.Time `json:"last_used"`
 	// Confinement is how the runner confined itself, as it said at start.
 	Confinement string `json:"confinement,omitempty"`
+	// Spare marks a spare runner, nobody's kernel (journals only): a later
+	// engine kills it.
+	Spare bool `json:"spare,omitempty"`
 }
 
 // Kept lists the registered kernels that are ready, for SaveKept before
@@ -174,51 +177,54 @@ func (e *Engine) AdoptFrom(ctx context.Context, store KeptStore) (adopted int, s
 }
 
 // Adopt registers kernels a previous engine left running, after checking on
-// each host that the runner still lives in its owner-only dir. Kernels that
+// each host that the runner still lives in its owner-only dir, with the
+// execution count their runners report. Kernels that
 // are gone, on a backend this engine lacks, or no longer ours are skipped,
 // each with a reason; adopting never spawns or runs code. The cap applies
 // as soon as they are registered.
 func (e *Engine) Adopt(ctx context.Context, kept []KeptKernel) (adopted int, skipped []string) {
 	for _, kk := range kept {
-		if err := e.adoptOne(ctx, kk); err != nil {
+		k, err := e.adoptOne(ctx, kk, fmt.Sprintf("pid %d in %s, left running by an earlier kerneldeck", kk.PID, kk.Dir))
+		if err != nil {
 			skipped = append(skipped, fmt.Sprintf("kernel %s of %s on %s: %v", kk.ID, kk.Owner, kk.Backend, err))
 			continue
 		}
+		e.resume(ctx, k)
 		adopted++
 	}
 	e.enforceCap()
 	return adopted, skipped
 }
 
-func (e *Engine) adoptOne(ctx context.Context, kk KeptKernel) error {
+func (e *Engine) adoptOne(ctx context.Context, kk KeptKernel, detail string) (*Kernel, error) {
 	env, ok := e.env(kk.Backend)
 	if !ok {
-		return fmt.Errorf("backend %s is not configured here", kk.Backend)
+		return nil, fmt.Errorf("backend %s is not configured here", kk.Backend)
 	}
 	key, err := NewKey(kk.Owner, kk.Backend, kk.Task, kk.Child, kk.Tools)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if kk.PID <= 0 || kk.Token == "" || !validKernelDir(env.TempDir(), kk.Dir, kk.ID, false) {
-		return errors.New("the saved record is incomplete")
+		return nil, errors.New("the saved record is incomplete")
 	}
 	res, err := env.Execute(ctx, adoptScript(kk.Dir, kk.PID), backends.ExecOptions{Timeout: killTimeout})
 	if err != nil {
-		return fmt.Errorf("check the runner: %w", err)
+		return nil, fmt.Errorf("check the runner: %w", err)
 	}
 	if !hasLine(res.Output, markAdopt) {
-		return fmt.Errorf("the runner is gone (%s)", hostError(res))
+		return nil, fmt.Errorf("the runner is gone (%s)", hostError(res))
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return ErrEngineClosed
+		return nil, ErrEngineClosed
 	}
 	if old := e.kernels[key]; old != nil {
-		return fmt.Errorf("this engine already has kernel %s for that key", old.id)
+		return nil, fmt.Errorf("this engine already has kernel %s for that key", old.id)
 	}
 	if e.byID[kk.ID] != nil {
-		return fmt.Errorf("kernel id %s is already registered", kk.ID)
+		return nil, fmt.Errorf("kernel id %s is already registered", kk.ID)
 	}
 	last := kk.LastUsed
 	if last.IsZero() || last.After(e.cfg.Now()) {
@@ -226,12 +232,14 @@ func (e *Engine) adoptOne(ctx context.Context, kk KeptKernel) error {
 	}
 	// A record from before the runner's own word was kept says so.
 	confinement := cmp.Or(kk.Confinement, "none:not-recorded")
+	// Held until resume has asked the runner what it is doing.
 	k := &Kernel{key: key, env: env, id: kk.ID, pid: kk.PID, dir: kk.Dir, token: kk.Token, state: phaseReady,
-		lastUsed: last, execCount: kk.ExecutionCount, confinement: confinement}
+		lastUsed: last, execCount: kk.ExecutionCount, confinement: confinement, holding: true}
 	e.kernels[key] = k
 	e.byID[k.id] = k
 	e.orderDirty()
 	e.idleSince = time.Time{} // it may have been idle for long: scan again
-	e.emit(kernelEvent(EventAdopted, k, fmt.Sprintf("pid %d in %s, left running by an earlier kerneldeck", kk.PID, kk.Dir)))
-	return nil
+	e.journalTouch()
+	e.emit(kernelEvent(EventAdopted, k, detail))
+	return k, nil
 }

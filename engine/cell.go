@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,6 +53,12 @@ type Request struct {
 	// event or output of the cell: a caller that also watches the events
 	// can tell its own cells from others'.
 	OnStart func(cell string)
+	// Cell, when set, is the caller's id for the cell (ValidCellID), so
+	// that it can ask again after a lost connection or an engine restart
+	// without the code running twice: a cell this engine knows by that id
+	// is answered from what it kept of it, once it finished, and a runner
+	// never runs an id twice (it gives the result again).
+	Cell string
 }
 
 // Result is the outcome of a cell.
@@ -110,6 +117,14 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 	}
 	timeout := cmp.Or(req.Timeout, e.cfg.CellTimeout)
 	deadline := start.Add(timeout)
+	if req.Cell != "" {
+		if !ValidCellID(req.Cell) {
+			return nil, fmt.Errorf("%w: %q (use 1 to 64 letters, digits, _ or -)", ErrBadCellID, req.Cell)
+		}
+		if rec, ok := e.cells.get(req.Cell); ok {
+			return e.answerAgain(ctx, rec, key, start, deadline)
+		}
+	}
 
 	reaped := ""
 	for _, v := range e.reapIdle() {
@@ -132,7 +147,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 	}()
 	// The cell is remembered (Engine.Cells) and its output goes to the
 	// subscribers that watch, whoever asked for it.
-	cellID := "c" + randomHex(8)
+	cellID := cmp.Or(req.Cell, "c"+randomHex(8))
 	e.mu.Lock()
 	e.cells.start(k, cellID, req.Code, e.cfg.Now())
 	e.mu.Unlock()
@@ -208,7 +223,7 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 		if err := e.spawn(ctx, k); err != nil {
 			return e.failOpen(ctx, k, req, cellCall{cellID, userStream}, timeout, start, err)
 		}
-	case req.Reset:
+	case req.Reset && !e.knowsCell(ctx, k, req.Cell):
 		e.killOnHost(ctx, k)
 		e.emit(kernelEvent(EventReset, k, "reset requested"))
 		if err := e.spawn(ctx, k); err != nil {
@@ -216,6 +231,8 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 		}
 		kr.StateReset = true
 	default:
+		// (A reset asked again for a cell k's runner has: it gives that
+		// cell's result and nothing is reset again.)
 		kr.Reused = true
 		e.emit(kernelEvent(EventReused, k, ""))
 	}
@@ -223,6 +240,11 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 	c := newCellRun(cellID, req.Code, deadline, req.OnOutput, userStream)
 	c.onDisplay = req.OnDisplay
 	c.rpc = e.newRPCSession(ctx, k, c)
+	e.mu.Lock()
+	if slices.Contains(k.earlier, cellID) {
+		c.reached(reachSocket) // sent by the engine before: it may have run
+	}
+	e.mu.Unlock()
 	var out outcome
 	for attempt := 0; ; attempt++ {
 		e.mu.Lock()
@@ -345,6 +367,7 @@ const (
 	outPubFail                          // the request could not be published
 	outUnreachable                      // the host did not answer until past the deadline
 	outCanceled                         // the caller or the engine gave up
+	outCollected                        // the id already ran and its result was given out
 )
 
 type outcome struct {
@@ -480,6 +503,11 @@ func (e *Engine) finishCell(ctx context.Context, k *Kernel, c *cellRun, out outc
 		kr.Note = joinNote(kr.Note, "the host could not be reached; the cell may still finish there")
 	case outCanceled:
 		return nil, fmt.Errorf("cell %s on kernel %s: %s", c.id, kr.ID, out.detail)
+	case outCollected:
+		// Asked again for a cell the runner ran and answered: not run again,
+		// and the kernel and its state are as they were.
+		res = &Result{Status: StatusError, Traceback: fmt.Sprintf("kerneldeck: cell %s already ran in kernel %s and its result was given out; it was not run again\n", c.id, kr.ID)}
+		kr.Note = joinNote(kr.Note, "cell "+c.id+" ran once already")
 	}
 	res.Kernel = kr
 	res.Duration = time.Since(start)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -43,6 +44,8 @@ type CellRecord struct {
 	ToolCallsMade   int    `json:"tool_calls_made"`
 	// Error is why the engine could not give the cell a result.
 	Error string `json:"error,omitempty"`
+	// done is closed when the cell finishes.
+	done chan struct{}
 }
 
 // Excerpt is the head and tail of a stream; Bytes is its length as the
@@ -54,6 +57,17 @@ type Excerpt struct {
 	Tail    string `json:"tail,omitempty"`
 	Bytes   int64  `json:"bytes"`
 	Clipped bool   `json:"clipped,omitempty"`
+}
+
+// cut says whether the middle of the stream is left out.
+func (x Excerpt) cut() bool { return x.Bytes > int64(len(x.Head)+len(x.Tail)) }
+
+// text is the excerpt as one text, saying where its middle is left out.
+func (x Excerpt) text() string {
+	if !x.cut() {
+		return x.Head + x.Tail
+	}
+	return fmt.Sprintf("%s\n[kerneldeck: %d bytes left out]\n%s", x.Head, x.Bytes-int64(len(x.Head)+len(x.Tail)), x.Tail)
 }
 
 // add appends text, keeping the head and a rolling tail.
@@ -107,7 +121,7 @@ func newCellLog() *cellLog {
 
 // start records a cell that begins on kernel k.
 func (l *cellLog) start(k *Kernel, id, code string, now time.Time) {
-	rec := &CellRecord{ID: id, Kernel: k.id, Owner: k.key.Owner, Key: k.key.String(), Running: true, Started: now}
+	rec := &CellRecord{ID: id, Kernel: k.id, Owner: k.key.Owner, Key: k.key.String(), Running: true, Started: now, done: make(chan struct{})}
 	if len(code) > recordCodeMax {
 		cut := recordCodeMax
 		for cut > 0 && !utf8.RuneStart(code[cut]) {
@@ -119,6 +133,9 @@ func (l *cellLog) start(k *Kernel, id, code string, now time.Time) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if old := l.byID[id]; old != nil {
+		l.dropLocked(old) // a cell id is one cell: the newer record is the one
+	}
 	l.byID[id] = rec
 	l.byKernel[rec.Kernel] = append(l.byKernel[rec.Kernel], rec)
 	l.order = append(l.order, rec)
@@ -221,10 +238,11 @@ func (l *cellLog) finish(id string, res *Result, err error, d time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.byID[id]
-	if r == nil {
+	if r == nil || !r.Running {
 		return
 	}
 	r.Running, r.Duration = false, d
+	close(r.done)
 	if err != nil {
 		r.Status, r.Error = StatusError, err.Error()
 		return
@@ -253,6 +271,17 @@ func (l *cellLog) of(kernel string) []CellRecord {
 		out[i] = *r
 	}
 	return out
+}
+
+// get returns a copy of cell id's record; ok false when there is none.
+func (l *cellLog) get(id string) (rec CellRecord, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.byID[id]
+	if r == nil {
+		return CellRecord{}, false
+	}
+	return *r, true
 }
 
 // Cells returns what the engine remembers of the recent cells of kernel

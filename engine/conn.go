@@ -59,7 +59,14 @@ type runnerFrame struct {
 	Stream  string         `json:"stream"`
 	Text    string         `json:"text"`
 	Error   string         `json:"error"`
-	PID     int            `json:"pid"`
+	// Collected marks an error for a cell id that already ran and whose
+	// result was given out (a caller asking again for an old cell).
+	Collected bool `json:"collected"`
+	// Pending lists the cells submitted and not finished, and Last is the
+	// latest finished one (op "pong").
+	Pending []string `json:"pending"`
+	Last    string   `json:"last"`
+	PID     int      `json:"pid"`
 	// Name and Data carry a forwarded tool request file (op "rpc"); Error
 	// then says why it could not be read.
 	Name string `json:"name"`

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
@@ -29,13 +31,13 @@ func (s *streamDoor) run(ctx context.Context) (outcome, bool) {
 	e, k, c := s.e, s.k, s.c
 	req := cellFrame{Op: "cell", ID: c.id, Code: c.code, Stream: c.onOutput != nil && (c.userStream || e.bus.wantsOutput()), Timeout: c.timeoutSec}
 	var conn *runnerConn
+	before, acked := c.reach, false
 	for {
 		var fresh bool
 		conn, fresh = s.open(ctx)
 		if conn == nil {
 			return outcome{}, false
 		}
-		before := c.reach
 		c.reached(reachSocket)
 		if conn.send(req) == nil {
 			break
@@ -79,9 +81,17 @@ func (s *streamDoor) run(ctx context.Context) (outcome, bool) {
 			c.interruptSent = true
 			continue
 		case err != nil:
+			if (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) && !acked {
+				// The runner's end closed (a reset: with our lines unread)
+				// before it took the cell, and its ack comes before any of
+				// the cell's code runs: the cell never ran there.
+				c.reach = before
+			}
 			return outcome{}, false
 		}
 		switch {
+		case f.Op == "ack" && f.ID == c.id:
+			acked = true
 		case f.Op == "result" && f.ID == c.id:
 			s.trace("cell "+c.id, start)
 			return outcome{kind: outDone, frame: &f, interrupted: c.interrupted}, true
@@ -96,6 +106,8 @@ func (s *streamDoor) run(ctx context.Context) (outcome, bool) {
 					c.onDisplay(*d)
 				}
 			}
+		case f.Op == "error" && f.ID == c.id && f.Collected:
+			return outcome{kind: outCollected, detail: f.Error}, true
 		case f.Op == "error" && f.ID == c.id:
 			return outcome{kind: outPubFail, detail: f.Error}, true
 		case f.Op == "rpc":

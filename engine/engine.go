@@ -69,10 +69,14 @@ type Config struct {
 	CellTimeout        time.Duration
 	InterruptGrace     time.Duration
 	// StateDir receives spill files (0700 dirs, 0600 files).
-	StateDir  string
-	Tracer    *backends.Tracer
-	ClipChars int
-	SpillMax  int
+	StateDir string
+	// JournalDir, when set, is where the engine keeps its kernels' records
+	// while it runs, so that an engine started later on the same dir takes
+	// them back (TakeBack) if this one dies without closing.
+	JournalDir string
+	Tracer     *backends.Tracer
+	ClipChars  int
+	SpillMax   int
 	// WaitWindow is the longest one host-side wait over plain Execute.
 	WaitWindow time.Duration
 	// SweepEvery is how often idle kernels are reaped in the background.
@@ -166,6 +170,9 @@ type Engine struct {
 	codes *runnerCodes
 	// spareSets are the spare runners of each backend (Config.SpareKernels).
 	spareSets map[string]*spareBackend
+	// journal records the kernels for an engine after this one (nil: no
+	// Config.JournalDir).
+	journal *journal
 
 	wg sync.WaitGroup
 	// base is the context of the engine's own background work (spares,
@@ -237,6 +244,16 @@ func New(cfg Config) (*Engine, error) {
 					b.URI(), len(gone), strings.Join(gone, ", "))})
 			}
 		}
+	}
+	if cfg.JournalDir != "" {
+		j, err := openJournal(cfg.JournalDir)
+		if err != nil {
+			return nil, err
+		}
+		e.journal = j
+		go j.run(e.journalRecords, func(err error) {
+			e.emit(Event{Type: EventNotice, Detail: err.Error() + "; a later engine may not take back every kernel if this one dies"})
+		})
 	}
 	e.wg.Add(1)
 	go e.sweep()
@@ -474,6 +491,9 @@ func (e *Engine) Close(ctx context.Context, keep bool) error {
 	case <-ctx.Done():
 		err = errors.Join(err, fmt.Errorf("engine close: %w", ctx.Err()))
 	}
+	if e.journal != nil {
+		e.journal.close()
+	}
 	e.bus.close()
 	return err
 }
@@ -547,6 +567,7 @@ func (e *Engine) removeLocked(k *Kernel, reason string) {
 	}
 	k.state = phaseGone
 	k.goneReason = reason
+	e.journalTouch()
 }
 
 // noteLostLocked keeps note for key's next kernel, within maxLostNotes.

@@ -69,6 +69,11 @@ type Kernel struct {
 	lostNote string
 	// spare marks the record of a spare runner being killed (spares.go).
 	spare bool
+	// earlier are the cells the runner of a kernel taken over had, sent by
+	// the engine before (its latest result, the one it ran): asked for
+	// again, such a cell may have run even if the runner dies before it
+	// says it has it.
+	earlier []string
 }
 
 // killRetry paces the retries of one failed kill: each waits twice as long
@@ -345,6 +350,7 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 	k.id, k.pid, k.dir, k.token = id, pid, dir, token
 	k.execCount = 0
 	k.rpcSeen = nil
+	k.earlier = nil
 	k.lastUsed = e.cfg.Now()
 	if k.conn != nil {
 		k.conn.close()
@@ -355,6 +361,7 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 		k.state = phaseReady
 		if !k.transient {
 			e.byID[id] = k
+			e.journalTouch()
 		}
 	}
 	e.mu.Unlock()

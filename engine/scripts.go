@@ -123,7 +123,10 @@ exec 5< <( exec 2>/dev/null
     if [[ $t =~ ^[0-9]+$ && $up =~ ^[0-9]+$ ]] && [ "$t" -ge "$up" ]; then case $l in *"emory cgroup"*) why=oom-cgroup;; *) why=oom-host;; esac
     else oomn; [[ $n =~ ^[0-9]+$ && $oom0 =~ ^[0-9]+$ ]] && [ "$n" -gt "$oom0" ] && why=oom-counter; fi
   fi
-  [ -n "$exitf" ] && { { printf '%%s\n' "$st${why:+ $why}" >"$exitf.tmp" && mv -f -- "$exitf.tmp" "$exitf"; } || rm -f -- "$exitf.tmp"; }
+  # The cells the runner took over the Execute door (each marked before
+  # any of its code ran) go with it: the dir is removed next.
+  took=took; for f in "$kd"/cells/*.took; do [ -e "$f" ] || continue; f=${f##*/}; took="$took ${f%%.took}"; done
+  [ -n "$exitf" ] && { { printf '%%s\n%%s\n' "$st${why:+ $why}" "$took" >"$exitf.tmp" && mv -f -- "$exitf.tmp" "$exitf"; } || rm -f -- "$exitf.tmp"; }
   rmkd )
 # ppid_of sets ppid (no $(...): a fork on the spawn's path).
 ppid_of() { local s; ppid=; read -r s 2>/dev/null <"/proc/$1/stat" || return 1; s=${s##*) }; set -- $s; ppid=$2; }
@@ -204,9 +207,13 @@ kd=%s; id=%s; pid=%d; w=%d; pub=%d; intr=%d; ans=%d; imac=%s
 # waiting up to a second for the watcher on a busy host; the status is
 # read once, then removed.
 ef="${kd%%/*}/.exit-${kd##*/}"; case ${kd##*/} in kerneldeck-once-*) ef=;; esac
-died() { local st= i; for ((i = 0; i < 50; i++)); do [ -z "$ef" ] && break; [ -f "$ef" ] && { read -r st <"$ef"; rm -f -- "$ef"; break; }; sleep 0.02; done; [[ $st =~ ^[0-9]+( [a-z-]+)?$ ]] || st=; echo "$1${st:+ $st}"; exit 0; }
+# "untaken" is KD:DEAD when the runner did not take this cell (its mark,
+# or its watcher's list of the marks it found), else KD:LOST.
+died() { local st= tk= i m=$1; for ((i = 0; i < 50; i++)); do [ -z "$ef" ] && break; [ -f "$ef" ] && { { read -r st; read -r tk; } <"$ef"; rm -f -- "$ef"; break; }; sleep 0.02; done; [[ $st =~ ^[0-9]+( [a-z-]+)?$ ]] || st=
+  if [ "$m" = untaken ]; then m=KD:LOST; case " $tk " in *" $id "*) ;; " took "*) m=KD:DEAD;; esac; fi
+  echo "$m${st:+ $st}"; exit 0; }
 cd "$kd/cells" 2>/dev/null || died KD:GONE
-published=0; [ -e "$id.req" ] || [ -e "$id.res" ] && published=1
+published=0; [ -e "$id.req" ] || [ -e "$id.took" ] || [ -e "$id.res" ] && published=1
 if [ "$pub" = 1 ] && [ "$published" = 0 ]; then
   alive "$pid" || died KD:DEAD
   umask 077
@@ -240,7 +247,10 @@ while :; do
     done
     echo KD:RPCWAIT; exit 0
   fi
-  if ! alive "$pid"; then [ -e "$id.res" ] && continue; died KD:LOST; fi
+  # Dead: without its mark of having taken the cell, it never ran here
+  # (the runner marks a cell taken, in the dir while it lives, before
+  # the cell's code ran), or, once its dir is gone, its watcher's list.
+  if ! alive "$pid"; then [ -e "$id.res" ] && continue; [ -e "$id.took" ] && died KD:LOST; [ -d "$kd/cells" ] && died KD:DEAD; died untaken; fi
   [ "$n" -ge "$w" ] && { echo KD:PENDING; exit 0; }
   # A read that times out (status > 128) is one whole second of the window;
   # a byte from the runner wakes us early without using it up.

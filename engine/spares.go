@@ -134,6 +134,7 @@ func (e *Engine) refillSpares(env backends.Env) {
 			keep := err == nil && !e.closed && len(e.kernels)+e.sparesLocked() < e.max
 			if keep {
 				sb.ready = append(sb.ready, s)
+				e.journalTouch()
 			}
 			e.mu.Unlock()
 			if err == nil && !keep {

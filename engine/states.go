@@ -49,4 +49,8 @@ var (
 	ErrMemberBackend = errors.New("members of the group get no kernels there")
 	// ErrOwnerQuota: the owner has as many kernels as it may, all busy.
 	ErrOwnerQuota = errors.New("no room for another kernel of this owner")
+	// ErrBadCellID: a caller's cell id that no runner would take.
+	ErrBadCellID = errors.New("invalid cell id")
+	// ErrCellOfAnother: a caller's cell id names a cell of another kernel.
+	ErrCellOfAnother = errors.New("the cell id names a cell of another kernel")
 )

@@ -146,7 +146,10 @@ func (s *server) parseExecute(f fields, msg *wire.Execute, r *request) error {
 		return errors.New(`execute needs "code": the Python source to run, as a string ("" is allowed)`)
 	}
 	x := engine.Request{Code: msg.Code, Owner: msg.Owner, Task: msg.Task, Backend: msg.Backend, Child: msg.Child,
-		Tools: msg.Tools, Reset: msg.Reset}
+		Tools: msg.Tools, Reset: msg.Reset, Cell: msg.Cell}
+	if _, given := f.raw("cell"); given && !engine.ValidCellID(msg.Cell) {
+		return fmt.Errorf(`"cell" is your id for the cell, so that asking again never runs it twice: 1 to 64 letters, digits, _ or -, got %q`, msg.Cell)
+	}
 	r.stream = msg.Stream
 	if secs := msg.Timeout; secs != 0 {
 		if secs < 0 || secs > maxSeconds {

@@ -23,6 +23,9 @@ type Execute struct {
 	Timeout float64 `json:"timeout,omitempty"`
 	Reset   bool    `json:"reset,omitempty"`
 	Stream  bool    `json:"stream,omitempty"`
+	// Cell is the client's id for the cell: asked again with the same
+	// cell, the engine gives its result instead of running it twice.
+	Cell string `json:"cell,omitempty"`
 }
 
 // KernelsQuery asks for the kernels listing; given the last listing's

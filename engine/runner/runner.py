@@ -1485,6 +1485,10 @@ class Runner:
             "op": op,
             "pid": os.getpid(),
             "running": self.running,
+            # Submitted and not finished: a cell an engine that went away
+            # sent (the engine runs one at a time, so at most one).
+            "pending": sorted(self.pending),
+            "last": self.last[0] if self.last is not None else None,
             "execution_count": self.execution_count,
         }
 
@@ -1506,7 +1510,7 @@ class Runner:
                 if conn is None:
                     # The Execute door wants the cell: its result as a file.
                     self.file_wanted = cell.id
-                    self.cell_files.append(os.path.join(self.cells, cell.id + ".req"))
+                    self.took(cell.id)
                     self.file_unfiled_locked(cell.id)
                     return
                 if self.last is not None and self.last[0] == cell.id:
@@ -1515,8 +1519,9 @@ class Runner:
                     self.waiters.setdefault(cell.id, []).append(conn)
                     if cell.stream:
                         self.streamers.append(conn)
+                    conn.send({"op": "ack", "id": cell.id})  # had already
                 else:
-                    conn.send({"op": "error", "id": cell.id,
+                    conn.send({"op": "error", "id": cell.id, "collected": True,
                                "error": "cell %s already ran and its result was collected" % cell.id})
                 return
             self.seen.add(cell.id)
@@ -1536,12 +1541,30 @@ class Runner:
                     pass
             self.cell_files = []
             if conn is None:
-                self.cell_files.append(os.path.join(self.cells, cell.id + ".req"))
+                self.took(cell.id)
             if conn is not None:
                 self.waiters.setdefault(cell.id, []).append(conn)
                 if cell.stream:
                     self.streamers.append(conn)
+                # Taken, before any of its code runs: a stream that ends
+                # without this tells the engine the cell never ran here.
+                conn.send({"op": "ack", "id": cell.id})
             self.work.append(cell)
+
+    def took(self, cid):
+        """Marks cell cid taken, before any of its code runs, for the
+        Execute door: its record (.req) becomes .took, which needs no room
+        on a full disk. A runner found dead with the record unmarked never
+        ran the cell."""
+        req = os.path.join(self.cells, cid + ".req")
+        path = os.path.join(self.cells, cid + ".took")
+        try:
+            os.rename(req, path)
+        except OSError as e:
+            self.log("could not mark cell %s taken: %s" % (cid, e.strerror))
+            self.cell_files.append(req)
+            return
+        self.cell_files.append(path)
 
     def interrupt(self, cid):
         with self.lock:

@@ -50,8 +50,8 @@ func (s *StreamEnv) Refuse(on bool) { s.mu.Lock(); s.refuse = on; s.mu.Unlock() 
 // CutAfterCell makes every stream drop right after its runner takes a cell.
 func (s *StreamEnv) CutAfterCell(on bool) { s.mu.Lock(); s.cut = on; s.mu.Unlock() }
 
-// DieOnCell makes a runner die as a cell arrives on its socket, before it
-// records or runs it: nothing on the host shows the cell came.
+// DieOnCell makes the next runner a cell reaches on its socket die before
+// it takes it (no ack): nothing on the host shows the cell came.
 func (s *StreamEnv) DieOnCell(on bool) { s.mu.Lock(); s.die = on; s.mu.Unlock() }
 
 // Dials counts the streams opened.
@@ -170,10 +170,13 @@ func (s *StreamEnv) serve(k *Kernel, c net.Conn) {
 				break
 			}
 			reply, drop := r.take(f)
+			out = append(out, reply...)
 			if drop {
+				for _, f := range out {
+					r.send(f) // what the runner said before its stream ended (an ack)
+				}
 				return
 			}
-			out = append(out, reply...)
 		case <-tick.C:
 		}
 		due, alive := r.due()
@@ -215,6 +218,9 @@ func (r *runnerSide) take(f frame) (reply []any, drop bool) {
 	case "cell":
 		if !k.Alive || die {
 			k.Alive = false
+			s.mu.Lock()
+			s.die = false // one runner dies; the next one lives
+			s.mu.Unlock()
 			return nil, true
 		}
 		cs := h.cells[cellKey(k.Dir, f.ID)]
@@ -226,7 +232,8 @@ func (r *runnerSide) take(f frame) (reply []any, drop bool) {
 		s.mu.Lock()
 		s.cells++
 		s.mu.Unlock()
-		return nil, cut
+		// Taken, before it runs, as the runner says it.
+		return []any{map[string]string{"op": "ack", "id": f.ID}}, cut
 	case "watch":
 		r.watch = f.ID
 		for _, t := range r.taken {

@@ -1,0 +1,138 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/engine"
+)
+
+// journalKernels reads the kernel ids in dir's journals, checking that each
+// journal and the dir are private.
+func journalKernels(t *testing.T, dir string) []string {
+	t.Helper()
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("journal dir %s: %v %v, want mode 0700", dir, st.Mode(), err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "engine-*.json"))
+	var ids []string
+	for _, f := range files {
+		st, err := os.Stat(f)
+		if err != nil {
+			continue // rewritten meanwhile
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Fatalf("journal %s has mode %v, want 0600 (it holds the kernels' secrets)", f, st.Mode())
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var j struct {
+			Kernels []struct {
+				ID    string
+				Token string
+				Spare bool
+			}
+		}
+		if err := json.Unmarshal(data, &j); err != nil {
+			t.Fatalf("journal %s: %v", f, err)
+		}
+		for _, k := range j.Kernels {
+			if k.Token == "" {
+				t.Fatalf("journal %s: kernel %s without its secret: no engine could take it back", f, k.ID)
+			}
+			if !k.Spare {
+				ids = append(ids, k.ID)
+			}
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func waitJournal(t *testing.T, dir string, want []string) {
+	t.Helper()
+	slices.Sort(want)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		got := journalKernels(t, dir)
+		if slices.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("journal holds %v, want %v", got, want)
+		}
+	}
+}
+
+// While an engine runs, its journal holds every kernel it has, as kernels
+// come and go; a clean close removes it.
+func TestTheJournalFollowsTheKernels(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "journal")
+	t.Cleanup(func() { // after the rig's engine closed
+		if left, _ := filepath.Glob(filepath.Join(dir, "engine-*")); len(left) != 0 {
+			t.Errorf("a closed engine left its journal: %v", left)
+		}
+	})
+	r := newRig(t, func(c *engine.Config) { c.JournalDir = dir })
+	a := r.exec(engine.Request{Owner: "a", Code: "x = 1"})
+	b := r.exec(engine.Request{Owner: "b", Code: "x = 2"})
+	waitJournal(t, dir, []string{a.Kernel.ID, b.Kernel.ID})
+	if err := r.eng.Kill(context.Background(), a.Kernel.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitJournal(t, dir, []string{b.Kernel.ID})
+	if locks, _ := filepath.Glob(filepath.Join(dir, "engine-*.lock")); len(locks) != 1 {
+		t.Fatalf("lock files %v, want the engine's one", locks)
+	}
+}
+
+// An engine takes back nothing of an engine that still runs on the same
+// dir (its lock is held), and says nothing is waiting.
+func TestTakeBackLeavesALiveEngineAlone(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "journal")
+	first := newRig(t, func(c *engine.Config) { c.JournalDir = dir })
+	k := first.exec(engine.Request{Owner: "a", Code: "x = 1"})
+	waitJournal(t, dir, []string{k.Kernel.ID})
+	// The second engine on the same host, closed before the first (the
+	// rig checks for goroutines left once its engine closed).
+	cfg := first.cfg
+	cfg.StateDir = t.TempDir()
+	second, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close(context.Background(), false)
+	if n, err := second.Orphaned(); n != 0 || err != nil {
+		t.Fatalf("Orphaned: %d, %v; want 0 (the first engine lives)", n, err)
+	}
+	tb, err := second.TakeBack(context.Background())
+	if err != nil || tb.Kernels != 0 || len(tb.Failed) != 0 || len(second.Kernels()) != 0 {
+		t.Fatalf("TakeBack from a live engine: %+v, %v, kernels %v", tb, err, second.Kernels())
+	}
+	waitJournal(t, dir, []string{k.Kernel.ID})
+}
+
+// A journal others could have written is not believed: its kernels are not
+// taken back (their secrets may be known), and the error says why.
+func TestALooseJournalIsRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "journal")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "engine-1-dead.lock"), nil, 0o600)
+	loose := filepath.Join(dir, "engine-1-dead.json")
+	os.WriteFile(loose, []byte(`{"pid":1,"kernels":[{"id":"k1","owner":"a","task":"default","backend":"fake","pid":5,"dir":"/tmp/x/k1","token":"t"}]}`), 0o644)
+	os.Chmod(loose, 0o644)
+	r := newRig(t, func(c *engine.Config) { c.JournalDir = dir })
+	tb, err := r.eng.TakeBack(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "mode 0600") || tb.Kernels != 0 || len(r.eng.Kernels()) != 0 {
+		t.Fatalf("TakeBack of a loose journal: %+v, %v", tb, err)
+	}
+}
