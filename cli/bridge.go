@@ -47,11 +47,25 @@ func (c *headlessCmd) bridge(std stdio) int {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	if uc, ok := conn.Conn.(*net.UnixConn); ok {
+	if uc, ok := conn.Conn.(*net.UnixConn); ok && c.noReconnect {
 		if in, out, ok := pollablePipes(std); ok {
 			return c.handOver(std, conn.Where, uc, in, out, sigs)
 		}
 	}
+	if c.noReconnect {
+		return c.relayOnce(std, conn, sigs)
+	}
+	r := &relay{prog: prog, std: std, where: conn.Where, events: c.events, dial: func(ctx context.Context) (*client.Conn, error) {
+		return client.Dial(ctx, c.connect, client.DialOptions{StateDir: stateDir, SSH: c.eng.ssh})
+	}}
+	return r.run(conn, sigs)
+}
+
+// relayOnce relays the lines of one connection (--no-reconnect where the
+// engine cannot take the pipes over): its end is the end.
+func (c *headlessCmd) relayOnce(std stdio, conn *client.Conn, sigs <-chan os.Signal) int {
+	const prog = "kerneldeck headless"
+	_, fail := reporters(std.err, prog)
 	// A connection silent for long is closed by the engine, and a person
 	// at a terminal may take their time: a blank line (no request) speaks.
 	first := "\n"
@@ -64,11 +78,7 @@ func (c *headlessCmd) bridge(std stdio) int {
 	inDone := make(chan error, 1)
 	go func() {
 		_, err := io.Copy(conn, std.in)
-		if cw, ok := conn.Conn.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite() // the engine answers what runs, then closes
-		} else {
-			conn.Close()
-		}
+		endWrites(conn)
 		inDone <- err
 	}()
 	outDone := make(chan error, 1)

@@ -38,6 +38,18 @@ func checkConnectFlags(f *engineFlags, flag string, own ...string) error {
 		strings.Join(bad, ", "), flag, "--"+strings.Join(connectFlagsOK, ", --"))
 }
 
+// redialEngine connects to the engine at target for a client that dials it
+// again when it goes away (client.Redialer), saying so with say.
+func redialEngine(ctx context.Context, f *engineFlags, target string, o client.Options, say func(string)) (*client.Redialer, error) {
+	first, err := dialEngine(ctx, f, target, o)
+	if err != nil {
+		return nil, err
+	}
+	return client.NewRedialer(first, func(ctx context.Context) (*client.Client, error) {
+		return dialEngine(ctx, f, target, o)
+	}, say), nil
+}
+
 // dialEngine connects to the engine at target for a client, within 30 s
 // and while ctx lasts.
 func dialEngine(ctx context.Context, f *engineFlags, target string, o client.Options) (*client.Client, error) {

@@ -199,7 +199,7 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if !ok {
 		return code
 	}
-	le.takeKept(context.Background())
+	le.takeKept(context.Background(), false)
 	eng := le.Engine
 
 	// The dashboard's engine is served too, so agents started with

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/signal"
@@ -72,9 +73,10 @@ Example:
 
 // headlessCmd is `kerneldeck headless`: the engine as JSON lines.
 type headlessCmd struct {
-	eng     engineFlags
-	events  bool
-	connect string
+	eng         engineFlags
+	events      bool
+	connect     string
+	noReconnect bool
 }
 
 func (c *headlessCmd) flags() *flagSet {
@@ -84,6 +86,9 @@ func (c *headlessCmd) flags() *flagSet {
 		`"kernel":..., "owner":..., "detail":...}`)
 	fs.Optional(&c.connect, "connect", "instead of running an engine, bridge stdin and stdout to "+connectTarget+
 		"; the requests and answers are the same, and ending the input ends this connection only (no kernel is killed)")
+	fs.Bool(&c.noReconnect, "no-reconnect", "with --connect, end when the engine goes away instead of dialing it again "+
+		"(for up to 5 minutes, sending again what it had not answered; an execute's \"cell\" id keeps it from running twice); "+
+		"on this machine the engine then reads and writes this process's stdin and stdout itself, a relay hop less per request")
 	c.eng.register(fs)
 	return fs
 }
@@ -97,10 +102,12 @@ func (c *headlessCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if !ok {
 		return code
 	}
-	if connects, err := r.connects("connect", "events"); err != nil {
+	if connects, err := r.connects("connect", "events", "no-reconnect"); err != nil {
 		return r.usage(err)
 	} else if connects {
 		return c.bridge(std)
+	} else if c.noReconnect {
+		return r.usage(errors.New("--no-reconnect goes with --connect: without it, this process runs the engine"))
 	}
 	eng, code, ok := r.ownEngine(context.Background())
 	if !ok {

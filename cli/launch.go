@@ -107,15 +107,16 @@ func (r *modeRun) ownEngine(ctx context.Context) (le *localEngine, code int, ok 
 		return nil, code, false
 	}
 	if le, code, ok = r.openEngine(s); ok {
-		le.takeKept(ctx)
+		le.takeKept(ctx, false)
 	}
 	return le, code, ok
 }
 
 // takeKept takes over the kernels an earlier run left running, when this
-// run was asked to (--keep-kernels, --adopt), and says what it did.
-func (le *localEngine) takeKept(ctx context.Context) {
-	takeKept(ctx, le.Engine, le.run.eng, le.settings.stateDir, le.run.std.err, le.run.prog)
+// run was asked to (--keep-kernels, --adopt; takeBack: those of an engine
+// that died, always), and says what it did.
+func (le *localEngine) takeKept(ctx context.Context, takeBack bool) {
+	takeKept(ctx, le.Engine, le.run.eng, le.settings.stateDir, takeBack, le.run.std.err, le.run.prog)
 }
 
 // close records the kernels for the next start under --keep-kernels (a

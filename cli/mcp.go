@@ -134,7 +134,9 @@ func (c *mcpCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	var eng mcpserver.Engine
 	var closeEng func() error
 	if connects {
-		cl, err := dialEngine(context.Background(), &c.eng, c.connect, client.Options{})
+		cl, err := redialEngine(context.Background(), &c.eng, c.connect, client.Options{}, func(s string) {
+			fmt.Fprintf(std.err, "kerneldeck mcp: %s\n", s)
+		})
 		if err != nil {
 			return r.fail(err)
 		}

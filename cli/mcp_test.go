@@ -483,3 +483,46 @@ func shortTempDir(t *testing.T) string {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }
+
+// TestMCPCallRidesThroughAnEngineRestart: an agent's python_exec through
+// `mcp --connect` whose engine is killed while the cell runs, and started
+// again, gets the cell's one result, not an error; the kernel keeps its
+// state.
+func TestMCPCallRidesThroughAnEngineRestart(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	t.Cleanup(func() { killProcessesUnder(t, dirs.kernels) })
+	se := startServe(t, bin, dirs)
+	agent := startMCP(t, bin, dirs.env(), "agent", "", nil, "--connect", se.sock)
+	if _, m := agent.must("python_exec", map[string]any{"code": "x = 1"}); m["status"] != "success" {
+		t.Fatalf("x = 1: %v", m)
+	}
+	type answer struct {
+		res *mcp.CallToolResult
+		m   map[string]any
+	}
+	got := make(chan answer, 1)
+	go func() {
+		res, m := agent.must("python_exec", map[string]any{"code": "import time; time.sleep(3); x += 10; print('x is', x)"})
+		got <- answer{res, m}
+	}()
+	waitUntil(t, "the cell to run", func() bool {
+		out := runHeadless(t, bin, dirs.env(), `{"id":"k","op":"kernels"}`+"\n", "--connect", se.sock)
+		return strings.Contains(out, `"state":"running"`)
+	})
+	se.cmd.Process.Kill()
+	se.cmd.Wait()
+	se = startServe(t, bin, dirs)
+	var a answer
+	select {
+	case a = <-got:
+	case <-time.After(tmuxWait):
+		t.Fatal("the call in flight never came back after the restart")
+	}
+	if a.res.IsError || a.m["stdout"] != "x is 11\n" {
+		t.Fatalf("the call in flight across the restart: %v %s", a.m, resultText(a.res))
+	}
+	if _, m := agent.must("python_exec", map[string]any{"code": "print(x)"}); m["stdout"] != "11\n" {
+		t.Fatalf("the kernel after the restart (the cell in flight ran once: x is 11): %v", m)
+	}
+}

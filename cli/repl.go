@@ -242,7 +242,9 @@ func interruptsFromSignals() (interrupts chan struct{}, stop func()) {
 func (c *replCmd) runConnected(std stdio) int {
 	const prog = "kerneldeck repl"
 	_, fail := reporters(std.err, prog)
-	cl, err := dialEngine(context.Background(), &c.eng, c.connect, client.Options{})
+	cl, err := redialEngine(context.Background(), &c.eng, c.connect, client.Options{}, func(s string) {
+		fmt.Fprintf(std.err, "%s: %s\n", prog, s)
+	})
 	if err != nil {
 		return fail(err)
 	}

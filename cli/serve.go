@@ -127,7 +127,7 @@ func (c *serveCmd) run(args []string, std stdio, help func(io.Writer)) int {
 		eng.close()
 		return r.fail(err)
 	}
-	eng.takeKept(context.Background())
+	eng.takeKept(context.Background(), true)
 
 	signal.Ignore(syscall.SIGPIPE)
 	sigs := make(chan os.Signal, 1)

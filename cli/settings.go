@@ -218,6 +218,7 @@ func openEngine(f *engineFlags, s *resolved) (eng *engine.Engine, cleanup func()
 		IdleExit:           s.cfg.IdleExit,
 		CellTimeout:        s.cfg.CellTimeout,
 		StateDir:           s.stateDir,
+		JournalDir:         filepath.Join(s.stateDir, "journal"),
 		Tracer:             tracer,
 
 		Tools:           tools,
@@ -245,33 +246,56 @@ func openEngine(f *engineFlags, s *resolved) (eng *engine.Engine, cleanup func()
 	return eng, cleanup, exitOK, nil
 }
 
-// takeKept adopts the kernels an earlier kerneldeck left running, but only
-// when this process was asked to (--keep-kernels or --adopt): a one-shot run
-// must not take an operator's kept kernels and kill them at its exit.
-// Otherwise it leaves them and says so on one line.
-func takeKept(ctx context.Context, eng *engine.Engine, f *engineFlags, stateDir string, stderr io.Writer, prog string) {
+// takeKept takes back the kernels of engines on the same state dir that
+// died without closing, and adopts the kernels an earlier kerneldeck left
+// running at a clean exit; each only when this process was asked to
+// (--keep-kernels or --adopt, or always for takeBack): a one-shot run must
+// not take an operator's kernels and kill them at its exit. What is left
+// alone is said, with what takes it.
+func takeKept(ctx context.Context, eng *engine.Engine, f *engineFlags, stateDir string, takeBack bool, stderr io.Writer, prog string) {
+	say := func(format string, args ...any) { fmt.Fprintf(stderr, prog+": "+format+"\n", args...) }
+	if takeBack || f.keep || f.adopt {
+		tb, err := eng.TakeBack(ctx)
+		if err != nil {
+			say("%v", err)
+		}
+		if tb.Kernels > 0 {
+			running := ""
+			if tb.Collecting > 0 {
+				running = fmt.Sprintf("; %d had a cell running, collected once it ends", tb.Collecting)
+			}
+			say("took back %s of an engine that stopped without closing%s", english.Count(tb.Kernels, "kernel"), running)
+		}
+		for _, why := range tb.Failed {
+			say("not taken back: %s", why)
+		}
+	} else if n, err := eng.Orphaned(); err != nil {
+		say("%v", err)
+	} else if n > 0 {
+		say("%s of an engine that stopped without closing left alone; kerneldeck serve, --keep-kernels or --adopt takes them back", english.Count(n, "kernel"))
+	}
 	store := engine.KeptStoreIn(stateDir)
 	if !f.keep && !f.adopt {
 		kept, err := store.Peek(eng.Backends())
 		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+			say("%v", err)
 			return
 		}
 		if n := len(kept); n > 0 {
-			fmt.Fprintf(stderr, "%s: %s left alone; --adopt takes them over\n", prog, english.Count(n, "kept kernel"))
+			say("%s left alone; --adopt takes them over", english.Count(n, "kept kernel"))
 		}
 		return
 	}
 	n, skipped, err := eng.AdoptFrom(ctx, store)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+		say("%v", err)
 		return
 	}
 	if n > 0 {
-		fmt.Fprintf(stderr, "%s: adopted %s left running by an earlier kerneldeck\n", prog, english.Count(n, "kernel"))
+		say("adopted %s left running by an earlier kerneldeck", english.Count(n, "kernel"))
 	}
 	for _, s := range skipped {
-		fmt.Fprintf(stderr, "%s: not adopted: %s\n", prog, s)
+		say("not adopted: %s", s)
 	}
 }
 

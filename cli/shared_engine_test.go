@@ -159,7 +159,8 @@ func TestSharedEngine(t *testing.T) {
 	env := dirs.env()
 	mark := filepath.Join(dirs.kernels, "go")
 
-	alice := startAgent(t, bin, env, "--connect", se.sock)
+	// alice's agent does not dial again: it is told the engine stops.
+	alice := startAgent(t, bin, env, "--connect", se.sock, "--no-reconnect")
 	bob := startAgent(t, bin, env, "--connect", se.sock)
 	bob.send(map[string]any{"id": "b1", "op": "execute", "owner": "bob", "code": "print('bob was here')"})
 	if r := bob.answer("b1"); r["stdout"] != "bob was here\n" {

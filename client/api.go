@@ -116,7 +116,7 @@ func (c *Client) kick() {
 // waiting stops.
 func (c *Client) Execute(ctx context.Context, req engine.Request) (*engine.Result, error) {
 	r := wire.NewRequest(wire.OpExecute).(*wire.Execute)
-	r.Code, r.Owner, r.Task, r.Backend, r.Child, r.Tools, r.Reset = req.Code, req.Owner, req.Task, req.Backend, req.Child, req.Tools, req.Reset
+	r.Code, r.Owner, r.Task, r.Backend, r.Child, r.Tools, r.Reset, r.Cell = req.Code, req.Owner, req.Task, req.Backend, req.Child, req.Tools, req.Reset, req.Cell
 	r.Stream = req.OnOutput != nil || req.OnStart != nil || req.OnDisplay != nil
 	if req.Timeout > 0 {
 		r.Timeout = req.Timeout.Seconds()

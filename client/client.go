@@ -23,6 +23,10 @@ const MaxLineBytes = 64 << 20
 // ErrClosed is returned by calls on a client whose connection is gone.
 var ErrClosed = errors.New("the connection to the engine is closed")
 
+// ErrConnectionLost: the connection ended under a call (the engine went
+// away, or said goodbye), which may have been done or not.
+var ErrConnectionLost = errors.New("the connection to the engine was lost")
+
 // Options tunes New.
 type Options struct {
 	// Since replays the events of that much past first (marked History).
@@ -292,7 +296,10 @@ func (c *Client) call(ctx context.Context, req wire.Request, answer any, lines f
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return err
+		if errors.Is(err, ErrClosed) {
+			return err
+		}
+		return errors.Join(ErrConnectionLost, err)
 	}
 	c.pending[id] = p
 	c.mu.Unlock()
@@ -307,12 +314,12 @@ func (c *Client) call(ctx context.Context, req wire.Request, answer any, lines f
 		c.mu.Lock()
 		delete(c.pending, id)
 		c.mu.Unlock()
-		return fmt.Errorf("send to the engine at %s: %w", c.where, err)
+		return fmt.Errorf("send to the engine at %s: %w", c.where, errors.Join(ErrConnectionLost, err))
 	}
 	select {
 	case line, ok := <-p.answer:
 		if !ok {
-			return fmt.Errorf("engine at %s: %w", c.where, c.Err())
+			return fmt.Errorf("engine at %s: %w", c.where, errors.Join(ErrConnectionLost, c.Err()))
 		}
 		var e wire.Error
 		if err := json.Unmarshal(line, &e); err != nil {

@@ -1,0 +1,225 @@
+package cli
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/internal/dockertest"
+	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
+	"github.com/kerneldeck/kerneldeck/internal/tmuxtest"
+)
+
+// takeBackKernel is one kernel of TestAKilledEngineLosesNothing: its owner,
+// backend, the value its x holds and its runner's pid.
+type takeBackKernel struct {
+	owner, backend string
+	x, pid         int
+	mid            bool // a cell was running in it when the engine died
+}
+
+// TestAKilledEngineLosesNothing: a serve with 20 kernels across local, ssh
+// and docker is killed with SIGKILL while one cell runs on each backend. The
+// next serve on the same state dir takes every kernel back with its state;
+// each cell that was running is collected, and ran exactly once. Then the
+// same across a clean stop with --keep-kernels, and at the end nothing is
+// left running anywhere.
+func TestAKilledEngineLosesNothing(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Options{})
+	u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
+	sshCfg := srv.WriteSSHConfig(t, "box", u)
+	ctr := dockertest.Container(t, dockertest.ContainerOptions{TmpfsTmp: true})
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	t.Cleanup(func() { killProcessesUnder(t, dirs.kernels) })
+	onHosts := []string{"local", "ssh://box", "docker://" + ctr}
+	args := []string{"--max-kernels", "24", "--idle-exit", "10m", "--ssh-config", sshCfg}
+	for _, b := range onHosts {
+		args = append(args, "--backend", b)
+	}
+
+	se := startServe(t, bin, dirs, args...)
+	a := startAgent(t, bin, dirs.env(), "--connect", se.sock)
+	var kernels []*takeBackKernel
+	for i := range 20 {
+		k := &takeBackKernel{owner: fmt.Sprintf("o%d", i), backend: onHosts[i%3], x: i, mid: i < 3}
+		kernels = append(kernels, k)
+		a.send(map[string]any{"id": "set" + k.owner, "op": "execute", "owner": k.owner, "backend": k.backend,
+			"code": fmt.Sprintf("x = %d", i)})
+	}
+	for _, k := range kernels {
+		r := a.answer("set" + k.owner)
+		kr, _ := r["kernel"].(map[string]any)
+		if r["status"] != "success" || kr == nil {
+			t.Fatalf("kernel of %s on %s: %v", k.owner, k.backend, r)
+		}
+		k.pid = int(kr["pid"].(float64))
+	}
+	for _, k := range kernels[:3] {
+		a.send(map[string]any{"id": "mid" + k.owner, "op": "execute", "owner": k.owner, "backend": k.backend,
+			"code": "import time; time.sleep(4); x += 100; print('mid', x)"})
+	}
+	waitUntil(t, "a cell to run on every backend", func() bool {
+		a.send(map[string]any{"id": "list", "op": "kernels"})
+		time.Sleep(100 * time.Millisecond)
+		return runningKernels(a) == 3
+	})
+	se.cmd.Process.Kill()
+	se.cmd.Wait()
+
+	se = startServe(t, bin, dirs, append(args, "--keep-kernels")...)
+	if want := "took back 20 kernels of an engine that stopped without closing; 3 had a cell running"; !strings.Contains(se.stderr.String(), want) {
+		t.Fatalf("the new engine's stderr does not say %q:\n%s", want, se.stderr.String())
+	}
+	b := startAgent(t, bin, dirs.env(), "--connect", se.sock)
+	wantKernelsAsTheyWere(t, b, "after SIGKILL", kernels)
+	for _, k := range kernels[:3] {
+		b.send(map[string]any{"id": "cells" + k.owner, "op": "cells", "kernel": kernelIDOf(t, b, k)})
+		cells := b.answer("cells" + k.owner)["cells"].([]any)
+		ran := 0
+		for _, c := range cells {
+			c := c.(map[string]any)
+			if out := c["stdout"].(map[string]any)["head"]; out == fmt.Sprintf("mid %d\n", k.x+100) && c["status"] == "success" {
+				ran++
+			}
+		}
+		if ran != 1 {
+			t.Errorf("the cell running in %s's kernel on %s when the engine died: %d results in cells, want 1: %v", k.owner, k.backend, ran, cells)
+		}
+	}
+
+	// A clean stop that keeps the kernels, and an engine that adopts them.
+	se.cmd.Process.Signal(syscall.SIGTERM)
+	se.cmd.Wait()
+	if want := "left 20 kernels running (--keep-kernels)"; !strings.Contains(se.stderr.String(), want) {
+		t.Fatalf("serve --keep-kernels at SIGTERM does not say %q:\n%s", want, se.stderr.String())
+	}
+	se = startServe(t, bin, dirs, append(args, "--adopt")...)
+	if want := "adopted 20 kernels"; !strings.Contains(se.stderr.String(), want) {
+		t.Fatalf("serve --adopt does not say %q:\n%s", want, se.stderr.String())
+	}
+	c := startAgent(t, bin, dirs.env(), "--connect", se.sock)
+	wantKernelsAsTheyWere(t, c, "after a clean stop with --keep-kernels", kernels)
+
+	// Without --keep-kernels, a stop kills them all, on every host.
+	se.cmd.Process.Signal(syscall.SIGTERM)
+	se.cmd.Wait()
+	wantNoProcessesUnder(t, dirs.kernels)
+	for _, k := range kernels {
+		if k.backend == "ssh://box" && tmuxtest.Alive(k.pid) {
+			t.Errorf("the runner of %s's kernel over ssh (pid %d) outlived the engine", k.owner, k.pid)
+		}
+	}
+	if out, err := exec.Command("docker", "exec", ctr, "sh", "-c", "grep -l 'runner[.]py' /proc/[0-9]*/cmdline 2>/dev/null | wc -l").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "0" {
+		t.Errorf("runners left in the container: %s (%v)", out, err)
+	}
+}
+
+// runningKernels counts the kernels the agent's latest listing shows running.
+func runningKernels(a *agent) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := len(a.lines) - 1; i >= 0; i-- {
+		if a.lines[i]["op"] != "kernels" {
+			continue
+		}
+		n := 0
+		for _, k := range a.lines[i]["kernels"].([]any) {
+			if k.(map[string]any)["state"] == "running" {
+				n++
+			}
+		}
+		a.lines = nil
+		return n
+	}
+	return 0
+}
+
+// kernelIDOf is the id of k's kernel in the agent's engine.
+func kernelIDOf(t *testing.T, a *agent, k *takeBackKernel) string {
+	t.Helper()
+	id := "who" + k.owner
+	a.send(map[string]any{"id": id, "op": "execute", "owner": k.owner, "backend": k.backend, "code": ""})
+	return a.answer(id)["kernel"].(map[string]any)["id"].(string)
+}
+
+// wantKernelsAsTheyWere asks every kernel for its x: the same runner, the
+// same state (x plus 100 where a cell was running, run once).
+func wantKernelsAsTheyWere(t *testing.T, a *agent, when string, kernels []*takeBackKernel) {
+	t.Helper()
+	for _, k := range kernels {
+		a.send(map[string]any{"id": "get" + k.owner, "op": "execute", "owner": k.owner, "backend": k.backend, "code": "print(x)"})
+	}
+	for _, k := range kernels {
+		r := a.answer("get" + k.owner)
+		want := k.x
+		if k.mid {
+			want += 100
+		}
+		kr, _ := r["kernel"].(map[string]any)
+		if r["stdout"] != fmt.Sprintf("%d\n", want) || kr == nil || int(kr["pid"].(float64)) != k.pid || kr["state_lost"] != false {
+			t.Errorf("%s: %s's kernel on %s (pid %d, x = %d): %v", when, k.owner, k.backend, k.pid, want, r)
+		}
+	}
+}
+
+// TestAnAgentRidesThroughAnEngineRestart: an agent on `headless --connect`
+// whose engine is killed mid-cell and started again notices only a pause:
+// its connection is dialed again, the request in flight gets its one
+// answer (the cell ran once), its kernel keeps its state, a request that
+// may have been done is answered with an error that says so, and at the end
+// of its input it exits 0.
+func TestAnAgentRidesThroughAnEngineRestart(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	t.Cleanup(func() { killProcessesUnder(t, dirs.kernels) })
+	se := startServe(t, bin, dirs)
+	a := startAgent(t, bin, dirs.env(), "--connect", se.sock)
+	a.send(map[string]any{"id": "1", "op": "execute", "owner": "agent", "code": "x = 1"})
+	a.answer("1")
+	a.send(map[string]any{"id": "2", "op": "execute", "owner": "agent", "code": "import time; time.sleep(3); x += 10; print('x is', x)"})
+	waitUntil(t, "the cell to run", func() bool {
+		a.send(map[string]any{"id": "list", "op": "kernels"})
+		time.Sleep(100 * time.Millisecond)
+		return runningKernels(a) == 1
+	})
+	se.cmd.Process.Kill()
+	se.cmd.Wait()
+	a.send(map[string]any{"id": "3", "op": "kill", "kernel": "k000000000000"})
+	waitUntil(t, "the agent to see the engine gone", func() bool { return strings.Contains(a.err.String(), "reconnecting") })
+
+	se = startServe(t, bin, dirs)
+	if r := a.answer("2"); r["stdout"] != "x is 11\n" {
+		t.Fatalf("the cell in flight across the restart: %v\nagent's stderr: %s", r, a.err.String())
+	}
+	if r := a.answer("3"); r["op"] != "error" || !strings.Contains(r["error"].(string), "may or may not have been done") {
+		t.Errorf("a kill in flight across the restart: %v", r)
+	}
+	a.send(map[string]any{"id": "4", "op": "execute", "owner": "agent", "code": "print(x)"})
+	if r := a.answer("4"); r["stdout"] != "11\n" {
+		t.Errorf("the kernel after the restart (the cell in flight ran once: x is 11): %v", r)
+	}
+	a.mu.Lock()
+	twice := 0
+	for _, l := range a.lines {
+		if l["id"] == "2" && l["op"] == "result" {
+			twice++
+		}
+	}
+	a.mu.Unlock()
+	if twice != 1 {
+		t.Errorf("%d answers to the request in flight, want 1", twice)
+	}
+	a.in.Close()
+	select {
+	case <-a.ended:
+	case <-time.After(tmuxWait):
+		t.Fatal("the agent did not end at the end of its input")
+	}
+	if err := a.cmd.Wait(); err != nil || !strings.Contains(a.err.String(), "reconnected to the engine at "+se.sock+"; sent 1 request again") {
+		t.Errorf("the agent's exit: %v; stderr: %s", err, a.err.String())
+	}
+}
