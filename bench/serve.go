@@ -191,12 +191,17 @@ func connectOverhead(ctx context.Context, t *tb, cfg config, res *results, log i
 		res.fail("serve: %v", err)
 		return
 	}
+	handed, err := startLineProc(t, env, bin, "headless", "--connect", sock, "--no-reconnect")
+	if err != nil {
+		res.fail("serve: %v", err)
+		return
+	}
 	mcpc, err := startMCPProc(ctx, t, env, bin, "mcp", "--owner", "bench", "--state-dir", filepath.Join(dir, "s3"))
 	if err != nil {
 		res.fail("serve: %v", err)
 		return
 	}
-	subjects := []cellRunner{embedded, connected, mcpc}
+	subjects := []cellRunner{embedded, connected, mcpc, handed}
 	for _, p := range subjects {
 		for range cfg.Warmup {
 			if _, err := p.cell(); err != nil {
@@ -222,13 +227,16 @@ func connectOverhead(ctx context.Context, t *tb, cfg config, res *results, log i
 				lat[i] = append(lat[i], ms(d))
 			}
 		}
-		e, c, m := quantile(lat[0], 0.5), quantile(lat[1], 0.5), quantile(lat[2], 0.5)
+		e, c, m, h := quantile(lat[0], 0.5), quantile(lat[1], 0.5), quantile(lat[2], 0.5), quantile(lat[3], 0.5)
 		res.add("serve.embedded.p50", e)
 		res.add("serve.connect.p50", c)
 		res.add("serve.connect.extra", c-e)
+		res.add("serve.connect_no_reconnect.p50", h)
+		res.add("serve.connect_no_reconnect.extra", h-e)
 		res.add("serve.mcp.p50", m)
 		res.add("serve.mcp.extra", m-e)
-		fmt.Fprintf(log, "bench: serve round %d/%d: embedded %.3fms, --connect %.3fms (+%.3f), mcp %.3fms (+%.3f)\n", r+1, cfg.Rounds, e, c, c-e, m, m-e)
+		fmt.Fprintf(log, "bench: serve round %d/%d: embedded %.3fms, --connect %.3fms (+%.3f), --no-reconnect %.3fms (+%.3f), mcp %.3fms (+%.3f)\n",
+			r+1, cfg.Rounds, e, c, c-e, h, h-e, m, m-e)
 	}
 }
 
