@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -221,5 +222,42 @@ func TestAnAgentRidesThroughAnEngineRestart(t *testing.T) {
 	}
 	if err := a.cmd.Wait(); err != nil || !strings.Contains(a.err.String(), "reconnected to the engine at "+se.sock+"; sent 1 request again") {
 		t.Errorf("the agent's exit: %v; stderr: %s", err, a.err.String())
+	}
+}
+
+// TestAREPLRidesThroughAnEngineRestart: `repl --connect` reading a script
+// whose engine is killed while a block runs, and started again: the block's
+// output comes once, the kernel keeps its state, and the script ends well.
+func TestAREPLRidesThroughAnEngineRestart(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	t.Cleanup(func() { killProcessesUnder(t, dirs.kernels) })
+	se := startServe(t, bin, dirs)
+	cmd := exec.Command(bin, "repl", "--connect", se.sock, "--owner", "me")
+	cmd.Env = dirs.env()
+	in, _ := cmd.StdinPipe()
+	var out, errOut syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	io.WriteString(in, "x = 1\nimport time; time.sleep(3); x += 10; print('x is', x)\n")
+	waitUntil(t, "the block to run", func() bool {
+		return strings.Contains(runHeadless(t, bin, dirs.env(), `{"id":"k","op":"kernels"}`+"\n", "--connect", se.sock), `"state":"running"`)
+	})
+	se.cmd.Process.Kill()
+	se.cmd.Wait()
+	se = startServe(t, bin, dirs)
+	io.WriteString(in, "print('then', x)\n")
+	in.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("repl --connect across the restart: %v\nstdout: %s\nstderr: %s", err, out.String(), errOut.String())
+	}
+	if got := out.String(); got != "x is 11\nthen 11\n" {
+		t.Errorf("stdout %q, want the block's line once and the kept x\nstderr: %s", got, errOut.String())
+	}
+	if !strings.Contains(errOut.String(), "reconnected to the engine at "+se.sock) {
+		t.Errorf("stderr does not say it reconnected: %s", errOut.String())
 	}
 }
