@@ -384,11 +384,9 @@ func (c *dashboardCmd) runAttached(std stdio) int {
 // attachedTo is what the header says of an attached dashboard's engine.
 func attachedTo(cl *client.Client) string { return "attached to " + cl.Where() }
 
-// reattachWaitMax bounds the wait between two dials of an engine gone.
-const reattachWaitMax = 5 * time.Second
-
 // reattach dials the engine again whenever cl, its connection, ends,
-// waiting longer after each failure (up to reattachWaitMax), and hands the
+// waiting longer after each failure (as every client does: client.RedialFirst
+// doubling to RedialMost, but for as long as it runs), and hands the
 // dashboard each new connection; when ctx ends it returns the connection
 // in use, for the caller to close.
 func (c *dashboardCmd) reattach(ctx context.Context, p *tea.Program, cl *client.Client, opts client.Options) *client.Client {
@@ -398,7 +396,7 @@ func (c *dashboardCmd) reattach(ctx context.Context, p *tea.Program, cl *client.
 		case <-ctx.Done():
 			return cl
 		}
-		for wait := 250 * time.Millisecond; ; wait = min(2*wait, reattachWaitMax) {
+		for wait := client.RedialFirst; ; wait = min(2*wait, client.RedialMost) {
 			select {
 			case <-time.After(wait):
 			case <-ctx.Done():

@@ -7,8 +7,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/kerneldeck/kerneldeck/client"
 	"github.com/kerneldeck/kerneldeck/headless"
+	"github.com/kerneldeck/kerneldeck/internal/english"
 )
 
 const headlessIntro = `Usage: kerneldeck headless [flags]
@@ -87,7 +90,7 @@ func (c *headlessCmd) flags() *flagSet {
 	fs.Optional(&c.connect, "connect", "instead of running an engine, bridge stdin and stdout to "+connectTarget+
 		"; the requests and answers are the same, and ending the input ends this connection only (no kernel is killed)")
 	fs.Bool(&c.noReconnect, "no-reconnect", "with --connect, end when the engine goes away instead of dialing it again "+
-		"(for up to 5 minutes, sending again what it had not answered; an execute's \"cell\" id keeps it from running twice); "+
+		"(for up to "+english.Count(int(client.RedialFor/time.Minute), "minute")+", sending again what it had not answered; an execute's \"cell\" id keeps it from running twice); "+
 		"on this machine the engine then reads and writes this process's stdin and stdout itself, a relay hop less per request")
 	c.eng.register(fs)
 	return fs

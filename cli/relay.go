@@ -19,13 +19,6 @@ import (
 	"github.com/kerneldeck/kerneldeck/wire"
 )
 
-// How long a client redials an engine that went away, and how often.
-const (
-	redialFor   = 5 * time.Minute
-	redialFirst = 250 * time.Millisecond
-	redialMost  = 5 * time.Second
-)
-
 // resendable are the ops a relay sends again after a reconnect: an execute
 // carries a cell id, which the engine never runs twice, and the others
 // only read. The rest (kill, limits, …) may have been done: their callers
@@ -235,7 +228,7 @@ func (r *relay) copyAnswers(conn io.Reader) relayed {
 
 // run relays on conn and every connection after it until the input ended
 // and every request is answered (exit 0), a signal, or an engine that
-// stays away for redialFor.
+// stays away for client.RedialFor.
 func (r *relay) run(conn *client.Conn, sigs <-chan os.Signal) int {
 	_, fail := reporters(r.std.err, r.prog)
 	inDone := make(chan error, 1)
@@ -298,12 +291,12 @@ func (r *relay) run(conn *client.Conn, sigs <-chan os.Signal) int {
 	}
 }
 
-// redial dials the engine again, with backoff, for up to redialFor; nil
+// redial dials the engine again, with backoff, for up to client.RedialFor; nil
 // with no error: a signal came, or the input ended with nothing left to
 // answer (said here).
 func (r *relay) redial(sigs <-chan os.Signal) (*client.Conn, error) {
-	give := time.Now().Add(redialFor)
-	wait := redialFirst
+	give := time.Now().Add(client.RedialFor)
+	wait := client.RedialFirst
 	var last error
 	for time.Now().Before(give) {
 		select {
@@ -325,7 +318,7 @@ func (r *relay) redial(sigs <-chan os.Signal) (*client.Conn, error) {
 			return conn, nil
 		}
 		last = err
-		wait = min(2*wait, redialMost)
+		wait = min(2*wait, client.RedialMost)
 	}
-	return nil, fmt.Errorf("the engine at %s stayed away for %v (last try: %w)", r.where, redialFor, last)
+	return nil, fmt.Errorf("the engine at %s stayed away for %v (last try: %w)", r.where, client.RedialFor, last)
 }

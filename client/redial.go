@@ -10,11 +10,14 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine"
 )
 
-// How long a Redialer dials an engine that went away, and how often.
+// How every client dials an engine that went away: first after
+// RedialFirst, then waiting twice as long each time up to RedialMost, for
+// up to RedialFor (an attached dashboard, which shows it, for as long as it
+// runs).
 const (
 	RedialFor   = 5 * time.Minute
-	redialFirst = 250 * time.Millisecond
-	redialMost  = 5 * time.Second
+	RedialFirst = 250 * time.Millisecond
+	RedialMost  = 5 * time.Second
 )
 
 // ErrEngineAway: the engine went away and did not come back within
@@ -105,7 +108,7 @@ func (r *Redialer) lost(c *Client) {
 	go func() {
 		defer r.wg.Done()
 		give := time.Now().Add(RedialFor)
-		wait := redialFirst
+		wait := RedialFirst
 		var last error
 		for time.Now().Before(give) {
 			select {
@@ -124,7 +127,7 @@ func (r *Redialer) lost(c *Client) {
 				return
 			}
 			last = err
-			wait = min(2*wait, redialMost)
+			wait = min(2*wait, RedialMost)
 		}
 		r.mu.Lock()
 		r.err = fmt.Errorf("%w: %s, for %v (last try: %v)", ErrEngineAway, r.where, RedialFor, last)

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
@@ -93,25 +95,41 @@ var errKeptMalformed = errors.New("malformed")
 
 // readKept reads a file written by SaveKept; nil means there is none.
 func readKept(path string) ([]KeptKernel, error) {
-	st, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read kept kernels %s: %w", path, err)
-	}
-	if !st.Mode().IsRegular() || st.Mode().Perm()&0o077 != 0 || !ownedByMe(st) {
-		return nil, fmt.Errorf("kept kernels file %s must be a regular file of yours with mode 0600 (found %v); remove it", path, st.Mode())
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read kept kernels %s: %w", path, err)
+	data, err := readSecretFile(path, "kept kernels file", "remove it")
+	if data == nil || err != nil {
+		return nil, err
 	}
 	kept := []KeptKernel{}
 	if err := json.Unmarshal(data, &kept); err != nil {
 		return nil, fmt.Errorf("kept kernels file %s is %w (%v); its kernels exit by themselves after idle_exit", path, errKeptMalformed, err)
 	}
 	return kept, nil
+}
+
+// readSecretFile reads path, a file of secrets (what names it), which must
+// be a regular file of this user's with mode 0600, else it is refused and
+// the error says fix; nil and no error: there is none.
+func readSecretFile(path, what, fix string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w; %s", what, path, err, fix)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o077 != 0 || !ownedByMe(st) {
+		return nil, fmt.Errorf("%s %s must be a regular file of yours with mode 0600 (found %v); %s", what, path, st.Mode(), fix)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	return data, nil
 }
 
 // KeptStore is where an operator's state dir records the kernels an engine

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -157,21 +158,11 @@ func claimJournals(dir, mine string) ([]orphanJournal, []error) {
 // secrets); a missing one has no kernels.
 func readJournal(path string) (journalFile, error) {
 	var f journalFile
-	st, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return f, nil
+	data, err := readSecretFile(path, "kernel journal", "its kernels are not taken back")
+	if data == nil || err != nil {
+		return f, err
 	}
-	if err != nil {
-		return f, fmt.Errorf("kernel journal %s: %w", path, err)
-	}
-	if !st.Mode().IsRegular() || st.Mode().Perm()&0o077 != 0 || !ownedByMe(st) {
-		return f, fmt.Errorf("kernel journal %s must be a regular file of yours with mode 0600 (found %v); its kernels are not taken back", path, st.Mode())
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return f, fmt.Errorf("kernel journal %s: %w", path, err)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
 		return journalFile{}, fmt.Errorf("kernel journal %s does not parse (%v); its kernels exit by themselves after idle_exit", path, err)
