@@ -66,14 +66,8 @@ func (c *headlessCmd) bridge(std stdio) int {
 func (c *headlessCmd) relayOnce(std stdio, conn *client.Conn, sigs <-chan os.Signal) int {
 	const prog = "kerneldeck headless"
 	_, fail := reporters(std.err, prog)
-	// A connection silent for long is closed by the engine, and a person
-	// at a terminal may take their time: a blank line (no request) speaks.
-	first := "\n"
-	if c.events {
-		first = fmt.Sprintf(`{"id":%q,"op":"subscribe"}`+"\n", eventsSubscription)
-	}
-	if _, err := io.WriteString(conn, first); err != nil {
-		return fail(fmt.Errorf("speak to the engine at %s: %w", conn.Where, err))
+	if err := openConnection(conn, c.events); err != nil {
+		return fail(err)
 	}
 	inDone := make(chan error, 1)
 	go func() {

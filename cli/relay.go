@@ -130,6 +130,21 @@ func (r *relay) readInput(done chan<- error) {
 	}
 }
 
+// openConnection sends the line that opens a relayed connection: --events'
+// own subscription, or a blank line (no request), which speaks at once: a
+// connection silent for long is closed by the engine, and a person at a
+// terminal may take their time.
+func openConnection(conn *client.Conn, events bool) error {
+	first := "\n"
+	if events {
+		first = fmt.Sprintf(`{"id":%q,"op":"subscribe"}`+"\n", eventsSubscription)
+	}
+	if _, err := io.WriteString(conn, first); err != nil {
+		return fmt.Errorf("speak to the engine at %s: %w", conn.Where, err)
+	}
+	return nil
+}
+
 // endWrites tells the engine no more requests come on conn: it answers
 // what runs, then closes.
 func endWrites(conn *client.Conn) {
@@ -146,14 +161,8 @@ func endWrites(conn *client.Conn) {
 func (r *relay) attach(conn *client.Conn) error {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
-	// A connection silent for long is closed by the engine, and a person
-	// at a terminal may take their time: a blank line (no request) speaks.
-	first := "\n"
-	if r.events {
-		first = fmt.Sprintf(`{"id":%q,"op":"subscribe"}`+"\n", eventsSubscription)
-	}
-	if _, err := io.WriteString(conn, first); err != nil {
-		return fmt.Errorf("speak to the engine at %s: %w", r.where, err)
+	if err := openConnection(conn, r.events); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	var again, lost []pendingRequest
