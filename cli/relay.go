@@ -19,11 +19,17 @@ import (
 	"github.com/kerneldeck/kerneldeck/wire"
 )
 
-// resendable are the ops a relay sends again after a reconnect: an execute
-// carries a cell id, which the engine never runs twice, and the others
-// only read. The rest (kill, limits, …) may have been done: their callers
-// are told so instead.
-var resendable = []wire.Op{wire.OpExecute, wire.OpKernels, wire.OpHello, wire.OpCells, wire.OpSubscribe}
+// resendable says whether a relay sends op again after a reconnect: an
+// execute carries a cell id, which the engine never runs twice, and the
+// others only read. The rest (kill, limits, …) may have been done: their
+// callers are told so instead.
+func resendable(op wire.Op) bool {
+	switch op {
+	case wire.OpExecute, wire.OpKernels, wire.OpHello, wire.OpCells, wire.OpSubscribe:
+		return true
+	}
+	return false
+}
 
 // relay is `headless --connect` when it may reconnect: it carries stdin's
 // lines to the engine and the engine's lines to stdout, remembering each
@@ -167,7 +173,7 @@ func (r *relay) attach(conn *client.Conn) error {
 	r.mu.Lock()
 	var again, lost []pendingRequest
 	for _, p := range r.pending {
-		if slices.Contains(resendable, p.op) {
+		if resendable(p.op) {
 			again = append(again, p)
 		} else {
 			lost = append(lost, p)
