@@ -36,8 +36,7 @@ func TestDashboardTmux(t *testing.T) {
 
 	t.Run("RunCellRaiseCapQuit", func(t *testing.T) {
 		s, kernels := startDashboard(t, bin)
-		s.Type(`import os; print("hello", 6*7, os.getpid())`)
-		s.Keys("C-r")
+		writeCell(s, `import os; print("hello", 6*7, os.getpid())`)
 		screen := s.WaitScreen(`output "hello 42 <pid>"`, tmuxWait, helloOutput.MatchString)
 		pid, _ := strconv.Atoi(helloOutput.FindStringSubmatch(screen)[1])
 
@@ -61,6 +60,36 @@ func TestDashboardTmux(t *testing.T) {
 		quitKillingKernels(s) // no cell runs, yet quitting kills the kernel: it asks
 		wantExitKilled(t, s, "killed 1 kernel")
 		waitProcessDead(t, pid)
+		wantNoProcessesUnder(t, kernels)
+	})
+
+	// Every key the first frame offers works: the dashboard starts in the
+	// kernels list; typed code is never lost to ctrl+c, nor to a failure.
+	t.Run("FirstKeysAndTypedCode", func(t *testing.T) {
+		s, kernels := startDashboard(t, bin)
+		s.Keys("?")
+		s.WaitScreen("the full help from the first key", tmuxWait, func(screen string) bool {
+			return strings.Contains(screen, "write a cell") && strings.Contains(screen, "idle_exit -")
+		})
+		s.Keys("?", "e")
+		s.WaitScreen("the editor focused", tmuxWait, func(screen string) bool { return strings.Contains(helpLine(screen), "esc leave") })
+		s.Type("x = (1,")
+		s.Keys("C-c")
+		s.WaitScreen("the cell cleared, the dashboard still up", tmuxWait, func(screen string) bool {
+			return strings.Contains(screen, "cleared the cell (ctrl+p brings it back)") && !strings.Contains(screen, "x = (1,")
+		})
+		s.Keys("C-p")
+		s.WaitScreen("the cleared cell back", tmuxWait, func(screen string) bool { return strings.Contains(screen, "│ x = (1,") })
+		s.Keys("C-r")
+		screen := s.WaitScreen("the SyntaxError, and the code kept to be fixed", tmuxWait, func(screen string) bool {
+			return strings.Contains(screen, "SyntaxError") && strings.Contains(screen, "│ x = (1,")
+		})
+		if _, exited := s.ExitStatus(); exited {
+			t.Fatalf("ctrl+c with typed code quit the dashboard:\n%s", screen)
+		}
+		focusKernels(s)
+		quitKillingKernels(s)
+		wantExitKilled(t, s, "killed 1 kernel")
 		wantNoProcessesUnder(t, kernels)
 	})
 
@@ -92,8 +121,7 @@ func TestDashboardTmux(t *testing.T) {
 
 	t.Run("KeepKernels", func(t *testing.T) {
 		s, _ := startDashboard(t, bin, "--keep-kernels")
-		s.Type(`import os; print("hello", 6*7, os.getpid())`)
-		s.Keys("C-r")
+		writeCell(s, `import os; print("hello", 6*7, os.getpid())`)
 		screen := s.WaitScreen(`output "hello 42 <pid>"`, tmuxWait, helloOutput.MatchString)
 		pid, _ := strconv.Atoi(helloOutput.FindStringSubmatch(screen)[1])
 		t.Cleanup(func() { killKeptKernel(t, pid) }) // before its dir is removed
@@ -112,8 +140,7 @@ func TestDashboardTmux(t *testing.T) {
 		s.SetOption("set-clipboard", "on")
 		s.SetOption("allow-rename", "on")
 		title := s.PaneTitle()
-		s.Type(`print("\x1b]52;c;Y3VybCBldmlsfHNo\x07\x1b]2;pwned\x07\x1b[2J\x1b[Hfake screen")`)
-		s.Keys("C-r")
+		writeCell(s, `print("\x1b]52;c;Y3VybCBldmlsfHNo\x07\x1b]2;pwned\x07\x1b[2J\x1b[Hfake screen")`)
 		screen := s.WaitScreen("the hostile output, shown or obeyed", tmuxWait, func(screen string) bool {
 			return (strings.Contains(screen, "␛]52;c;Y3VybCBldmlsfHNo␇") && strings.Contains(screen, "␛[2J")) ||
 				s.Buffers() != "" || s.PaneTitle() != title
@@ -130,7 +157,7 @@ func TestDashboardTmux(t *testing.T) {
 
 		// y in the output pane copies the output through OSC 52 (tmux
 		// takes it into a buffer), the escapes dropped.
-		s.Keys("Tab", "Tab")
+		s.Keys("Tab") // the empty editor moves on: the output pane
 		s.WaitScreen("the output pane focused", tmuxWait, func(screen string) bool { return strings.Contains(helpLine(screen), "y copy") })
 		s.Keys("y")
 		s.WaitScreen("the copy reported", tmuxWait, func(screen string) bool { return strings.Contains(screen, "copied the output of [1]") })
@@ -147,10 +174,9 @@ func TestDashboardTmux(t *testing.T) {
 		s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--max-kernels", "4", "--state-dir", dirs.state},
 			Env: dirs.env(), Width: 100, Height: 30, Dir: work})
 		s.WaitScreen("the dashboard", tmuxWait, func(screen string) bool { return strings.Contains(screen, "ctrl+r") })
-		s.Type(`import base64; P = type("P", (), {"_repr_png_": lambda self: base64.b64decode("` + onePixelPNG + `")}); display(P())`)
-		s.Keys("C-r")
+		writeCell(s, `import base64; P = type("P", (), {"_repr_png_": lambda self: base64.b64decode("`+onePixelPNG+`")}); display(P())`)
 		s.WaitScreen("the image line", tmuxWait, func(screen string) bool { return strings.Contains(screen, "[image/png 1×1, ") })
-		s.Keys("Tab", "Tab")
+		s.Keys("Tab") // the empty editor moves on: the output pane
 		s.WaitScreen("the output pane focused", tmuxWait, func(screen string) bool { return strings.Contains(helpLine(screen), "s save images") })
 		s.Keys("s")
 		s.WaitScreen("the save reported", tmuxWait, func(screen string) bool { return strings.Contains(screen, "saved ") })
@@ -183,9 +209,8 @@ func TestDashboardTmux(t *testing.T) {
 					Env: env, Width: 100, Height: 30})
 				recorded := s.Record()
 				s.WaitScreen("the dashboard", tmuxWait, func(screen string) bool { return strings.Contains(screen, "ctrl+r") })
-				s.Type(`import base64; P = type("P", (), {"_repr_png_": lambda self: base64.b64decode("` +
-					base64.StdEncoding.EncodeToString(picture) + `")}); display(P())`)
-				s.Keys("C-r")
+				writeCell(s, `import base64; P = type("P", (), {"_repr_png_": lambda self: base64.b64decode("`+
+					base64.StdEncoding.EncodeToString(picture)+`")}); display(P())`)
 				s.WaitScreen("the image's label", tmuxWait, func(screen string) bool { return strings.Contains(screen, "[image/png 64×32, ") })
 				var drawn image.Image
 				waitUntil(t, "the image drawn", func() bool {
@@ -207,7 +232,7 @@ func TestDashboardTmux(t *testing.T) {
 					t.Error("no kitty placeholder cells were written")
 				}
 
-				s.Keys("Tab", "Tab")
+				s.Keys("Tab") // the empty editor moves on: the output pane
 				s.WaitScreen("the output pane focused", tmuxWait, func(screen string) bool { return strings.Contains(helpLine(screen), "s save images") })
 				s.Keys("o")
 				s.WaitScreen("the open reported", tmuxWait, func(screen string) bool { return strings.Contains(screen, "opened ") })
@@ -230,8 +255,7 @@ func TestDashboardTmux(t *testing.T) {
 
 	t.Run("FilterDetailConfirmKill", func(t *testing.T) {
 		s, kernels := startDashboard(t, bin)
-		s.Type(`import os; print("pid", os.getpid())`)
-		s.Keys("C-r")
+		writeCell(s, `import os; print("pid", os.getpid())`)
 		screen := s.WaitScreen("the kernel idle after its cell", tmuxWait, func(screen string) bool {
 			return kernelRowOfOwner(screen, dashboardUser)["STATE"] == "idle"
 		})
@@ -285,8 +309,7 @@ func TestDashboardTmux(t *testing.T) {
 		s.WaitScreen("the paused replay's badge", tmuxWait, func(screen string) bool {
 			return strings.Contains(headerLine(screen), "REPLAY 0/8 PAUSED")
 		})
-		focusKernels(s) // n and p are text in the editor
-		s.Keys("n")     // the limits request
+		s.Keys("n") // the first key: the limits request
 		s.WaitScreen("one request sent", tmuxWait, func(screen string) bool {
 			return strings.Contains(headerLine(screen), "REPLAY 1/8 PAUSED")
 		})
@@ -426,8 +449,7 @@ func envWithOverrides(base []string, set map[string]string, drop ...string) []st
 // runLongCell types and runs a 30 s cell in the default target, waits until
 // the kernel row says it runs, and returns the kernel's pid.
 func runLongCell(s *tmuxtest.Session) int {
-	s.Type(`import time; time.sleep(30)`)
-	s.Keys("C-r")
+	writeCell(s, `import time; time.sleep(30)`)
 	screen := s.WaitScreen("the long cell running", tmuxWait, func(screen string) bool {
 		return strings.Contains(headerLine(screen), "running 1") && kernelRowByTask(screen, "default")["STATE"] == "running"
 	})
@@ -435,13 +457,29 @@ func runLongCell(s *tmuxtest.Session) int {
 	return pid
 }
 
-// focusKernels presses tab once, from the editor, and waits until the
-// kernels pane has focus, which its keys in the help line tell.
+// focusKernels leaves the editor with esc, if it has the focus, and waits
+// until the kernels pane has it, which its keys in the help line tell.
 func focusKernels(s *tmuxtest.Session) {
-	s.Keys("Tab")
+	if screen, _ := s.Screen(); strings.Contains(helpLine(screen), "d detail") {
+		return
+	}
+	s.Keys("Escape")
 	s.WaitScreen("the kernels pane focused (its keys in the help line)", tmuxWait, func(screen string) bool {
 		return strings.Contains(helpLine(screen), "d detail")
 	})
+}
+
+// writeCell gives the editor the focus (e, from the list the dashboard
+// starts in), types code and runs it with ctrl+r.
+func writeCell(s *tmuxtest.Session, code string) {
+	if screen, _ := s.Screen(); !strings.Contains(helpLine(screen), "esc leave") {
+		s.Keys("e")
+		s.WaitScreen("the editor focused (its keys in the help line)", tmuxWait, func(screen string) bool {
+			return strings.Contains(helpLine(screen), "esc leave")
+		})
+	}
+	s.Type(code)
+	s.Keys("C-r")
 }
 
 // quitKillingKernels presses ctrl+c, waits for the question that quitting

@@ -22,8 +22,7 @@ func TestKeptKernelsSurviveOneShotRuns(t *testing.T) {
 	dirs := newDashboardDirs(t)
 
 	s := startDashboardIn(t, bin, dirs, 100, 30, "--keep-kernels")
-	s.Type(`precious = 42; import os; print("hello", 6*7, os.getpid())`)
-	s.Keys("C-r")
+	writeCell(s, `precious = 42; import os; print("hello", 6*7, os.getpid())`)
 	screen := s.WaitScreen(`output "hello 42 <pid>"`, tmuxWait, helloOutput.MatchString)
 	pid, _ := strconv.Atoi(helloOutput.FindStringSubmatch(screen)[1])
 	t.Cleanup(func() { killKeptKernel(t, pid) })
@@ -54,8 +53,7 @@ func TestKeptKernelsSurviveOneShotRuns(t *testing.T) {
 	}
 
 	s = startDashboardIn(t, bin, dirs, 100, 30, "--keep-kernels")
-	s.Type(`print("precious is", precious)`)
-	s.Keys("C-r")
+	writeCell(s, `print("precious is", precious)`)
 	s.WaitScreen("the kept variable, or its loss", tmuxWait, func(screen string) bool {
 		return strings.Contains(screen, "precious is 42") || strings.Contains(screen, "NameError")
 	})

@@ -162,12 +162,12 @@ func (p *EditorPane) Title() string { return "Cell" }
 func (p *EditorPane) ShortHelp() []key.Binding {
 	k := p.ctx.Keys
 	// The way out (and so to ? help) comes early: narrow windows cut the rest.
-	return []key.Binding{k.Run, helpOnly("shift+tab", "leave"), k.HistPrev, k.NewTarget, k.External, k.Interrupt}
+	return []key.Binding{k.Run, k.Leave, k.HistPrev, k.NewTarget, k.External, helpOnly("ctrl+c", "clear/interrupt")}
 }
 
 // FullHelp implements help.KeyMap.
 func (p *EditorPane) FullHelp() [][]key.Binding {
-	return [][]key.Binding{append(p.keys.bindings(), p.ctx.Keys.Interrupt)}
+	return [][]key.Binding{append(p.keys.bindings(), p.ctx.Keys.Leave, p.ctx.Keys.Interrupt)}
 }
 
 // Typing implements Pane: every key the editor understands is text.
@@ -213,13 +213,41 @@ func (p *EditorPane) runCell() tea.Cmd {
 	if strings.TrimSpace(code) == "" {
 		return nil
 	}
+	p.remember(code)
+	p.area.Reset()
+	t := p.target
+	return func() tea.Msg { return runCellMsg{target: t, code: code} }
+}
+
+// clear empties the editor into the history, where ctrl+p finds it; it
+// says whether there was text to clear.
+func (p *EditorPane) clear() bool {
+	code := p.area.Value()
+	if code == "" || p.form != nil {
+		return false
+	}
+	defer p.render()
+	p.remember(code)
+	p.area.Reset()
+	return true
+}
+
+// restore puts a failed cell's code back in an empty editor still aimed
+// at the cell's target.
+func (p *EditorPane) restore(t Target, code string) {
+	if p.area.Value() != "" || p.form != nil || p.target.String() != t.String() {
+		return
+	}
+	defer p.render()
+	p.area.SetValue(code)
+}
+
+// remember adds code to the end of the history, once.
+func (p *EditorPane) remember(code string) {
 	if len(p.history) == 0 || p.history[len(p.history)-1] != code {
 		p.history = append(p.history, code)
 	}
 	p.histPos, p.draft = len(p.history), ""
-	p.area.Reset()
-	t := p.target
-	return func() tea.Msg { return runCellMsg{target: t, code: code} }
 }
 
 // historyStep moves through the history (-1 older, +1 newer); the cell

@@ -55,8 +55,10 @@ func TestForeignCellShowsInItsTarget(t *testing.T) {
 func TestOwnCellsNotDoubled(t *testing.T) {
 	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
 	f.m.retarget(Target{Owner: "me", Task: "default", Backend: "local"})
+	f.keys(keyEdit)
 	f.m.editor.area.SetValue("print('mine')")
 	f.run(t, f.update(keyCtrlR))
+	f.keys(keyEsc) // back to the kernels
 	f.drainInbox(t)
 	key := "me/default@local[]"
 	f.update(eventBatchMsg{cellEv(engine.EventCellStarted, "k-me", key, "c-own-1"),

@@ -150,7 +150,7 @@ func goldenCases() []goldenCase {
 			name: "cap_full_next_lru", w: 100, h: 30,
 			opts: fixtureOpts{kernels: fullCapKernels(), cap: 4},
 			drive: func(t *testing.T, s *session) {
-				s.tm.Send(keyTab) // the kernels pane has the focus: its help line
+				// The kernels pane has the focus from the start: its help line.
 			},
 			want: []string{"kernels 4/4 FULL", "next"},
 		},
@@ -158,7 +158,6 @@ func goldenCases() []goldenCase {
 			name: "filter_alice", w: 100, h: 30,
 			opts: fixtureOpts{kernels: twoOwnerKernels()},
 			drive: func(t *testing.T, s *session) {
-				s.tm.Send(keyTab)
 				s.tm.Type("/alice")
 				s.tm.Send(keyEnter)
 			},
@@ -168,7 +167,6 @@ func goldenCases() []goldenCase {
 			name: "filter_no_match", w: 100, h: 30,
 			opts: fixtureOpts{kernels: twoOwnerKernels()},
 			drive: func(t *testing.T, s *session) {
-				s.tm.Send(keyTab)
 				s.tm.Type("/k424601")
 			},
 			want: []string{"no match for /k424601 among 3 kernels (esc clears the filter)", "Kernels (0 of 3)"},
@@ -177,7 +175,6 @@ func goldenCases() []goldenCase {
 			name: "confirm_kill", w: 100, h: 30,
 			opts: fixtureOpts{kernels: twoOwnerKernels()},
 			drive: func(t *testing.T, s *session) {
-				s.tm.Send(keyTab)
 				s.tm.Type("jjx")
 			},
 			want: []string{"Kill alice/etl@local (k-a2)? Its state is lost. y/n"},
@@ -186,7 +183,6 @@ func goldenCases() []goldenCase {
 			name: "confirm_kill_80x24", w: 80, h: 24,
 			opts: fixtureOpts{kernels: twoOwnerKernels()},
 			drive: func(t *testing.T, s *session) {
-				s.tm.Send(keyTab)
 				s.tm.Type("jjx")
 			},
 			want: []string{"Kill alice/etl@local (k-a2)? Its state is lost. y/n"},
@@ -195,7 +191,6 @@ func goldenCases() []goldenCase {
 			name: "pending_cap", w: 100, h: 30,
 			opts: fixtureOpts{kernels: twoOwnerKernels(), cap: 4},
 			drive: func(t *testing.T, s *session) {
-				s.tm.Send(keyTab)
 				s.tm.Type("---")
 			},
 			want: []string{"kernels 3/4 → 1 pending", "max_kernels 4 → 1 pending"},
@@ -207,7 +202,6 @@ func goldenCases() []goldenCase {
 				s.eng.SetCells("k-b1", []engine.CellRecord{{ID: "c-1", Kernel: "k-b1", Owner: "bob", Code: "import pandas as pd\ndf = pd.read_csv('x.csv')",
 					Status: engine.StatusSuccess, Started: t0.Add(-6 * time.Minute), Duration: 1994 * time.Millisecond,
 					Stdout: engine.Excerpt{Head: "read 120 rows\n", Bytes: 14}}})
-				s.tm.Send(keyTab)
 				s.tm.Type("jjjjd") // bob/default, next in line
 				// The record's line as the detail draws it: the output pane
 				// shows the cell's output ("read 120 rows") already when the
@@ -220,13 +214,21 @@ func goldenCases() []goldenCase {
 			name: "detail_evicted", w: 100, h: 30,
 			opts: fixtureOpts{kernels: fullCapKernels(), cap: 4},
 			drive: func(t *testing.T, s *session) {
-				s.tm.Send(keyTab)
 				s.tm.Type("jjjj") // bob/default
 				evict(t, s)
 				s.tm.Type("d")
 				s.waitOutput(t, "Kernel k-b1")
 			},
 			want: []string{"Kernel k-b1", "dead", "evicted_cap: LRU position 1 of 4, cap 4, idle 5m00s"},
+		},
+		{
+			// Every column of the full help shows at the smallest size.
+			name: "full_help_80x24", w: 80, h: 24,
+			opts: fixtureOpts{kernels: twoOwnerKernels()},
+			drive: func(t *testing.T, s *session) {
+				s.tm.Type("?")
+			},
+			want: []string{"idle_exit -", "write a cell", "quit", "open images"},
 		},
 		{
 			name: "replay_paused_80x24", w: 80, h: 24,
@@ -242,6 +244,7 @@ func goldenCases() []goldenCase {
 						{Data: map[string]string{"text/html": "<table>…</table>", "text/plain": "   sales\n0      3\n1      5"}},
 					},
 					Kernel: &engine.KernelResult{ID: "k-me", Backend: "local", ExecutionCount: 1}}, nil, "")
+				s.tm.Send(keyEdit)
 				s.tm.Type("plot()")
 				s.tm.Send(keyCtrlR)
 				s.waitOutput(t, "sales")
@@ -257,11 +260,11 @@ func goldenCases() []goldenCase {
 				}
 				s.eng.SetExecResult(&engine.Result{Status: engine.StatusSuccess, Stdout: out.String(),
 					Kernel: &engine.KernelResult{ID: "k-me", Backend: "local", ExecutionCount: 1}}, nil, "")
+				s.tm.Send(keyEdit)
 				s.tm.Type("print(...)")
 				s.tm.Send(keyCtrlR)
 				s.waitOutput(t, "line 29")
-				s.tm.Send(keyTab)
-				s.tm.Send(keyTab) // the output pane
+				s.tm.Send(keyTab) // the output pane (the run cell left the editor empty)
 				s.tm.Type("z")
 				s.waitOutput(t, "line 10") // (line 06 too, at 100x30 and more)
 			},
@@ -272,7 +275,6 @@ func goldenCases() []goldenCase {
 			name: "detail_evicted_80x24", w: 80, h: 24,
 			opts: fixtureOpts{kernels: fullCapKernels(), cap: 4},
 			drive: func(t *testing.T, s *session) {
-				s.tm.Send(keyTab)
 				s.tm.Type("jjjj")
 				evict(t, s)
 				s.tm.Type("d")
@@ -284,7 +286,6 @@ func goldenCases() []goldenCase {
 			name: "fleet_200x60", w: 200, h: 60,
 			opts: fixtureOpts{kernels: manyKernels(40, 6, false), cap: 30},
 			drive: func(t *testing.T, s *session) {
-				s.tm.Send(keyTab)
 				s.tm.Type("s") // by state
 			},
 			want: []string{"Kernels (40) · by state", "kernels 40/30 OVER CAP by 10 (evicting)"},
@@ -293,7 +294,6 @@ func goldenCases() []goldenCase {
 			name: "filter_no_match_80x24", w: 80, h: 24,
 			opts: fixtureOpts{kernels: twoOwnerKernels()},
 			drive: func(t *testing.T, s *session) {
-				s.tm.Send(keyTab)
 				s.tm.Type("/k424601")
 			},
 			want: []string{"no match for /k424601"},
@@ -381,7 +381,6 @@ func TestGoldenThemes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := start(t, fixtureOpts{kernels: fullCapKernels(), cap: 4, theme: mustTheme(t, name)}, 100, 30)
 			evict(t, s)
-			s.tm.Send(keyTab)
 			view := s.finish(t)
 			checkGolden(t, view, 100, 30)
 			mustContain(t, view, "kernels 4/4 FULL", "evicted_cap")

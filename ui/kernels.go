@@ -410,7 +410,7 @@ func (p *KernelsPane) ShortHelp() []key.Binding {
 		return []key.Binding{k.Submit, k.Cancel}
 	}
 	// The footer is one line: pairs share an entry, the rest is under ?.
-	return []key.Binding{k.Select, k.Detail, k.Filter, k.Sort, k.Reset.Binding, k.Kill.Binding, k.ShutdownOwner.Binding,
+	return []key.Binding{k.Edit, k.Select, k.Detail, k.Filter, k.Sort, k.Reset.Binding, k.Kill.Binding, k.ShutdownOwner.Binding,
 		helpOnly("+/-", "cap"), helpOnly("[/]", "idle"), k.Help}
 }
 
@@ -768,7 +768,7 @@ func (p *KernelsPane) View() string {
 		lines = append(lines, p.ctx.Theme.Warn.Render(fmt.Sprintf("  no match for /%s among %s (esc clears the filter)",
 			plain(p.filter.text), english.Count(len(p.kernels), "kernel"))))
 	case len(p.rows) == 0:
-		lines = append(lines, p.ctx.Theme.Muted.Render("  no kernels yet: write a cell below and press ctrl+r"))
+		lines = append(lines, p.ctx.Theme.Muted.Render("  no kernels yet: e writes a cell, ctrl+r runs it"))
 	}
 	return p.ctx.box(p.Title(), lines, p.width, p.height, p.focused)
 }

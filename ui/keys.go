@@ -18,7 +18,7 @@ type KeyMap struct {
 	Yes, No, Cancel, Submit, Detail            key.Binding
 	ReplayPause, ReplayStep, Follow, Zoom      key.Binding
 	Newline, Command, External, Sort, Copy     key.Binding
-	SaveImage, OpenImage                       key.Binding
+	SaveImage, OpenImage, Edit, Leave          key.Binding
 }
 
 // DefaultKeyMap is the standard key map.
@@ -70,6 +70,8 @@ func DefaultKeyMap() KeyMap {
 		Copy:          b("y", "copy output", "y"),
 		SaveImage:     b("s", "save images", "s"),
 		OpenImage:     b("o", "open images", "o"),
+		Edit:          b("e", "write a cell", "e"),
+		Leave:         b("esc", "leave the editor", "esc"),
 	}
 }
 

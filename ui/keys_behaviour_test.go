@@ -36,10 +36,22 @@ func isQuit(cmd tea.Cmd) bool {
 	return ok
 }
 
-func TestStartsInEditorOnUserTarget(t *testing.T) {
+// TestStartsInKernelsOnUserTarget: the first frame's keys are the list's
+// (as k9s starts), the editor is one key (e) away and aimed at the user's
+// default kernel; esc comes back.
+func TestStartsInKernelsOnUserTarget(t *testing.T) {
 	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	if f.focused() != Pane(f.m.kernels) {
+		t.Errorf("focus = %d, want the kernels", f.m.focus)
+	}
+	f.keys(keyEdit)
 	if f.focused() != Pane(f.m.editor) {
-		t.Errorf("focus = %d, want the editor", f.m.focus)
+		t.Fatalf("e: focus = %d, want the editor", f.m.focus)
+	}
+	mustContain(t, f.m.View(), "esc leave")
+	f.keys(keyEsc)
+	if f.focused() != Pane(f.m.kernels) {
+		t.Errorf("esc in the editor: focus = %d, want the kernels", f.m.focus)
 	}
 	want := Target{Owner: "me", Task: "default", Backend: "local"}
 	if got := f.m.editor.Target(); got.String() != want.String() {
@@ -49,7 +61,7 @@ func TestStartsInEditorOnUserTarget(t *testing.T) {
 
 func TestTabCyclesFocus(t *testing.T) {
 	f := sized(t, fixtureOpts{})
-	for _, want := range []Pane{f.m.kernels, f.m.output, f.m.evPane, f.m.editor} {
+	for _, want := range []Pane{f.m.editor, f.m.output, f.m.evPane, f.m.kernels} {
 		f.keys(keyTab)
 		if f.focused() != want {
 			t.Fatalf("focus = %d, want %T", f.m.focus, want)
@@ -85,8 +97,8 @@ func TestCapKeys(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := sized(t, fixtureOpts{kernels: twoOwnerKernels(), cap: tc.cap})
-			if !tc.editing {
-				f.keys(keyTab)
+			if tc.editing {
+				f.keys(keyEdit)
 			}
 			for _, k := range tc.keys {
 				f.keys(runes(k))
@@ -146,7 +158,7 @@ func TestIdleExitKeys(t *testing.T) {
 	} {
 		t.Run(tc.from.String()+tc.key, func(t *testing.T) {
 			f := sized(t, fixtureOpts{kernels: twoOwnerKernels(), idleExit: tc.from})
-			f.keys(keyTab, runes(tc.key))
+			f.keys(runes(tc.key))
 			f.update(applyLimitsMsg{seq: f.m.pendingSeq})
 			calls := f.eng.SetLimitsCalls()
 			if len(calls) != 1 || calls[0].IdleExit == nil || calls[0].MaxKernels != nil {
@@ -169,7 +181,6 @@ func TestIdleExitKeys(t *testing.T) {
 // as dead.
 func TestKillSelected(t *testing.T) {
 	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
-	f.keys(keyTab)
 	// The cursor starts on alice's group row: "x" there does nothing.
 	if cmd := f.update(runes("x")); cmd != nil {
 		f.run(t, cmd)
@@ -207,7 +218,7 @@ func TestKillSelected(t *testing.T) {
 // down the owner, "r" resets (an Execute with Reset).
 func TestOtherKernelActions(t *testing.T) {
 	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
-	f.keys(keyTab, runes("j")) // alice/default
+	f.keys(runes("j")) // alice/default
 	f.run(t, f.update(runes("i")))
 	if got := f.eng.Interrupted(); !slices.Equal(got, []string{"k-a1"}) {
 		t.Errorf("Interrupt calls = %v", got)
@@ -261,12 +272,16 @@ func TestQuitKeys(t *testing.T) {
 		{name: "ctrl+c running ctrl+c", kernels: twoOwnerKernels(), keys: []tea.KeyMsg{keyCtrlC, keyCtrlC}},
 		{name: "ctrl+c running other key", kernels: twoOwnerKernels(), keys: []tea.KeyMsg{keyCtrlC, runes("x")}, confirm: true},
 		{name: "ctrl+c interrupts own cell", kernels: []engine.KernelInfo{mine}, keys: []tea.KeyMsg{keyCtrlC}, interrupt: "k-me"},
-		{name: "q in editor types", kernels: idle, keys: []tea.KeyMsg{runes("q")}, editor: "q"},
-		{name: "q in kernels no kernels quits", keys: []tea.KeyMsg{keyTab, runes("q")}, quits: true},
-		{name: "q in kernels idle asks", kernels: idle, keys: []tea.KeyMsg{keyTab, runes("q")}, confirm: true, ask: "Quit and kill 2 kernels? y/n"},
-		{name: "q in kernels idle y", kernels: idle, keys: []tea.KeyMsg{keyTab, runes("q"), runes("y")}, quits: true},
-		{name: "q in kernels idle n", kernels: idle, keys: []tea.KeyMsg{keyTab, runes("q"), runes("n")}},
-		{name: "q in kernels running asks", kernels: twoOwnerKernels(), keys: []tea.KeyMsg{keyTab, runes("q")}, confirm: true},
+		{name: "q in editor types", kernels: idle, keys: []tea.KeyMsg{keyEdit, runes("q")}, editor: "q"},
+		{name: "ctrl+c in editor clears the cell", kernels: idle, keys: []tea.KeyMsg{keyEdit, runes("x=1"), keyCtrlC}},
+		{name: "ctrl+c in editor clears then quits", keys: []tea.KeyMsg{keyEdit, runes("x=1"), keyCtrlC, keyCtrlC}, quits: true},
+		{name: "ctrl+c in editor clears then asks", kernels: idle, keys: []tea.KeyMsg{keyEdit, runes("x=1"), keyCtrlC, keyCtrlC}, confirm: true, ask: "Quit and kill 2 kernels? y/n"},
+		{name: "ctrl+c in an empty editor quits", keys: []tea.KeyMsg{keyEdit, keyCtrlC}, quits: true},
+		{name: "q in kernels no kernels quits", keys: []tea.KeyMsg{runes("q")}, quits: true},
+		{name: "q in kernels idle asks", kernels: idle, keys: []tea.KeyMsg{runes("q")}, confirm: true, ask: "Quit and kill 2 kernels? y/n"},
+		{name: "q in kernels idle y", kernels: idle, keys: []tea.KeyMsg{runes("q"), runes("y")}, quits: true},
+		{name: "q in kernels idle n", kernels: idle, keys: []tea.KeyMsg{runes("q"), runes("n")}},
+		{name: "q in kernels running asks", kernels: twoOwnerKernels(), keys: []tea.KeyMsg{runes("q")}, confirm: true},
 		{name: "q in events quits", keys: []tea.KeyMsg{keyTab, keyTab, keyTab, runes("q")}, quits: true},
 		{name: "q in events idle asks", kernels: idle, keys: []tea.KeyMsg{keyTab, keyTab, keyTab, runes("q")}, confirm: true, ask: "Quit and kill 2 kernels?"},
 	} {
@@ -315,7 +330,7 @@ func TestQuitKeys(t *testing.T) {
 func TestEditorDrawnAfterEveryChange(t *testing.T) {
 	f := sized(t, fixtureOpts{})
 	editor := func() string { return f.m.editor.View() }
-	f.keys(runes("print(7*6)"))
+	f.keys(keyEdit, runes("print(7*6)"))
 	mustContain(t, editor(), "print(7*6)")
 	f.run(t, f.update(keyCtrlR))
 	if strings.Contains(editor(), "print(7*6)") {
@@ -351,6 +366,7 @@ func TestRunCellAndHistory(t *testing.T) {
 	f.eng.SetExecResult(&engine.Result{Status: "success", Stdout: "hello 42\n", Duration: 1500 * time.Millisecond,
 		Kernel: &engine.KernelResult{ID: "k-me", ExecutionCount: 1}}, nil, "hello 42\n")
 	code := "x = 42\nprint('hello', x)"
+	f.keys(keyEdit)
 	for i, line := range strings.Split(code, "\n") {
 		if i > 0 {
 			f.keys(keyEnter)
@@ -400,7 +416,6 @@ func TestRunCellAndHistory(t *testing.T) {
 // runs there.
 func TestRunCellInSelectedKernel(t *testing.T) {
 	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
-	f.keys(keyTab)
 	for range 4 {
 		f.keys(runes("j")) // bob/default
 	}
@@ -482,7 +497,7 @@ func TestApprovalPromptIsModal(t *testing.T) {
 			t.Errorf("%s during a prompt returned a command", k)
 		}
 	}
-	if f.focused() != Pane(f.m.editor) || len(f.eng.SetLimitsCalls()) != 0 {
+	if f.focused() != Pane(f.m.kernels) || len(f.eng.SetLimitsCalls()) != 0 {
 		t.Error("keys leaked through the prompt")
 	}
 	f.run(t, f.update(runes("o")))
@@ -570,14 +585,14 @@ func TestApprovalPromptShowsTheEndOfLongArgs(t *testing.T) {
 // editor it is text.
 func TestHelpToggle(t *testing.T) {
 	f := sized(t, fixtureOpts{})
-	f.keys(runes("?"))
+	f.keys(keyEdit, runes("?"))
 	if f.m.showHelp || f.m.editor.area.Value() != "?" {
 		t.Fatal("? in the editor must be typed")
 	}
-	// tab would indent the text now; shift+tab leaves the editor.
-	f.keys(tea.KeyMsg{Type: tea.KeyShiftTab}, runes("?"))
+	// tab would indent the text now; esc leaves the editor.
+	f.keys(keyEsc, runes("?"))
 	if !f.m.showHelp {
-		t.Fatal("? in the events pane did not open the help")
+		t.Fatal("? in the kernels pane did not open the help")
 	}
 	v := f.m.View()
 	mustContain(t, v, "ctrl+n", "kill owner", "idle_exit -")
@@ -668,7 +683,7 @@ func TestDeadRowReason(t *testing.T) {
 // about it and not about the kernel that took its row.
 func TestSelectionFollowsTheKernel(t *testing.T) {
 	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
-	f.keys(keyTab, runes("j"), runes("j"))
+	f.keys(runes("j"), runes("j"))
 	if k, _ := f.m.kernels.Selected(); k.ID != "k-a2" {
 		t.Fatalf("selected %q, want k-a2 (alice/etl)", k.ID)
 	}
@@ -699,7 +714,6 @@ func TestSelectionFollowsTheKernel(t *testing.T) {
 // earlier press does nothing; esc drops a pending edit.
 func TestLimitsEditIsOneChange(t *testing.T) {
 	f := sized(t, fixtureOpts{kernels: twoOwnerKernels(), idleExit: 30 * time.Minute, limitsPause: 20 * time.Millisecond})
-	f.keys(keyTab)
 	first := f.update(runes("["))
 	f.update(runes("["))
 	last := f.update(runes("["))
@@ -744,7 +758,7 @@ func TestKernelFilter(t *testing.T) {
 	} {
 		t.Run(tc.filter, func(t *testing.T) {
 			f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
-			f.keys(keyTab, runes("/"))
+			f.keys(runes("/"))
 			for _, r := range tc.filter {
 				f.keys(runes(string(r)))
 			}
@@ -773,7 +787,7 @@ func TestKernelFilter(t *testing.T) {
 // cells), keys other than scrolling do nothing there, esc closes it.
 func TestDetailView(t *testing.T) {
 	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
-	f.keys(keyTab, runes("j"), runes("j")) // alice/etl
+	f.keys(runes("j"), runes("j")) // alice/etl
 	f.run(t, f.update(runes("d")))
 	if f.m.detail() == nil || f.m.detail().id != "k-a2" {
 		t.Fatalf("d opened %+v, want the detail of k-a2", f.m.detail())
@@ -800,7 +814,7 @@ func TestDetailView(t *testing.T) {
 // as it was. A question over the prompt takes the keys before it.
 func TestOverlaysStack(t *testing.T) {
 	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
-	f.keys(keyTab, runes("j"), runes("j")) // alice/etl
+	f.keys(runes("j"), runes("j")) // alice/etl
 	f.run(t, f.update(runes("d")))
 	f.update(eventBatchMsg{approvalEvent("req-1", "alice", "k-a1")})
 	v := f.m.View()
@@ -832,27 +846,31 @@ func TestOverlaysStack(t *testing.T) {
 func TestReplayKeys(t *testing.T) {
 	r := &fakeReplay{total: 5, speed: 1}
 	f := sized(t, fixtureOpts{replay: r})
-	f.keys(runes("p"), runes("n"))
-	if r.paused || r.steps != 0 || f.m.editor.area.Value() != "pn" {
-		t.Fatalf("in the editor p and n steered the replay: %+v", r)
-	}
-	f.keys(tea.KeyMsg{Type: tea.KeyShiftTab}, runes("n")) // tab would indent the text
+	// The first frame's keys work: the focus is on the list.
+	f.keys(runes("n"))
 	if r.steps != 0 {
 		t.Fatal("n stepped a running replay")
 	}
 	mustContain(t, f.m.View(), "the replay runs: p pauses it, then n steps")
 	f.keys(runes("p"))
-	mustContain(t, f.m.View(), "REPLAY 0/5 PAUSED")
+	mustContain(t, f.m.View(), "REPLAY 0/5 PAUSED (p resumes, n steps)")
 	f.update(runes("n"))
 	f.update(runes("n"))
 	if r.steps != 2 {
 		t.Fatalf("two n while paused made %d steps", r.steps)
 	}
 	mustContain(t, f.m.View(), "REPLAY 2/5 PAUSED")
-	f.keys(runes("p"))
+	// In the editor they are text, and the header says how to reach them.
+	f.keys(keyEdit, runes("p"), runes("n"))
+	if !r.paused || r.steps != 2 || f.m.editor.area.Value() != "pn" {
+		t.Fatalf("in the editor p and n steered the replay: %+v", r)
+	}
+	mustContain(t, f.m.View(), "REPLAY 2/5 PAUSED (esc, then p resumes, n steps)")
+	f.keys(keyEsc, runes("p"))
 	if r.paused {
 		t.Fatal("p did not resume")
 	}
+	mustContain(t, f.m.View(), "REPLAY 2/5 (p pauses)")
 }
 
 // TestEventsFollowIndicator: scrolling up stops following and the title
@@ -894,6 +912,7 @@ func TestStatusClears(t *testing.T) {
 // tab moves on); enter keeps the indent, and adds one after a ':'.
 func TestEditorIndents(t *testing.T) {
 	f := sized(t, fixtureOpts{})
+	f.keys(keyEdit)
 	for _, r := range "def f(x):" {
 		f.keys(runes(string(r)))
 	}
@@ -918,7 +937,7 @@ func TestEditorIndents(t *testing.T) {
 	}
 	f.m.editor.area.SetValue("")
 	f.keys(keyTab)
-	if f.focused() != Pane(f.m.kernels) {
+	if f.focused() != Pane(f.m.output) {
 		t.Error("tab in an empty editor did not move on")
 	}
 }
@@ -971,7 +990,7 @@ func TestCommandMode(t *testing.T) {
 			f.keys(runes(string(r)))
 		}
 	}
-	f.keys(keyTab, runes(":"))
+	f.keys(runes(":"))
 	typeIn("ca")
 	f.keys(keyTab)
 	if got := f.commandLine().in.Value(); got != "cap " {
@@ -1040,6 +1059,7 @@ func TestCommandMode(t *testing.T) {
 // and takes it back; a failed editor leaves the cell as it was.
 func TestExternalEditor(t *testing.T) {
 	f := sized(t, fixtureOpts{})
+	f.keys(keyEdit)
 	f.m.editor.area.SetValue("x = 1")
 	if cmd := f.update(tea.KeyMsg{Type: tea.KeyCtrlE}); cmd == nil {
 		t.Fatal("ctrl+e gave no command to run the editor")
@@ -1102,8 +1122,10 @@ func TestKernelReplacedMarker(t *testing.T) {
 	runCell := func(res *engine.Result, want string) {
 		t.Helper()
 		f.eng.SetExecResult(res, nil, "")
+		f.keys(keyEdit)
 		f.m.editor.area.SetValue("print(1)")
 		f.run(t, f.update(keyCtrlR))
+		f.keys(keyEsc) // back to the kernels
 		for !strings.Contains(f.m.View(), want) {
 			f.drainInbox(t)
 		}
@@ -1121,7 +1143,7 @@ func TestKernelReplacedMarker(t *testing.T) {
 // owner; the title says which; the cursor stays on its kernel.
 func TestSortKeys(t *testing.T) {
 	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
-	f.keys(keyTab, runes("j")) // alice/default
+	f.keys(runes("j")) // alice/default
 	order := func() []string {
 		var ids []string
 		for _, r := range f.m.kernels.rows {
@@ -1176,8 +1198,10 @@ func TestQueuedCellIsLabelledQueued(t *testing.T) {
 	defer release()
 	unblock := f.eng.BlockExecute()
 	defer unblock()
+	f.keys(keyEdit)
 	f.m.editor.area.SetValue("print(1)")
 	f.run(t, f.update(keyCtrlR))
+	f.keys(keyEsc) // back to the kernels
 	mustContain(t, f.m.View(), "[1] queued")
 	release()
 	for !strings.Contains(f.m.View(), "[1] running") {
@@ -1195,8 +1219,10 @@ func TestCopyOutput(t *testing.T) {
 	runCell := func(seq int, stdout string) {
 		t.Helper()
 		f.eng.SetExecResult(&engine.Result{Status: engine.StatusSuccess, Stdout: stdout, Kernel: &engine.KernelResult{ID: "k-me", ExecutionCount: 1}}, nil, "")
+		f.keys(keyEdit)
 		f.m.editor.area.SetValue("print(1)")
 		f.run(t, f.update(keyCtrlR))
+		f.keys(keyEsc) // back to the kernels
 		for len(f.m.output.shown) < seq || f.m.output.shown[seq-1].res == nil {
 			f.drainInbox(t)
 		}
@@ -1348,7 +1374,7 @@ func TestDestructiveKeysAskFirst(t *testing.T) {
 		destructive[d.Help().Key] = true
 		t.Run(name, func(t *testing.T) {
 			f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
-			f.keys(keyTab, runes("j")) // alice/default
+			f.keys(runes("j")) // alice/default
 			if cmd := f.update(keyOf(d.Keys()[0])); cmd != nil {
 				t.Fatalf("%s ran a command before it was confirmed", name)
 			}
@@ -1370,7 +1396,7 @@ func TestDestructiveKeysAskFirst(t *testing.T) {
 			continue
 		}
 		f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
-		f.keys(keyTab, runes("j"))
+		f.keys(runes("j"))
 		f.update(keyOf(a.key.Keys()[0]))
 		if f.asking() {
 			t.Errorf("%q (%s) asks, but the key map does not call it destructive", a.key.Keys()[0], a.key.Help().Desc)
@@ -1412,7 +1438,7 @@ func TestEngineGoneIsShown(t *testing.T) {
 	if strings.Contains(f.m.View(), "alice") {
 		t.Error("a refresh brought the gone engine's kernels back")
 	}
-	f.keys(runes("print(1)"))
+	f.keys(keyEdit, runes("print(1)"))
 	f.run(t, f.update(keyCtrlR)) // fails at once: nothing goes to the engine
 	mustContain(t, f.m.View(), "failed print(1)", "not run: the engine is gone (connection reset by")
 	if ex := f.eng.Executed(); len(ex) != 0 {
@@ -1442,7 +1468,7 @@ func TestReattachedShowsTheNewEngine(t *testing.T) {
 			t.Errorf("after the engine came back the screen still shows %q:\n%s", stale, v)
 		}
 	}
-	f.keys(runes("print(2)"))
+	f.keys(keyEdit, runes("print(2)"))
 	f.run(t, f.update(keyCtrlR))
 	f.drainInbox(t)
 	if ex := back.Executed(); len(ex) != 1 || ex[0].Code != "print(2)" {
@@ -1450,5 +1476,69 @@ func TestReattachedShowsTheNewEngine(t *testing.T) {
 	}
 	if ex := f.eng.Executed(); len(ex) != 0 {
 		t.Errorf("a cell went to the old engine: %+v", ex)
+	}
+}
+
+// TestBackendLabel: the output pane's title names the target's backend
+// without its options.
+func TestBackendLabel(t *testing.T) {
+	for uri, want := range map[string]string{
+		"local":                                  "@local",
+		"ssh://gpu-box":                          "@ssh:gpu-box",
+		"ssh://me@gpu-box:2222/":                 "@ssh:me@gpu-box:2222",
+		"docker-image://python:3.12?memory=512m": "@docker-image:python:3.12",
+		"":                                       "",
+	} {
+		if got := backendLabel(uri); got != want {
+			t.Errorf("backendLabel(%q) = %q, want %q", uri, got, want)
+		}
+	}
+}
+
+// TestFailedCellKeepsItsCode: a cell that fails comes back to the editor
+// to be fixed; one that succeeds or was interrupted does not, and a cell
+// being written is never overwritten. ctrl+c clears a typed cell into the
+// history, where ctrl+p finds it.
+func TestFailedCellKeepsItsCode(t *testing.T) {
+	f := sized(t, fixtureOpts{})
+	runCell := func(status engine.CellStatus, code string, typeAfter string) {
+		t.Helper()
+		f.eng.SetExecResult(&engine.Result{Status: status, Kernel: &engine.KernelResult{ID: "k-me", ExecutionCount: 1}}, nil, "")
+		f.keys(runes(code))
+		f.run(t, f.update(keyCtrlR))
+		if typeAfter != "" {
+			f.keys(runes(typeAfter))
+		}
+		for len(f.m.runs) > 0 || len(f.m.output.shown) == 0 {
+			f.drainInbox(t)
+		}
+	}
+	f.keys(keyEdit)
+	runCell(engine.StatusError, "print(1", "")
+	if got := f.m.editor.area.Value(); got != "print(1" {
+		t.Fatalf("after a SyntaxError the editor holds %q, want the cell's code", got)
+	}
+	mustContain(t, f.m.editor.View(), "print(1")
+	f.m.editor.area.Reset()
+	runCell(engine.StatusSuccess, "x = 1", "")
+	if got := f.m.editor.area.Value(); got != "" {
+		t.Errorf("after a success the editor holds %q", got)
+	}
+	runCell(engine.StatusInterrupted, "sleep()", "")
+	if got := f.m.editor.area.Value(); got != "" {
+		t.Errorf("after an interrupt the editor holds %q", got)
+	}
+	runCell(engine.StatusError, "1/0", "next")
+	if got := f.m.editor.area.Value(); got != "next" {
+		t.Errorf("a failed cell overwrote the cell being written: %q", got)
+	}
+	f.keys(keyCtrlC)
+	if got := f.m.editor.area.Value(); got != "" || f.focused() != Pane(f.m.editor) {
+		t.Fatalf("ctrl+c with typed code: editor %q, focus %d; want it cleared, in the editor", got, f.m.focus)
+	}
+	mustContain(t, f.m.View(), "cleared the cell (ctrl+p brings it back)")
+	f.keys(keyCtrlP)
+	if got := f.m.editor.area.Value(); got != "next" {
+		t.Errorf("ctrl+p after ctrl+c brings back %q, want the cleared cell", got)
 	}
 }

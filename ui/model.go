@@ -246,7 +246,9 @@ func New(opts Options) *Model {
 		m.retarget(t)
 		return m.focusPane(m.editor)
 	}
-	m.panes = []Pane{m.editor, m.kernels, m.output, m.evPane}
+	// Tab goes down the screen: the list first, as k9s and lazydocker
+	// start, so every key the first frame offers works.
+	m.panes = []Pane{m.kernels, m.editor, m.output, m.evPane}
 	m.rows = []layoutRow{
 		{panes: []Pane{m.kernels}, share: 40},
 		{panes: []Pane{m.editor, m.output}, share: 33},
@@ -256,7 +258,7 @@ func New(opts Options) *Model {
 	m.help = help.New()
 	m.help.Styles = theme.HelpStyles()
 	m.output.setTarget(target)
-	m.editor.Focus()
+	m.setFocus(0)
 	m.refresh()
 	return m
 }
@@ -314,6 +316,7 @@ func (m *Model) globalKeys() actions {
 		{k.Help, run(func() tea.Cmd { m.showHelp = !m.showHelp; m.layout(); return nil })},
 		{k.Zoom, run(func() tea.Cmd { m.zoomed = !m.zoomed; m.layout(); return nil })},
 		{k.Command, run(m.openCommand)},
+		{k.Edit, run(func() tea.Cmd { return m.focusPane(m.editor) })},
 		{k.CapUp, run(func() tea.Cmd { return setCap(1) })},
 		{k.CapDown, run(func() tea.Cmd { return setCap(-1) })},
 		{k.IdleUp, run(func() tea.Cmd { return setIdle(true) })},
@@ -332,7 +335,7 @@ type Reattached struct {
 
 // Init starts the tick, the event listener and the inbox listener.
 func (m *Model) Init() tea.Cmd {
-	cmds := []tea.Cmd{m.inbox.wait(), m.editor.area.Focus()}
+	cmds := []tea.Cmd{m.inbox.wait()}
 	if m.tick > 0 {
 		cmds = append(cmds, m.tickCmd())
 	}
@@ -598,6 +601,11 @@ func (m *Model) onBackground(msg tea.Msg) {
 		if msg.res != nil {
 			r.cell = msg.res.Cell
 		}
+		if msg.err != nil || (msg.res != nil && (msg.res.Status == engine.StatusError || msg.res.Status == engine.StatusTimeout)) {
+			// A failed cell's code comes back to be fixed, unless something
+			// new is being written (an interrupted one was stopped on purpose).
+			m.editor.restore(r.target, r.code)
+		}
 		delete(m.runs, r)
 		m.output.changed(r)
 		m.refresh()
@@ -706,6 +714,12 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 			id := k.ID
 			return m, m.action("interrupted "+id, func(ctx context.Context, eng Engine) error { return eng.Interrupt(ctx, id) })
 		}
+		if m.panes[m.focus] == Pane(m.editor) && m.editor.clear() {
+			// As a shell clears its line: typed code is never lost to one
+			// key, and the next ctrl+c quits.
+			m.setStatus("cleared the cell (ctrl+p brings it back); ctrl+c again quits", nil)
+			return m, nil
+		}
 		if q := m.quitQuestion(); q != nil {
 			m.layers.open(q)
 			return m, nil
@@ -729,6 +743,8 @@ func (m *Model) onKey(km tea.KeyMsg) (tea.Model, tea.Cmd) {
 	}
 	if !focused.Modal() {
 		switch {
+		case focused == Pane(m.editor) && key.Matches(km, keys.Leave):
+			return m, m.focusPane(m.kernels)
 		case key.Matches(km, keys.Focus) && focused == Pane(m.editor) && m.editor.TakesTab():
 			// tab indents in the editor; shift+tab still leaves it
 		case key.Matches(km, keys.Focus):
@@ -996,15 +1012,20 @@ func (m *Model) headerView() string {
 	if m.replay != nil {
 		sent, total, paused, speed := m.replay.State()
 		badge := fmt.Sprintf(" REPLAY %d/%d", sent, total)
+		// The keys it names are text where keys are typed: it says so.
+		first := ""
+		if m.panes[m.focus].Typing() {
+			first = "esc, then "
+		}
 		switch {
 		case sent == total:
 			badge += " done"
 		case paused:
-			badge += " PAUSED (p resumes, n steps)"
+			badge += " PAUSED (" + first + "p resumes, n steps)"
 		case speed != 1:
-			badge += fmt.Sprintf(" ×%g (p pauses)", speed)
+			badge += fmt.Sprintf(" ×%g (%sp pauses)", speed, first)
 		default:
-			badge += " (p pauses)"
+			badge += " (" + first + "p pauses)"
 		}
 		b.WriteString(t.Warn.Render(badge))
 	}
@@ -1169,11 +1190,12 @@ func (m *Model) shortHelp(w int) string {
 // statusShown is how long a status message stays on the help line.
 const statusShown = 8 * time.Second
 
-// fullHelpRows is the height of the full help.
+// fullHelpRows is the least height of the full help: a narrow window
+// makes its columns longer, so that every column shows.
 const fullHelpRows = 9
 
 // fullHelp is every pane's keys, then the dashboard's own, each key once,
-// in columns of fullHelpRows.
+// in as few columns as the window's width needs.
 func (m *Model) fullHelp() [][]key.Binding {
 	k := m.ctx.Keys
 	var all []key.Binding
@@ -1185,17 +1207,27 @@ func (m *Model) fullHelp() [][]key.Binding {
 	all = append(all, k.Focus, k.FocusBack, k.Help, k.Quit)
 	all = append(all, m.globals[2:].bindings()...)
 	seen := map[string]bool{}
-	var out [][]key.Binding
+	var keys []key.Binding
 	for _, b := range all {
-		h := b.Help().Key
-		if seen[h] {
-			continue
+		if h := b.Help().Key; !seen[h] {
+			seen[h] = true
+			keys = append(keys, b)
 		}
-		seen[h] = true
-		if len(out) == 0 || len(out[len(out)-1]) == fullHelpRows {
-			out = append(out, nil)
+	}
+	// The rows' room is what the panes can give up: a header, two lines
+	// of a pane and the help.
+	most := max(fullHelpRows, m.ctx.Height-3)
+	measure := m.help
+	measure.Width = 0 // bubbles' help cuts at its width: measure it uncut
+	var out [][]key.Binding
+	for rows := fullHelpRows; rows <= most; rows++ {
+		out = out[:0]
+		for i := 0; i < len(keys); i += rows {
+			out = append(out, keys[i:min(i+rows, len(keys))])
 		}
-		out[len(out)-1] = append(out[len(out)-1], b)
+		if m.help.Width <= 0 || lipgloss.Width(measure.FullHelpView(out)) <= m.help.Width {
+			break
+		}
 	}
 	return out
 }

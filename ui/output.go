@@ -190,11 +190,24 @@ func (p *OutputPane) scrolled() tea.Cmd {
 
 // Title implements Pane.
 func (p *OutputPane) Title() string {
-	t := "Output · " + plain(p.target.Owner+"/"+p.target.Task)
+	t := "Output · " + plain(p.target.Owner+"/"+p.target.Task+backendLabel(p.target.Backend))
 	if !p.follow {
 		t += " · scrolled, G follows"
 	}
 	return t
+}
+
+// backendLabel names a backend in a title: "@local", "@ssh:gpu-box",
+// "@docker-image:python:3.12"; its options stay in the detail view.
+func backendLabel(uri string) string {
+	if uri == "" {
+		return ""
+	}
+	if scheme, rest, ok := strings.Cut(uri, "://"); ok {
+		rest, _, _ = strings.Cut(rest, "?")
+		uri = scheme + ":" + strings.TrimSuffix(rest, "/")
+	}
+	return "@" + uri
 }
 
 // ShortHelp implements help.KeyMap.

@@ -27,8 +27,9 @@ func crowded(t *testing.T) *fixture {
 		Stderr: "warning: " + long, Traceback: "Traceback (most recent call last):\n  " + long + "\nValueError: " + long,
 		StdoutClipped: true, SpillPath: "/tmp/kerneldeck/spill/" + long,
 		Kernel: &engine.KernelResult{ExecutionCount: 3, Note: "state lost: " + long}}, nil, "")
-	f.keys(runes("print('" + long + "')"))
+	f.keys(keyEdit, runes("print('"+long+"')"))
 	f.run(t, f.update(keyCtrlR))
+	f.keys(keyEsc) // back to the kernels
 	f.drainInbox(t)
 	return f
 }

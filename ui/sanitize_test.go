@@ -20,8 +20,9 @@ func TestHostileOutputIsShownNotObeyed(t *testing.T) {
 	f := sized(t, fixtureOpts{})
 	f.eng.SetExecResult(&engine.Result{Status: engine.StatusError, Stdout: hostile + "\n", Stderr: hostile, Traceback: hostile,
 		Duration: time.Second, Kernel: &engine.KernelResult{ID: "k-me", ExecutionCount: 1, Note: hostile}}, nil, hostile)
-	f.keys(runes("print('x')"))
+	f.keys(keyEdit, runes("print('x')"))
 	f.run(t, f.update(keyCtrlR))
+	f.keys(keyEsc) // back to the kernels
 	f.drainInbox(t)
 	for f.m.output.runs[0].res == nil {
 		f.drainInbox(t) // the streamed output and the result may come apart

@@ -50,6 +50,7 @@ var testBackends = []string{"local", "ssh://gpu1"}
 // Keys as Bubble Tea delivers them.
 var (
 	keyTab   = tea.KeyMsg{Type: tea.KeyTab}
+	keyEdit  = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("e")}
 	keyPgUp  = tea.KeyMsg{Type: tea.KeyPgUp}
 	keyEnter = tea.KeyMsg{Type: tea.KeyEnter}
 	keyEsc   = tea.KeyMsg{Type: tea.KeyEsc}
@@ -208,8 +209,10 @@ func (f *fixture) showDisplays(t testing.TB, displays ...engine.Display) {
 	t.Helper()
 	f.eng.SetExecResult(&engine.Result{Status: engine.StatusSuccess, Displays: displays,
 		Kernel: &engine.KernelResult{ID: "k-me", ExecutionCount: 1}}, nil, "")
+	f.keys(keyEdit)
 	f.m.editor.area.SetValue("show()")
 	f.run(t, f.update(keyCtrlR))
+	f.keys(keyEsc) // back to the kernels
 	for len(f.m.output.shown) < 1 || f.m.output.shown[0].res == nil {
 		f.drainInbox(t)
 	}
