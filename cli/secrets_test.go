@@ -521,6 +521,7 @@ func secretsDashboard(t *testing.T, backend, sshConfig, identity string) (map[st
 	}
 	secretsWantResults(t, res, state)
 
+	tm.Type("e") // the editor, from the kernels list the dashboard starts in
 	tm.Type("print('dashboard cell', 6*7)")
 	tm.Send(tea.KeyMsg{Type: tea.KeyCtrlR})
 	frames.waitFor(t, "the typed cell's output and the rejected request", func(s string) bool {
