@@ -168,6 +168,36 @@ func TestDashboardTmux(t *testing.T) {
 		wantExitKilled(t, s, "killed 1 kernel")
 	})
 
+	// A large output shows its end (the lines that matter) while the pane
+	// follows, and v hands all of it to $PAGER.
+	t.Run("LargeOutputTailAndPager", func(t *testing.T) {
+		dirs := newDashboardDirs(t)
+		paged := filepath.Join(t.TempDir(), "paged")
+		pager := filepath.Join(t.TempDir(), "pager")
+		os.WriteFile(pager, []byte("#!/bin/sh\ncp \"$1\" "+paged+"\n"), 0o700)
+		s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--max-kernels", "4", "--state-dir", dirs.state},
+			Env: append(dirs.env(), "PAGER="+pager), Width: 80, Height: 24})
+		s.WaitScreen("the dashboard", tmuxWait, func(screen string) bool { return strings.Contains(screen, "ctrl+r") })
+		writeCell(s, `for i in range(200000): print(i)`)
+		s.WaitScreen("the output's last line and the clip line", tmuxWait, func(screen string) bool {
+			return strings.Contains(screen, "199999") && strings.Contains(screen, "clipped (v pages all of it)")
+		})
+		s.Keys("Tab") // the empty editor moves on: the output pane
+		s.WaitScreen("the output pane focused", tmuxWait, func(screen string) bool { return strings.Contains(helpLine(screen), "v page") })
+		s.Keys("v")
+		waitUntil(t, "the pager ran", func() bool { _, err := os.Stat(paged); return err == nil })
+		data, _ := os.ReadFile(paged)
+		lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+		if len(lines) != 200002 || lines[2] != "0" || lines[len(lines)-1] != "199999" {
+			t.Errorf("the pager got %d lines (%.30q ... %q), want the cell's line, a blank and all 200,000", len(lines), lines[0], lines[len(lines)-1])
+		}
+		s.WaitScreen("the dashboard back after the pager", tmuxWait, func(screen string) bool {
+			return strings.HasPrefix(headerLine(screen), "kerneldeck") && strings.Contains(screen, "199999")
+		})
+		quitKillingKernels(s)
+		wantExitKilled(t, s, "killed 1 kernel")
+	})
+
 	t.Run("SaveImage", func(t *testing.T) {
 		dirs := newDashboardDirs(t)
 		work := t.TempDir()

@@ -18,7 +18,7 @@ type KeyMap struct {
 	Yes, No, Cancel, Submit, Detail            key.Binding
 	ReplayPause, ReplayStep, Follow, Zoom      key.Binding
 	Newline, Command, External, Sort, Copy     key.Binding
-	SaveImage, OpenImage, Edit, Leave          key.Binding
+	SaveImage, OpenImage, Edit, Leave, Page    key.Binding
 }
 
 // DefaultKeyMap is the standard key map.
@@ -71,6 +71,7 @@ func DefaultKeyMap() KeyMap {
 		SaveImage:     b("s", "save images", "s"),
 		OpenImage:     b("o", "open images", "o"),
 		Edit:          b("e", "write a cell", "e"),
+		Page:          b("v", "page output", "v"),
 		Leave:         b("esc", "leave the editor", "esc"),
 	}
 }

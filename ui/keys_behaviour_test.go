@@ -1542,3 +1542,43 @@ func TestFailedCellKeepsItsCode(t *testing.T) {
 		t.Errorf("ctrl+p after ctrl+c brings back %q, want the cleared cell", got)
 	}
 }
+
+// TestPageWholeOutput: v in the output pane writes the selected cell's
+// whole output (its spill file, not the clipped result) to a private file
+// for $PAGER, the kernel's escapes made visible; the result shows where
+// the whole output is, wrapped, not cut.
+func TestPageWholeOutput(t *testing.T) {
+	spill := filepath.Join(t.TempDir(), "c1.out")
+	whole := "line 0\n" + strings.Repeat("middle\n", 1000) + "evil \x1b]2;pwned\x07 last line\n"
+	if err := os.WriteFile(spill, []byte(whole), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := sized(t, fixtureOpts{})
+	f.eng.SetExecResult(&engine.Result{Status: engine.StatusSuccess, Stdout: "line 0\n[... 7000 bytes not shown ...]\nlast line\n",
+		StdoutClipped: true, SpillPath: spill, Kernel: &engine.KernelResult{ID: "k-me", ExecutionCount: 1}}, nil, "")
+	f.keys(keyEdit, runes("big()"))
+	f.run(t, f.update(keyCtrlR))
+	for len(f.m.output.shown) == 0 || f.m.output.shown[0].res == nil {
+		f.drainInbox(t)
+	}
+	mustContain(t, f.m.View(), "clipped (v pages all of it); full output:", "c1.out")
+	f.keys(keyTab) // the empty editor moves on: the output pane
+	mustContain(t, f.m.View(), "v page output")
+	msg, ok := f.run(t, f.update(runes("v"))).(pageReadyMsg)
+	if !ok || msg.err != nil {
+		t.Fatalf("v gave %#v, want the paged file", msg)
+	}
+	defer os.Remove(msg.path)
+	fi, err := os.Stat(msg.path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("paged file %s: %v %v, want 0600", msg.path, fi, err)
+	}
+	data, _ := os.ReadFile(msg.path)
+	got := string(data)
+	if !strings.HasPrefix(got, "[1] big()\n") || strings.Count(got, "middle\n") != 1000 || !strings.Contains(got, "last line") {
+		t.Errorf("paged file holds %d bytes, starts %.40q; want the whole spill after the cell's line", len(got), got)
+	}
+	if strings.ContainsRune(got, '\x1b') || !strings.Contains(got, "␛]2;pwned") {
+		t.Errorf("the paged file keeps the kernel's raw escapes: %q", got[len(got)-40:])
+	}
+}

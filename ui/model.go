@@ -486,6 +486,17 @@ func (m *Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.setStatus(msg.what, msg.err)
 		m.refresh()
 		return m, nil
+	case pageReadyMsg:
+		if msg.err != nil {
+			m.setStatus("v", msg.err)
+			return m, nil
+		}
+		return m, pagerCmd(msg)
+	case pagedMsg:
+		if msg.err != nil {
+			m.setStatus("the pager", msg.err)
+		}
+		return m, nil
 	case editedMsg:
 		if err := m.editor.edited(msg); err != nil {
 			m.setStatus("ctrl+e", err)

@@ -109,6 +109,7 @@ func newOutputPane(ctx *Context) *OutputPane {
 		{k.Copy, run(p.copySelected)},
 		{k.SaveImage, run(p.saveImages)},
 		{k.OpenImage, run(p.openImages)},
+		{k.Page, run(p.pageSelected)},
 	}
 	return p
 }
@@ -213,7 +214,7 @@ func backendLabel(uri string) string {
 // ShortHelp implements help.KeyMap.
 func (p *OutputPane) ShortHelp() []key.Binding {
 	k := p.ctx.Keys
-	return []key.Binding{k.Up, k.Down, k.Follow, k.Copy, k.SaveImage, k.Focus, k.Help, k.Quit}
+	return []key.Binding{k.Up, k.Down, k.Follow, k.Page, k.Copy, k.SaveImage, k.Focus, k.Help, k.Quit}
 }
 
 // FullHelp implements help.KeyMap.
@@ -354,7 +355,9 @@ func (p *OutputPane) runLines(r *cellRun, w int) []string {
 			lines = append(lines, wordWrapLines(t.Warn.Render("displays: "+plain(r.res.DisplayNote)), w)...)
 		}
 		if r.res.StdoutClipped || r.res.StderrClipped {
-			lines = append(lines, t.Muted.Render("clipped; full output: "+plain(strings.TrimSpace(r.res.SpillPath+" "+r.res.StderrSpillPath))))
+			for _, l := range wordWrapLines("clipped (v pages all of it); full output: "+plain(strings.TrimSpace(r.res.SpillPath+" "+r.res.StderrSpillPath)), w) {
+				lines = append(lines, t.Muted.Render(l))
+			}
 		}
 		if k := r.res.Kernel; k != nil && k.Note != "" {
 			for _, l := range wordWrapLines("note: "+plain(k.Note), w) {

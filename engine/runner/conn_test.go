@@ -98,7 +98,10 @@ func (e *engineSide) runOnes(n int) {
 }
 
 // resultFrame is what the tests read of a cell's result.
-type resultFrame struct{ Op, ID, Status, Stdout, Stderr, Traceback string }
+type resultFrame struct {
+	Op, ID, Status, Stdout, Stderr, Traceback string
+	StdoutClipped                             bool `json:"stdout_clipped"`
+}
 
 // result reads frames up to the next result, and returns it with what was
 // streamed for its cell before it ("stream:text" each).

@@ -57,8 +57,8 @@ func TestRunnerShowsWhatWasPrintedBetweenCellsOverTheKeep(t *testing.T) {
 func TestRunnerLeavesASpillFileAlone(t *testing.T) {
 	e := startEngineSide(t)
 	e.write(cellFrame("big", "import threading\nprint('x' * 60000)\nlate = threading.Timer(0.1, print, ('after the spill',))\nlate.start()"))
-	if f, _ := e.result(); f.Status != "ok" || len(f.Stdout) != 50000 {
-		t.Fatalf("big: %s, %d bytes of stdout %s; want 50,000 (clipped)", f.Status, len(f.Stdout), f.Traceback)
+	if f, _ := e.result(); f.Status != "ok" || !f.StdoutClipped || len(f.Stdout) > 50100 || !strings.Contains(f.Stdout, "bytes not shown") {
+		t.Fatalf("big: %s, %d bytes of stdout %.80q %s; want about 50,000 (clipped)", f.Status, len(f.Stdout), f.Stdout, f.Traceback)
 	}
 	time.Sleep(500 * time.Millisecond) // the timer prints while no cell runs
 	// Read before the next cell comes: that acknowledges big's result, and
@@ -144,5 +144,41 @@ func TestRunnerPutsMovedDescriptorsBack(t *testing.T) {
 	e.write(cellFrame("next", "import sys\nprint('out')\nn = os.write(2, b'err\\n')"))
 	if f, _ := e.result(); f.Status != "ok" || f.Stdout != "out\n" || f.Stderr != "err\n" {
 		t.Errorf("next cell: %s stdout %q stderr %q %s; want out and err", f.Status, f.Stdout, f.Stderr, f.Traceback)
+	}
+}
+
+// A clipped output keeps its head and its tail, cut at line ends, and says
+// how much is between them; past spill_max the tail is the output's own.
+func TestRunnerKeepsTheHeadAndTheTail(t *testing.T) {
+	e := startEngineSide(t)
+	for _, tc := range []struct {
+		id, code, last string
+	}{
+		{"lines", "for i in range(200000): print(i)", "199999\n"},
+		// 6 MB: more than spill_max (5 MB), so the file is cut.
+		{"huge", "import sys\nfor i in range(600000): sys.stdout.write('%09d\\n' % i)", "000599999\n"},
+	} {
+		e.write(cellFrame(tc.id, tc.code))
+		f, _ := e.result()
+		if f.Status != "ok" || !f.StdoutClipped {
+			t.Fatalf("%s: %s clipped=%v %s", tc.id, f.Status, f.StdoutClipped, f.Traceback)
+		}
+		head, tail, ok := strings.Cut(f.Stdout, "\n[... ")
+		if !ok || !strings.HasPrefix(head, "0\n1\n") && !strings.HasPrefix(head, "000000000\n") {
+			t.Fatalf("%s: stdout does not start with the head and its gap line: %.100q", tc.id, f.Stdout)
+		}
+		gap, tail, _ := strings.Cut(tail, "\n")
+		if !strings.HasSuffix(tail, tc.last) || !strings.Contains(gap, "bytes not shown; the whole output is in the spill file") {
+			t.Errorf("%s: gap %q, tail ends %q; want the output's last line %q", tc.id, gap, tail[max(0, len(tail)-30):], tc.last)
+		}
+		if n := len(f.Stdout); n < 45000 || n > 50200 {
+			t.Errorf("%s: %d bytes of stdout, want about the clip (50,000)", tc.id, n)
+		}
+		for _, l := range strings.Split(strings.TrimSuffix(head, "\n")+"\n"+tail, "\n") {
+			if _, err := strconv.Atoi(l); l != "" && err != nil {
+				t.Errorf("%s: a line cut in the middle: %q", tc.id, l)
+				break
+			}
+		}
 	}
 }

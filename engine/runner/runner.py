@@ -478,6 +478,31 @@ def load_libc():
 # A cell's output goes to these files in the cells dir (fds 1 and 2 while it
 # runs); a clipped one is renamed to the cell's id and a suffix.
 OUTPUT_STREAMS = ("stdout", "stderr")
+
+
+def tail_text(fd, end, n):
+    """The last n characters or so of an output file, from a character's
+    start."""
+    data = os.pread(fd, 4 * n, max(0, end - 4 * n))
+    while data and 0x80 <= data[0] < 0xC0:  # inside a character
+        data = data[1:]
+    return data.decode("utf-8", "replace")[-n:]
+
+
+def head_and_tail(head, tail, size):
+    """A clipped output as its head and its tail, each cut at a line's end
+    where one is near, joined by a line that says how much is not shown."""
+    nl = head.rfind("\n")
+    if nl >= len(head) * 3 // 4:
+        head = head[: nl + 1]
+    nl = tail.find("\n")
+    if 0 <= nl < len(tail) // 4:
+        tail = tail[nl + 1 :]
+    shown = len((head + tail).encode("utf-8", "replace"))
+    if not head.endswith("\n"):
+        head += "\n"
+    return "%s[... %s bytes not shown; the whole output is in the spill file ...]\n%s" % (
+        head, format(max(0, size - shown), ","), tail)
 OUTPUT_FILES = ("_stdout", "_stderr")
 OUTPUT_SUFFIXES = (".out", ".err")
 OUTPUT_KEEP = 16 << 10  # bytes of earlier cells' output the files may hold before they are emptied
@@ -1767,8 +1792,16 @@ class Runner:
             more = len(data) > self.spill_max
             text = data[: self.spill_max].decode("utf-8", "replace")
             clipped = more or len(text) > self.clip
+            if clipped:
+                # The head and the tail: the last lines are usually the ones
+                # that matter (the error, the total), and past spill_max
+                # they are read from the end of the file itself.
+                tail = text[-(self.clip // 2):]
+                if more:
+                    tail = tail_text(fd, end, self.clip // 2)
+                text = head_and_tail(text[: self.clip - self.clip // 2], tail, size)
             if text:
-                frame[name] = text[: self.clip]
+                frame[name] = text
             if clipped:
                 frame[name + "_clipped"] = True
                 # The whole output (up to spill_max) becomes the cell's own
