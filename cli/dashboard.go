@@ -222,7 +222,9 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	c.imageOptions(&opts, s.stateDir)
 	firstFrame := make(chan struct{})
 	if feed != nil {
-		opts.Replay = feed
+		// A replay shows what it makes happen: an earlier run's events
+		// would read as part of it.
+		opts.Replay, opts.History = feed, nil
 		opts.OnFirstFrame = func() { close(firstFrame) }
 	}
 	m := ui.New(opts)

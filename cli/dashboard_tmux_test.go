@@ -372,7 +372,7 @@ func TestDashboardTmux(t *testing.T) {
 		}
 		// 50 rows show every owner of the example in the kernels pane.
 		s, kernels := startDashboardSized(t, bin, 100, 50, "--replay", example, "--max-kernels", "3")
-		s.WaitScreen("three kernels evicted while alice's cell runs", tmuxWait, func(screen string) bool {
+		evicted := s.WaitScreen("three kernels evicted while alice's cell runs", tmuxWait, func(screen string) bool {
 			dead := 0
 			for _, owner := range []string{"bob", "carol", "dave", "erin", "frank"} {
 				if kernelRowOfOwner(screen, owner)["STATE"] == "dead" {
@@ -382,6 +382,11 @@ func TestDashboardTmux(t *testing.T) {
 			return dead == 3 && strings.Contains(headerLine(screen), "kernels 3/3") &&
 				strings.HasPrefix(kernelRowOfOwner(screen, "alice")["STATE"], "run")
 		})
+		// The example says what it shows, in the events pane, whatever
+		// the kernels pane selects.
+		if !strings.Contains(evicted, "replay says") || !strings.Contains(evicted, "frank needs a kernel") {
+			t.Errorf("the replay's own lines are not in the events pane:\n%s", evicted)
+		}
 		focusKernels(s)
 		// alice's cell runs for 20 s: unless this machine is very slow,
 		// quitting asks first.

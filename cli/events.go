@@ -140,7 +140,9 @@ func (c *eventsCmd) run(args []string, std stdio, help func(io.Writer)) int {
 		return fail(fmt.Errorf("no event log in %s (%v): an engine with this state dir has not run yet; see --state-dir", dir, err))
 	}
 	r := eventlog.NewReader(dir)
+	printed := 0
 	print := func(ev engine.Event) error {
+		printed++
 		if c.json {
 			line, _ := json.Marshal(ev)
 			_, err := fmt.Fprintf(std.out, "%s\n", line)
@@ -151,6 +153,10 @@ func (c *eventsCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	}
 	if err := r.Read(c.filter, print); err != nil {
 		return fail(err)
+	}
+	if printed == 0 && !c.follow {
+		// Silence would read as a broken log or a wrong dir.
+		fmt.Fprintf(std.err, "%s: no event in %s matches (see --help for the filters)\n", prog, dir)
 	}
 	if c.follow {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -3,12 +3,16 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kerneldeck/kerneldeck/replay"
 )
 
 // evictionBusyOwner is the owner whose 20 s cell in examples/eviction.jsonl
@@ -46,8 +50,18 @@ func TestEvictionExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	kernels := isolate(t)
+	// Fed as the dashboard's --replay feeds it: at its own pace, without
+	// the replay's own fields.
+	feed, err := replay.Load(bytes.NewReader(in), 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(feed.Run(context.Background(), pw)) }()
 	start := time.Now()
-	code, stdout, stderr := runCLI(t, string(in), "headless", "--events", "--max-kernels", "3")
+	var out, errb bytes.Buffer
+	code := Run([]string{"headless", "--events", "--max-kernels", "3"}, pr, &out, &errb)
+	stdout, stderr := out.String(), errb.String()
 	elapsed := time.Since(start)
 	if code != 0 || stderr != "" {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
@@ -115,7 +129,7 @@ func exampleRequests(t *testing.T, in []byte) []exampleRequest {
 	t.Helper()
 	var reqs []exampleRequest
 	for sc := bufio.NewScanner(bytes.NewReader(in)); sc.Scan(); {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+		if line := bytes.TrimSpace(sc.Bytes()); len(line) == 0 || line[0] == '#' {
 			continue
 		}
 		var r struct{ ID, Op, Owner string }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/internal/english"
 )
 
 // sockPathMax mirrors the runner's SOCK_PATH_MAX: longer socket paths do not
@@ -219,7 +220,7 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 			// state is gone, whoever removed it.
 			kr.StateLost, kr.Note = true, k.lostNote
 		}
-		e.enforceCap()
+		e.enforceCap("made room for " + keyName(k))
 		if err := e.spawn(ctx, k); err != nil {
 			return e.failOpen(ctx, k, req, cellCall{cellID, userStream}, timeout, start, err)
 		}
@@ -475,7 +476,7 @@ func (e *Engine) finishCell(ctx context.Context, k *Kernel, c *cellRun, out outc
 		if res.Status == StatusTimeout {
 			kr.Note = joinNote(kr.Note, fmt.Sprintf("the cell passed its timeout and was interrupted; kernel %s and its state were kept", k.id))
 		}
-		e.emit(cellEvent(EventCellFinished, k, c.id, fmt.Sprintf("cell %s: %s in %.1fms", c.id, res.Status, out.frame.DurationMS)))
+		e.emit(cellEvent(EventCellFinished, k, c.id, fmt.Sprintf("cell %s: %s in %s", c.id, res.Status, english.Duration(time.Duration(out.frame.DurationMS*float64(time.Millisecond))))))
 	case outLost:
 		if x, ok := backends.Find[backends.DeathExplainer](k.env); ok {
 			if cause := x.DeathCause(ctx); cause != "" {

@@ -455,7 +455,11 @@ func (e *Engine) SetLimits(maxKernels *int, idleExit *time.Duration) error {
 		e.goAsync(func(ctx context.Context) { e.configureRunner(ctx, k, idle) })
 	}
 	e.reapIdle()
-	e.enforceCap()
+	if maxKernels != nil {
+		e.enforceCap(fmt.Sprintf("the cap was set to %d", *maxKernels))
+	} else {
+		e.enforceCap()
+	}
 	return nil
 }
 
@@ -609,8 +613,9 @@ func (e *Engine) reapIdle() []*Kernel {
 }
 
 // enforceCap evicts least recently used kernels while over the cap, never one
-// with an attached (running or queued) cell.
-func (e *Engine) enforceCap() {
+// with an attached (running or queued) cell; cause, if any, says what needed
+// the room ("made room for bob/default"), for the events.
+func (e *Engine) enforceCap(cause ...string) {
 	e.mu.Lock()
 	now := e.cfg.Now()
 	var victims []*Kernel
@@ -634,7 +639,10 @@ func (e *Engine) enforceCap() {
 			} else if i+1 < len(idle) {
 				why += fmt.Sprintf(" (next: %s)", keyName(idle[i+1]))
 			}
-			detail := fmt.Sprintf("cap %d exceeded by %d: %s, idle %s", e.max, over-i, why, english.Duration(now.Sub(k.lastUsed)))
+			detail := fmt.Sprintf("cap %d exceeded by %d: %s, %s", e.max, over-i, why, idleFor(now.Sub(k.lastUsed)))
+			if len(cause) > 0 {
+				detail += "; " + cause[0]
+			}
 			if len(busy) > 0 {
 				detail += "; busy, never evicted: " + listSome(busy, 5)
 			}
@@ -652,6 +660,15 @@ func (e *Engine) enforceCap() {
 	}
 	e.mu.Unlock()
 	e.killAsync(victims)
+}
+
+// idleFor says how long a kernel has been idle, in words: "idle 5m00s",
+// "used just now" under a second.
+func idleFor(d time.Duration) string {
+	if d < time.Second {
+		return "used just now"
+	}
+	return "idle " + english.Duration(d)
 }
 
 // keyName names a kernel for people: owner/task[/child], and its id.
@@ -706,8 +723,8 @@ func (e *Engine) makeRoomForOwnerLocked(owner string, member bool) (*Kernel, err
 			continue
 		}
 		e.removeLocked(k, "evicted by its owner's quota")
-		e.emit(kernelEvent(EventEvictedCap, k, fmt.Sprintf("owner %s at its quota of %s (max_kernels_per_owner): its least recently used idle kernel, idle %s, made room for a new one",
-			owner, english.Count(quota, "kernel"), english.Duration(e.cfg.Now().Sub(k.lastUsed)))))
+		e.emit(kernelEvent(EventEvictedCap, k, fmt.Sprintf("owner %s at its quota of %s (max_kernels_per_owner): its least recently used idle kernel, %s, made room for a new one",
+			owner, english.Count(quota, "kernel"), idleFor(e.cfg.Now().Sub(k.lastUsed)))))
 		return k, nil
 	}
 	return nil, fmt.Errorf("%w: owner %q has %s, its quota (max_kernels_per_owner), each running or queueing a cell; wait for one to finish, or close one",

@@ -214,6 +214,11 @@ func TestCapEvictsLeastRecentlyUsed(t *testing.T) {
 			if len(got) != 1 || got[0].Owner != tc.evicted {
 				t.Fatalf("evicted_cap events %+v, want one for %s", got, tc.evicted)
 			}
+			// It says which new kernel needed the room, and for how long
+			// the evicted one was idle.
+			if d, newcomer := got[0].Detail, tc.calls[len(tc.calls)-1]; !strings.Contains(d, "; made room for "+newcomer+"/default") || !strings.Contains(d, ", idle ") {
+				t.Errorf("evicted_cap detail %q, want it to name %s/default and the idle time", d, newcomer)
+			}
 			eventually(t, "the evicted kernel's kill", func() bool { return len(r.killedPIDs()) == 1 })
 			if k := r.killedPIDs(); k[0] != pids[tc.evicted] {
 				t.Fatalf("killed %v, want %s's pid %d", k, tc.evicted, pids[tc.evicted])

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/english"
 )
 
 // ExecInput are python_exec's arguments.
@@ -418,7 +419,11 @@ func renderExec(o ExecOutput) string {
 		fmt.Fprintf(&b, " · fallback %s: state is not kept", o.Fallback)
 	}
 	if n := len(o.Displays); n > 0 {
-		fmt.Fprintf(&b, " · %d displays follow", n)
+		verb := "follow"
+		if n == 1 {
+			verb = "follows"
+		}
+		fmt.Fprintf(&b, " · %s %s", english.Count(n, "display"), verb)
 	}
 	if o.DisplayNote != "" {
 		fmt.Fprintf(&b, " · displays: %s", o.DisplayNote)

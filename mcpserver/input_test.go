@@ -135,3 +135,13 @@ func TestDecodeExecInput(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderExecCountsDisplays: the status line counts displays in English.
+func TestRenderExecCountsDisplays(t *testing.T) {
+	for n, want := range map[int]string{1: "· 1 display follows]", 2: "· 2 displays follow]"} {
+		o := ExecOutput{Status: "success", Session: "default", Displays: make([]DisplayInfo, n)}
+		if got := renderExec(o); !strings.Contains(got, want) {
+			t.Errorf("%d displays: %q, want %q", n, got, want)
+		}
+	}
+}

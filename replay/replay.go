@@ -20,9 +20,16 @@ import (
 	"github.com/kerneldeck/kerneldeck/wire"
 )
 
-// DelayField is the one field a replay line may carry beyond a headless
-// request: milliseconds to wait before sending it (scaled by the speed).
+// DelayField is a field a replay line may carry beyond a headless request:
+// milliseconds to wait before sending it (scaled by the speed).
 const DelayField = "after_ms"
+
+// SayField is the other: a line of text the dashboard shows when the
+// request is sent, to say what it shows (a replay that teaches).
+const SayField = "say"
+
+// maxSay bounds a say line.
+const maxSay = 500
 
 // maxLines bounds a replay file.
 const maxLines = 100_000
@@ -32,6 +39,7 @@ const maxLines = 100_000
 type Feed struct {
 	lines  [][]byte
 	delays []time.Duration
+	says   []string
 	speed  float64
 
 	mu     sync.Mutex
@@ -78,11 +86,22 @@ func Load(r io.Reader, speed float64, paused bool) (*Feed, error) {
 				return nil, fmt.Errorf("replay line %d: %w", n, err)
 			}
 		}
+		var say string
+		if raw, ok := obj[SayField]; ok {
+			if err := json.Unmarshal(raw, &say); err != nil || len(say) > maxSay {
+				return nil, fmt.Errorf("replay line %d: %s must be a string of at most %d bytes, not %.80s", n, SayField, maxSay, raw)
+			}
+			delete(obj, SayField)
+			if line, err = json.Marshal(obj); err != nil {
+				return nil, fmt.Errorf("replay line %d: %w", n, err)
+			}
+		}
 		if err := checkRequest(obj); err != nil {
 			return nil, fmt.Errorf("replay line %d: %w", n, err)
 		}
 		f.lines = append(f.lines, append(bytes.Clone(line), '\n'))
 		f.delays = append(f.delays, delay)
+		f.says = append(f.says, say)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("replay line %d: %w", n+1, err)
@@ -163,6 +182,14 @@ func (f *Feed) State() (sent, total int, paused bool, speed float64) {
 	return f.sent, len(f.lines), f.paused, f.speed
 }
 
+// Say is what request i (from 0, in the order sent) says, or "".
+func (f *Feed) Say(i int) string {
+	if i < 0 || i >= len(f.says) {
+		return ""
+	}
+	return f.says[i]
+}
+
 // checkRequest refuses a line that is no request of the protocol (its op
 // unknown, or a field its op does not take) when the file is loaded, not
 // when the engine meets it mid-replay; the engine checks the values.
@@ -178,7 +205,7 @@ func checkRequest(obj map[string]json.RawMessage) error {
 	known := wire.Fields(req)
 	for k := range obj {
 		if !slices.Contains(known, k) {
-			return fmt.Errorf("unknown field %.80q in %s; its fields are: %s, and %s", k, op, strings.Join(known, ", "), DelayField)
+			return fmt.Errorf("unknown field %.80q in %s; its fields are: %s, and %s and %s", k, op, strings.Join(known, ", "), DelayField, SayField)
 		}
 	}
 	return nil

@@ -31,7 +31,7 @@ func waitLines(t *testing.T, out *syncBuffer, n int) {
 const file = `# a comment
 {"id":"1","op":"execute","code":"1"}
 
-{"id":"2","op":"execute","code":"2","after_ms":30}
+{"id":"2","op":"execute","code":"2","after_ms":30,"say":"two comes"}
 {"id":"3","op":"kernels"}
 `
 
@@ -43,8 +43,11 @@ func TestLoad(t *testing.T) {
 	if _, total, paused, _ := f.State(); total != 3 || paused {
 		t.Fatalf("total %d paused %v", total, paused)
 	}
-	if got := string(f.lines[1]); strings.Contains(got, "after_ms") || !strings.Contains(got, `"code":"2"`) {
-		t.Errorf("line 2 sent as %q: after_ms must go, the request stay", got)
+	if got := string(f.lines[1]); strings.Contains(got, "after_ms") || strings.Contains(got, "say") || !strings.Contains(got, `"code":"2"`) {
+		t.Errorf("line 2 sent as %q: after_ms and say must go, the request stay", got)
+	}
+	if f.Say(0) != "" || f.Say(1) != "two comes" || f.Say(3) != "" {
+		t.Errorf("says %q %q %q, want only the second's", f.Say(0), f.Say(1), f.Say(3))
 	}
 	if f.delays[1] != 30*time.Millisecond {
 		t.Errorf("delay %v", f.delays[1])
@@ -57,6 +60,7 @@ func TestLoad(t *testing.T) {
 		{`{"id":"1","code":"1"}`, `replay line 1: it has no "op"`},
 		{`{"after_ms":-1}`, "after_ms must be milliseconds"},
 		{`{"after_ms":"soon"}`, "after_ms must be milliseconds"},
+		{`{"say":3}`, "say must be a string"},
 		{`[1]`, "not a JSON object"},
 	} {
 		if _, err := Load(strings.NewReader(tc.in), 1, false); err == nil || !strings.Contains(err.Error(), tc.err) {

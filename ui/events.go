@@ -187,8 +187,11 @@ func (p *EventsPane) draw(ev engine.Event, w int) []string {
 	t := p.ctx.Theme
 	const lead = 9 + 19 + 13 // time, type, owner columns
 	detail := termtext.Line(ev.Detail)
-	if ev.Kernel != "" {
-		detail = termtext.Line(ev.Kernel) + ": " + detail
+	switch k := termtext.Line(ev.Kernel); {
+	case k != "" && detail != "":
+		detail = k + ": " + detail
+	case k != "":
+		detail = k
 	}
 	typeStyle := t.EventStyle(ev.Type)
 	if ev.History {

@@ -844,7 +844,7 @@ func TestOverlaysStack(t *testing.T) {
 // TestReplayKeys: outside the editor p pauses and resumes the replay, n
 // steps it only while paused; in the editor both are text.
 func TestReplayKeys(t *testing.T) {
-	r := &fakeReplay{total: 5, speed: 1}
+	r := &fakeReplay{total: 5, speed: 1, says: []string{"", "alice starts a long job"}}
 	f := sized(t, fixtureOpts{replay: r})
 	// The first frame's keys work: the focus is on the list.
 	f.keys(runes("n"))
@@ -860,6 +860,11 @@ func TestReplayKeys(t *testing.T) {
 		t.Fatalf("two n while paused made %d steps", r.steps)
 	}
 	mustContain(t, f.m.View(), "REPLAY 2/5 PAUSED")
+	f.update(refreshNowMsg{})
+	f.update(refreshNowMsg{})
+	if v := f.m.evPane.View(); strings.Count(v, "alice starts a long job") != 1 || !strings.Contains(v, "replay says") {
+		t.Errorf("the second request's say is not in the events pane once:\n%s", v)
+	}
 	// In the editor they are text, and the header says how to reach them.
 	f.keys(keyEdit, runes("p"), runes("n"))
 	if !r.paused || r.steps != 2 || f.m.editor.area.Value() != "pn" {

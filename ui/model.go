@@ -78,7 +78,13 @@ type ReplayControl interface {
 	State() (sent, total int, paused bool, speed float64)
 	SetPaused(bool)
 	Step()
+	// Say is what request i (from 0) says when it is sent, or "".
+	Say(i int) string
 }
+
+// eventReplaySay is the events pane's line for what a replay says: the
+// dashboard's own, never the engine's.
+const eventReplaySay engine.EventType = "replay says"
 
 // Messages from the engine and from background work.
 type (
@@ -179,6 +185,7 @@ type Model struct {
 	layers     overlays
 	zoomed     bool // the focused pane has the whole window
 	replay     ReplayControl
+	replaySaid int // the replay's requests whose say is shown
 	firstFrame func()
 	keeps      bool // quitting leaves the kernels running
 	quitting   bool
@@ -392,6 +399,7 @@ type kernelsVersioner interface {
 
 // refresh takes a new snapshot of the registry and the limits.
 func (m *Model) refresh() {
+	m.showReplaySays()
 	if m.gone != nil {
 		return // nothing to ask, and what it said last is no longer true
 	}
@@ -410,6 +418,20 @@ func (m *Model) refresh() {
 		return
 	}
 	m.kernels.setSnapshot(m.eng.Kernels(), m.idleExit, m.reasons)
+}
+
+// showReplaySays puts what the replay's sent requests say into the events
+// pane, once each.
+func (m *Model) showReplaySays() {
+	if m.replay == nil {
+		return
+	}
+	sent, _, _, _ := m.replay.State()
+	for ; m.replaySaid < sent; m.replaySaid++ {
+		if say := m.replay.Say(m.replaySaid); say != "" {
+			m.evPane.add(engine.Event{Type: eventReplaySay, Time: m.ctx.Now(), Detail: say})
+		}
+	}
 }
 
 // Update routes a message.

@@ -133,11 +133,18 @@ type fakeReplay struct {
 	paused      bool
 	speed       float64
 	steps       int
+	says        []string
 }
 
 func (f *fakeReplay) State() (int, int, bool, float64) { return f.sent, f.total, f.paused, f.speed }
 func (f *fakeReplay) SetPaused(p bool)                 { f.paused = p }
 func (f *fakeReplay) Step()                            { f.steps++; f.sent++ }
+func (f *fakeReplay) Say(i int) string {
+	if i < len(f.says) {
+		return f.says[i]
+	}
+	return ""
+}
 
 func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	t.Helper()
