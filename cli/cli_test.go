@@ -207,7 +207,9 @@ func TestHeadlessRejectsBadSetup(t *testing.T) {
 		{[]string{"--idle-exit", "500ms"}, []string{"-idle-exit", "at least 1s"}},
 		{[]string{"--cell-timeout", "0s"}, []string{"-cell-timeout", "greater than zero"}},
 		{[]string{"--cell-timeout", "-1s"}, []string{"-cell-timeout", "greater than zero"}},
-		{[]string{"--nope"}, []string{"flag provided but not defined: -nope"}},
+		{[]string{"--nope"}, []string{"unknown flag --nope"}},
+		{[]string{"--max-kernels"}, []string{"--max-kernels needs a value"}},
+		{[]string{"--keep-kernels=maybe"}, []string{`--keep-kernels takes no value, or true or false, not "maybe"`}},
 		{[]string{"extra"}, []string{`unexpected argument "extra"`}},
 		{[]string{"--backend", ""}, []string{"-backend", "URI"}},
 		{[]string{"--backend", "ftp://x"}, []string{`"ftp://x"`, "unknown backend URI"}},
@@ -630,3 +632,14 @@ func TestBinaryReaderGoneKillsKernels(t *testing.T) {
 
 // syncBuffer is a buffer a process's output goroutine shares with the test.
 type syncBuffer = syncbuf.Buffer
+
+// TestHeadlessHelloSaysItsVersion: an in-process engine's hello names the
+// version, as a serving engine's does.
+func TestHeadlessHelloSaysItsVersion(t *testing.T) {
+	isolate(t)
+	code, stdout, stderr := runCLI(t, `{"id":"1","op":"hello"}`+"\n", "headless")
+	var hello struct{ Op, Version string }
+	if err := json.Unmarshal([]byte(stdout), &hello); code != 0 || err != nil || hello.Op != "hello" || hello.Version == "" {
+		t.Fatalf("exit %d, hello %q (%v), stderr %q; want a hello with a version", code, stdout, err, stderr)
+	}
+}

@@ -248,7 +248,7 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 				pw.Close()
 			}
 		}()
-		go headless.Serve(ctx, eng, pr, io.Discard, headless.Options{})
+		go headless.Serve(ctx, eng, pr, io.Discard, headless.Options{Version: versionString()})
 	}
 	_, runErr := p.Run()
 	m.Close()

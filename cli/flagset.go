@@ -112,7 +112,7 @@ func (s *flagSet) parse(args []string) (map[string]bool, error) {
 		if s.invalid != nil {
 			return nil, s.invalid
 		}
-		return nil, err
+		return nil, flagError(err)
 	}
 	if s.fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q: %s takes only flags (run %s --help)", s.fs.Arg(0), s.name, s.name)
@@ -210,4 +210,26 @@ func nonEmpty(name string, dst *string) func(string) error {
 		*dst = s
 		return nil
 	}
+}
+
+// flagError puts the flag package's errors in our words, with the two
+// dashes --help shows (it names flags with one).
+func flagError(err error) error {
+	msg := err.Error()
+	for _, m := range []struct{ prefix, format string }{
+		{"flag provided but not defined: -", "unknown flag --%s"},
+		{"flag needs an argument: -", "--%s needs a value"},
+	} {
+		if name, ok := strings.CutPrefix(msg, m.prefix); ok {
+			return fmt.Errorf(m.format, strings.TrimPrefix(name, "-"))
+		}
+	}
+	if rest, ok := strings.CutPrefix(msg, "invalid boolean value "); ok {
+		// invalid boolean value "x" for -flag: parse error
+		if value, name, ok := strings.Cut(rest, " for -"); ok {
+			name, _, _ = strings.Cut(name, ":")
+			return fmt.Errorf("--%s takes no value, or true or false, not %s", strings.TrimPrefix(name, "-"), value)
+		}
+	}
+	return err
 }

@@ -43,7 +43,8 @@ pending calls are denied when their timeout ends.
 
 Requests (timeouts and idle_exit are in seconds):
   {"id":"1","op":"execute","code":"x = 1","owner":"me","task":"t","backend":"local",
-   "child":"","tools":[],"timeout":30,"reset":false}     only id, op, code are required
+   "child":"","tools":[],"timeout":30,"reset":false}     only id, op, code are required;
+                                                        owner defaults to task, task to "default"
   {"id":"2","op":"kernels"}
   {"id":"3","op":"limits","max_kernels":2,"idle_exit":600}
   {"id":"4","op":"interrupt","kernel":"KERNEL-ID"}
@@ -121,7 +122,7 @@ func (c *headlessCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	// kernels are killed: the write fails instead and Serve returns.
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	serveErr := headless.Serve(ctx, eng.Engine, std.in, std.out, headless.Options{Events: c.events})
+	serveErr := headless.Serve(ctx, eng.Engine, std.in, std.out, headless.Options{Events: c.events, Version: versionString()})
 	signaled := ctx.Err() != nil
 	// A second signal now ends the process at once, as an impatient
 	// operator expects.

@@ -354,7 +354,8 @@ wait:
 		if ctx.Err() != nil {
 			return fmt.Errorf("repl: %w", ctx.Err())
 		}
-		r.cellFailed("not run: " + o.err.Error())
+		// The error is printed once, here; the summary points at it.
+		r.cellFailed("not run (its error is above)")
 		fmt.Fprintf(r.errOut, "kerneldeck: %v\n", o.err)
 		return r.writeErr()
 	}

@@ -43,7 +43,8 @@ func TestForeignCellShowsInItsTarget(t *testing.T) {
 	delete(f.m.cellsAsked, "k-a1")
 	f.run(t, f.m.fetchCells("k-a1"))
 	v = f.m.View()
-	mustContain(t, v, "success")
+	mustContain(t, v, "success 1.50s (another client) run_etl")
+	mustNotContain(t, v, "#0")
 	mustContain(t, v, "step 3 of 3")
 	mustContain(t, v, "not kept by the engine")
 	if strings.Contains(v, "running (another client)") {

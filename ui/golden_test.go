@@ -193,7 +193,7 @@ func goldenCases() []goldenCase {
 			drive: func(t *testing.T, s *session) {
 				s.tm.Type("---")
 			},
-			want: []string{"kernels 3/4 → 1 pending", "max_kernels 4 → 1 pending"},
+			want: []string{"kernels 3/4 cap → 1 pending", "max_kernels 4 → 1 pending"},
 		},
 		{
 			name: "detail_live", w: 100, h: 30,

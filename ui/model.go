@@ -1095,11 +1095,12 @@ func (m *Model) headerView() string {
 		queued += k.Queued
 	}
 	b.WriteString("  " + capStyle.Render(capText))
-	if m.spares > 0 {
-		b.WriteString(t.Muted.Render(fmt.Sprintf(" spares %d", m.spares)))
-	}
 	if m.pendingCap != nil {
-		b.WriteString(t.Warn.Render(fmt.Sprintf(" → %d pending", *m.pendingCap)))
+		// Next to the cap it changes, not after the spares.
+		b.WriteString(t.Warn.Render(fmt.Sprintf(" cap → %d pending", *m.pendingCap)))
+	}
+	if m.spares > 0 {
+		b.WriteString(t.Muted.Render(fmt.Sprintf("  spares %d", m.spares)))
 	}
 	b.WriteString(t.Muted.Render("  idle_exit " + short(m.idleExit)))
 	if m.pendingIdle != nil {

@@ -321,7 +321,12 @@ func (p *OutputPane) runLines(r *cellRun, w int) []string {
 		if r.res.Status != engine.StatusSuccess {
 			st = t.Error
 		}
-		lines = append(lines, st.Render(head+string(r.res.Status))+t.Muted.Render(fmt.Sprintf(" %s · #%d", english.Duration(r.res.Duration), execCount(r.res)))+" "+t.Muted.Render(first))
+		meta := " " + english.Duration(r.res.Duration)
+		if n := execCount(r.res); n > 0 {
+			// Another client's cell has no count here: no "#0".
+			meta += fmt.Sprintf(" · #%d", n)
+		}
+		lines = append(lines, st.Render(head+string(r.res.Status))+t.Muted.Render(meta)+" "+t.Muted.Render(first))
 	}
 	if r.res == nil {
 		// An empty stream is no line here either.
