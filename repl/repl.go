@@ -117,7 +117,9 @@ func (r *session) loopEditor(ctx context.Context) error {
 			return r.finish(ctx, err)
 		}
 		r.lineNo++
-		if err := r.take(ctx, line); err != nil {
+		if err := r.take(ctx, line); errors.Is(err, errExitAsked) {
+			return r.finish(ctx, io.EOF)
+		} else if err != nil {
 			return err
 		}
 	}
@@ -229,7 +231,9 @@ func (r *session) loop(ctx context.Context, lines <-chan input) error {
 			}
 			line := strings.TrimSuffix(strings.TrimSuffix(in.line, "\n"), "\r")
 			r.lineNo++
-			if err := r.take(ctx, line); err != nil {
+			if err := r.take(ctx, line); errors.Is(err, errExitAsked) {
+				return r.finish(ctx, io.EOF)
+			} else if err != nil {
 				return err
 			}
 		}
@@ -275,6 +279,12 @@ func (r *session) take(ctx context.Context, line string) error {
 	case vRun:
 		code := r.block.code()
 		r.block = block{}
+		if isExit(code) {
+			return errExitAsked
+		}
+		if inspect, ok := inspectCode(code); ok && !strings.Contains(strings.TrimSpace(code), "\n") {
+			code = inspect
+		}
 		if err := r.runCell(ctx, code); err != nil {
 			return err
 		}
@@ -289,6 +299,10 @@ func (r *session) take(ctx context.Context, line string) error {
 	}
 	return nil
 }
+
+// errExitAsked ends the loop as the end of input does: exit() or quit()
+// leaves the REPL, and the kernel goes (or stays) as at ctrl+d.
+var errExitAsked = errors.New("exit asked")
 
 // writeErr is the first error writing out or errOut, wrapped.
 func (r *session) writeErr() error {

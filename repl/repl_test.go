@@ -532,3 +532,38 @@ func TestLineEditor(t *testing.T) {
 		t.Errorf("f() after ctrl+c: stderr %q, want NameError", errOut.String())
 	}
 }
+
+// TestInspectHelpAndExit: obj? shows the signature and docstring, obj??
+// the source, as ipython does; help() prints; exit() ends the REPL, and
+// nothing after it runs.
+func TestInspectHelpAndExit(t *testing.T) {
+	eng := newEngine(t, true)
+	var out, errOut bytes.Buffer
+	in := "def f(x, y=1):\n    \"Add them.\"\n    return x + y\n\nf?\nf??\n?len\nnope?\nhelp(len)\nexit()\nprint('after exit')\n"
+	if err := Run(context.Background(), eng, strings.NewReader(in), &out, &errOut, Options{}); err != nil {
+		t.Fatalf("Run: %v\n%s", err, errOut.String())
+	}
+	o := out.String()
+	for _, want := range []string{
+		"Signature:   f(x, y=1)\nDocstring:   Add them.\n",
+		"Source:\ndef f(x, y=1):\n    \"Add them.\"\n    return x + y\n",
+		"Signature:   len(obj, /)",
+		"Object 'nope' not found.",
+		"Help on built-in function len",
+	} {
+		if !strings.Contains(o, want) {
+			t.Errorf("output lacks %q:\n%s", want, o)
+		}
+	}
+	if strings.Contains(o, "after exit") || errOut.Len() != 0 {
+		t.Errorf("exit() did not end the REPL: stdout\n%s\nstderr %q", o, errOut.String())
+	}
+	for _, code := range []string{"exit", "quit()", "  quit  "} {
+		if !isExit(code) {
+			t.Errorf("%q does not exit", code)
+		}
+	}
+	if _, ok := inspectCode("a ? b"); ok {
+		t.Error(`"a ? b" taken as an inspection`)
+	}
+}
