@@ -65,6 +65,9 @@ Requests (timeouts and idle_exit are in seconds):
   {"id":"11","op":"cells","kernel":"KERNEL-ID"}
       the kernel's recent cells, whoever ran them: code, status, duration,
       the head and tail of the output
+  {"id":"12","op":"complete","kernel":"KERNEL-ID","code":"os.pa","cursor":5}
+      what the kernel's namespace offers at the cursor (characters), without
+      running a cell: {"id","op":"completions","start":3,"matches":["path",...]}
   "stream":true on an execute sends {"id","op":"started","cell"} and
   {"id","op":"output","stream","text"} lines while the cell runs.
 A bad request (not JSON, a field given twice, a field its op does not have,

@@ -24,20 +24,56 @@ const historyMax = 1000
 type lineEditor struct {
 	rl   *readline.Instance
 	hist *os.File // nil: history for this session only
+	tab  *tabCompleter
 }
+
+// tabCompleter is tab in the line editor: at the start of a line (or after
+// blanks) it indents, as Python's REPL does; after a word it completes
+// from the kernel.
+type tabCompleter struct {
+	complete func(line []rune, pos int) (start int, matches []string)
+}
+
+// Do implements readline.AutoCompleter: the candidates' text after what
+// is typed, and how much of it is typed.
+func (c *tabCompleter) Do(line []rune, pos int) ([][]rune, int) {
+	if strings.TrimLeft(string(line[:pos]), " \t") == "" {
+		return [][]rune{[]rune("    ")}, 0
+	}
+	if c.complete == nil {
+		return nil, 0
+	}
+	start, matches := c.complete(line, pos)
+	if start < 0 || start > pos {
+		return nil, 0
+	}
+	typed := string(line[start:pos])
+	var out [][]rune
+	for _, m := range matches {
+		// A match must go on from what is typed: readline appends.
+		if rest, ok := strings.CutPrefix(m, typed); ok {
+			out = append(out, []rune(rest))
+		}
+	}
+	return out, pos - start
+}
+
+// SetCompletion implements repl.Completing.
+func (e *lineEditor) SetCompletion(f func(line []rune, pos int) (int, []string)) { e.tab.complete = f }
 
 // newLineEditor reads from the terminal stdin. A history file that is not
 // a private regular file of this user is not used (a warning says why).
 func newLineEditor(stateDir string, stdin *os.File, out, errOut io.Writer) (*lineEditor, error) {
+	tab := &tabCompleter{}
 	rl, err := readline.NewEx(&readline.Config{
-		Stdin: stdin, Stdout: out, Stderr: errOut,
+		Stdin: stdin, Stdout: out, Stderr: errOut, AutoComplete: tab,
 		HistoryLimit: historyMax, DisableAutoSaveHistory: true, HistorySearchFold: true,
 		InterruptPrompt: "^C", EOFPrompt: "",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("line editor: %w", err)
 	}
-	e := &lineEditor{rl: rl}
+	e := &lineEditor{rl: rl, tab: tab}
 	if stateDir == "" {
 		return e, nil
 	}

@@ -208,10 +208,15 @@ func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if keep {
 		kept = eng.Kernels()
 	}
+	had := len(eng.Kernels()) > 0
 	_, closeErr := eng.close()
 	for _, k := range kept {
 		r.say("kernel %s (pid %d) keeps running on %s in %s; it exits after %v idle",
 			k.ID, k.PID, k.Backend, k.Dir, s.cfg.IdleExit)
+	}
+	if interactive && !keep && had && !signaled && closeErr == nil {
+		// Leaving a terminal session says what became of its state.
+		r.say("the kernel was killed, and its state with it (--keep-kernels keeps it)")
 	}
 	return r.finish(signaled, runErr, closeErr, "", "the kernel was killed", "shut down the kernel")
 }

@@ -61,3 +61,58 @@ func TestREPLLineEditingInATerminal(t *testing.T) {
 	s.Keys("C-d")
 	s.WaitExit(tmuxWait)
 }
+
+// TestREPLCompletesInspectsAndExits: in a real terminal, tab completes a
+// name, an attribute and a dict key from the kernel's namespace, and
+// indents an empty line; obj? shows the signature and docstring; help()
+// prints; exit() ends the REPL, saying the kernel is killed.
+func TestREPLCompletesInspectsAndExits(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "repl", "--state-dir", dirs.state}, Env: dirs.env(), Width: 100, Height: 40})
+	s.WaitScreen("the prompt", tmuxWait, func(screen string) bool { return strings.Contains(screen, ">>>") })
+	s.Type("measurements = {'alpha': 41}")
+	s.Keys("Enter")
+	s.WaitScreen("the next prompt", tmuxWait, func(screen string) bool { return strings.Count(screen, ">>>") == 2 })
+
+	// The line being typed is the last one with a prompt.
+	typing := func(screen string) string {
+		lines := strings.Split(strings.TrimRight(screen, " \n"), "\n")
+		for i := len(lines) - 1; i >= 0; i-- {
+			if strings.HasPrefix(lines[i], ">>> ") || strings.HasPrefix(lines[i], "... ") {
+				return strings.TrimRight(lines[i], " ")
+			}
+		}
+		return ""
+	}
+	s.Type("measu")
+	s.Keys("Tab")
+	s.WaitScreen("the name completed", tmuxWait, func(screen string) bool { return typing(screen) == ">>> measurements" })
+	s.Type("['al")
+	s.Keys("Tab")
+	s.WaitScreen("the key completed", tmuxWait, func(screen string) bool { return strings.HasPrefix(typing(screen), ">>> measurements['alpha'") })
+	s.Type("] + 1")
+	s.Keys("Enter")
+	s.WaitScreen("the completed line run", tmuxWait, func(screen string) bool { return strings.Contains(screen, "\n42") })
+
+	s.Type("def twice(x):")
+	s.Keys("Enter", "Tab")
+	s.Type("return 2 * x")
+	s.Keys("Enter", "Enter")
+	s.Type("twice?")
+	s.Keys("Enter")
+	s.WaitScreen("the signature", tmuxWait, func(screen string) bool { return strings.Contains(screen, "Signature:   twice(x)") })
+	s.Type("help(twice)")
+	s.Keys("Enter")
+	s.WaitScreen("help printed, no pager waiting", tmuxWait, func(screen string) bool {
+		return strings.Contains(screen, "Help on function twice") && strings.HasSuffix(strings.TrimRight(screen, " \n"), ">>>")
+	})
+	s.Type("exit()")
+	s.Keys("Enter")
+	if code := s.WaitExit(tmuxWait); code != 0 {
+		t.Fatalf("exit %d after exit():\n%s", code, s.Stderr())
+	}
+	if !strings.Contains(s.LastScreen()+s.Stderr(), "the kernel was killed") {
+		t.Errorf("exit() did not say what became of the kernel:\n%s\n%s", s.LastScreen(), s.Stderr())
+	}
+}

@@ -210,6 +210,18 @@ func (c *Client) Cells(ctx context.Context, id string) ([]engine.CellRecord, err
 	return out, nil
 }
 
+// Complete asks kernel id for the completions of code at cursor
+// (characters).
+func (c *Client) Complete(ctx context.Context, id, code string, cursor int) (engine.Completion, error) {
+	req := wire.NewRequest(wire.OpComplete).(*wire.Complete)
+	req.Kernel, req.Code, req.Cursor = id, code, cursor
+	var out wire.Completions
+	if err := c.call(ctx, req, &out, nil); err != nil {
+		return engine.Completion{}, err
+	}
+	return engine.Completion{Start: out.Start, Matches: out.Matches}, nil
+}
+
 // Refresh renews the kernels snapshot now, for a caller that must not act
 // on one up to a second old.
 func (c *Client) Refresh(ctx context.Context) error { return c.fetchKernels(ctx) }

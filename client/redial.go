@@ -229,6 +229,18 @@ func (r *Redialer) Interrupt(ctx context.Context, id string) error {
 	return r.retried(ctx, func(c *Client) error { return c.Interrupt(ctx, id) })
 }
 
+// Complete asks kernel id for the completions of code at cursor; asked
+// again on a new engine, it has no side effect to repeat.
+func (r *Redialer) Complete(ctx context.Context, id, code string, cursor int) (engine.Completion, error) {
+	var out engine.Completion
+	err := r.retried(ctx, func(c *Client) error {
+		var err error
+		out, err = c.Complete(ctx, id, code, cursor)
+		return err
+	})
+	return out, err
+}
+
 // Kill kills kernel id.
 func (r *Redialer) Kill(ctx context.Context, id string) error {
 	return r.retried(ctx, func(c *Client) error { return c.Kill(ctx, id) })

@@ -66,6 +66,9 @@ type runnerFrame struct {
 	// latest finished one (op "pong").
 	Pending []string `json:"pending"`
 	Last    string   `json:"last"`
+	// Start and Matches are a completion (op "completions").
+	Start   int      `json:"start"`
+	Matches []string `json:"matches"`
 	PID     int      `json:"pid"`
 	// Name and Data carry a forwarded tool request file (op "rpc"); Error
 	// then says why it could not be read.

@@ -40,3 +40,7 @@ func TestLocalIsolation(t *testing.T) {
 func TestLocalWatching(t *testing.T) {
 	enginetest.Watching(t, backends.NewLocal(enginetest.ShortTempDir(t)))
 }
+
+func TestLocalCompletion(t *testing.T) {
+	enginetest.Completion(t, backends.NewLocal(enginetest.ShortTempDir(t)))
+}

@@ -88,3 +88,11 @@ func TestSSHIsolation(t *testing.T) {
 		})
 	}
 }
+
+// Completion over a real sshd: the answer comes from the remote kernel's
+// namespace, over a stream of its own.
+func TestSSHCompletion(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Options{})
+	u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
+	enginetest.Completion(t, sshEnv(t, srv, u, nil))
+}

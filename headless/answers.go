@@ -84,6 +84,15 @@ func (s *server) handle(ctx context.Context, r *request) {
 		s.pump.subscribe(r)
 	case wire.OpCells:
 		s.cells(r)
+	case wire.OpComplete:
+		if s.ownsKernel(r, r.kernel, "complete in") {
+			c, err := s.eng.Complete(ctx, r.kernel, r.code, r.cursor)
+			if err != nil {
+				s.w.writeError(&r.id, err.Error())
+				return
+			}
+			s.w.write(wire.Completions{Head: wire.Head{ID: r.id, Op: wire.OpCompletions}, Start: c.Start, Matches: c.Matches})
+		}
 	}
 }
 

@@ -1050,3 +1050,33 @@ func TestApprovalRoundTrip(t *testing.T) {
 
 // syncBuffer is a buffer Serve's goroutines share with the test.
 type syncBuffer = syncbuf.Buffer
+
+// TestComplete: complete answers what the kernel's namespace offers at the
+// cursor, runs no cell, and says what is wrong with a bad request.
+func TestComplete(t *testing.T) {
+	h := start(t, newEngine(t, engine.Config{}), Options{})
+	set := h.call(execReq("set", "alpha_value = 1", "owner", "A"))
+	kid := kernelOf(t, set)["id"].(string)
+	got := h.call(line{"id": "c", "op": "complete", "kernel": kid, "code": "print(alpha_v", "cursor": 13})
+	wantKeys(t, "complete response", got, "id", "op", "start", "matches")
+	matches, _ := got["matches"].([]any)
+	if got["op"] != "completions" || got["start"] != 6.0 || !slices.Contains(matches, any("alpha_value")) {
+		t.Errorf("complete: %v, want alpha_value from 6", got)
+	}
+	for _, tc := range []struct {
+		req  line
+		want string
+	}{
+		{line{"id": "e1", "op": "complete", "code": "x", "cursor": 1}, `complete needs "kernel"`},
+		{line{"id": "e2", "op": "complete", "kernel": kid, "code": "x", "cursor": 5}, "cursor 5 is outside the code's 1 characters"},
+		{line{"id": "e3", "op": "complete", "kernel": "k-none", "code": "x", "cursor": 1}, `no kernel with id "k-none"`},
+		{line{"id": "e4", "op": "complete", "kernel": kid, "code": "x", "cursor": "1"}, `"cursor"`},
+	} {
+		if got := h.call(tc.req); got["op"] != "error" || !strings.Contains(fmt.Sprint(got["error"]), tc.want) {
+			t.Errorf("%v: %v, want an error saying %q", tc.req, got, tc.want)
+		}
+	}
+	if after := h.call(execReq("after", "1", "owner", "A")); kernelOf(t, after)["execution_count"] != 2.0 {
+		t.Errorf("after completing, the execution count is %v, want 2", kernelOf(t, after)["execution_count"])
+	}
+}

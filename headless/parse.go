@@ -28,6 +28,8 @@ type request struct {
 	idleExit   *time.Duration
 	perOwner   *int // limits: max_kernels_per_owner
 	kernel     string
+	code       string // complete: the code, and the cursor in it
+	cursor     int
 	owner      string
 	approval   string // the approval request id (approve)
 	decision   engine.Decision
@@ -119,6 +121,11 @@ func (s *server) parse(line []byte) (*request, json.RawMessage, error) {
 	case *wire.KernelOp:
 		if r.kernel = msg.Kernel; r.kernel == "" {
 			err = fmt.Errorf(`%s needs "kernel": the kernel id (see the "kernels" op)`, r.op)
+		}
+	case *wire.Complete:
+		r.kernel, r.code, r.cursor = msg.Kernel, msg.Code, msg.Cursor
+		if r.kernel == "" {
+			err = errors.New(`complete needs "kernel": the kernel id (see the "kernels" op)`)
 		}
 	case *wire.ShutdownOwner:
 		r.owner = msg.Owner

@@ -42,6 +42,10 @@ func TestEveryRequestReachesTheServer(t *testing.T) {
 		{req(wire.OpInterrupt, func(r wire.Request) { r.(*wire.KernelOp).Kernel = "k1" }), request{kernel: "k1"}},
 		{req(wire.OpKill, func(r wire.Request) { r.(*wire.KernelOp).Kernel = "k2" }), request{kernel: "k2"}},
 		{req(wire.OpCells, func(r wire.Request) { r.(*wire.KernelOp).Kernel = "k3" }), request{kernel: "k3"}},
+		{req(wire.OpComplete, func(r wire.Request) {
+			c := r.(*wire.Complete)
+			c.Kernel, c.Code, c.Cursor = "k4", "os.pa", 5
+		}), request{kernel: "k4", code: "os.pa", cursor: 5}},
 		{req(wire.OpShutdownOwner, func(r wire.Request) { r.(*wire.ShutdownOwner).Owner = "bob" }), request{owner: "bob"}},
 		{req(wire.OpShutdownAll, nil), request{}},
 		{req(wire.OpHello, nil), request{}},

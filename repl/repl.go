@@ -62,6 +62,16 @@ type LineReader interface {
 	ReadLine(prompt string) (string, error)
 }
 
+// Completing is a LineReader that completes (tab): Run gives it the
+// kernel's completion of a line at a cursor (in characters), which answers
+// where the matches start in the line, and the matches.
+type Completing interface {
+	SetCompletion(func(line []rune, pos int) (start int, matches []string))
+}
+
+// completeWait bounds a tab's completion: a prompt must not hang on it.
+const completeWait = 3 * time.Second
+
 // ErrLineInterrupted is a LineReader's answer to ctrl+c at the prompt: the
 // block being typed is dropped.
 var ErrLineInterrupted = errors.New("interrupted")
@@ -89,6 +99,9 @@ func Run(ctx context.Context, eng Engine, in io.Reader, out, errOut io.Writer, o
 	r := &session{eng: eng, opts: opts, out: &stickyWriter{mu: &mu, w: out, clean: opts.CleanOut},
 		errOut: &stickyWriter{mu: &mu, w: errOut, clean: opts.CleanErr}}
 	if opts.Lines != nil {
+		if c, ok := opts.Lines.(Completing); ok {
+			c.SetCompletion(func(line []rune, pos int) (int, []string) { return r.complete(ctx, line, pos) })
+		}
 		return r.loopEditor(ctx)
 	}
 	lines, stop := readLines(in)
@@ -133,6 +146,7 @@ type Engine interface {
 	Execute(ctx context.Context, req engine.Request) (*engine.Result, error)
 	Interrupt(ctx context.Context, id string) error
 	Kill(ctx context.Context, id string) error
+	Complete(ctx context.Context, id, code string, cursor int) (engine.Completion, error)
 }
 
 type session struct {
@@ -387,6 +401,28 @@ func (r *session) cellFailed(status string) {
 	if r.first == nil {
 		r.first = &CellsFailedError{First: r.cells, Status: status, Line: r.cellLine}
 	}
+}
+
+// complete is the kernel's completion of line at pos, with the lines of
+// the open block before it as context: where in line the matches start,
+// and the matches. Nothing while the REPL has no kernel yet.
+func (r *session) complete(ctx context.Context, line []rune, pos int) (int, []string) {
+	k, ok := r.kernel(false)
+	if !ok {
+		return pos, nil
+	}
+	before := ""
+	if !r.block.empty() {
+		before = r.block.code()
+	}
+	offset := len([]rune(before))
+	ctx, cancel := context.WithTimeout(ctx, completeWait)
+	defer cancel()
+	c, err := r.eng.Complete(ctx, k.ID, before+string(line), offset+pos)
+	if err != nil || c.Start < offset {
+		return pos, nil
+	}
+	return c.Start - offset, c.Matches
 }
 
 // kernel finds the REPL's kernel in the engine; running asks for one with a

@@ -213,6 +213,14 @@ type You struct {
 	Owner string `json:"owner"`
 }
 
+// Completions answers complete: each of Matches replaces the code from
+// Start (characters) to the cursor.
+type Completions struct {
+	Head
+	Start   int      `json:"start"`
+	Matches []string `json:"matches"`
+}
+
 // Cells answers cells: the kernel's recent cells, whoever ran them.
 type Cells struct {
 	Head

@@ -50,6 +50,15 @@ type KernelOp struct {
 	Kernel string `json:"kernel"`
 }
 
+// Complete asks kernel Kernel for the completions of Code at Cursor
+// (characters from its start), computed in its namespace.
+type Complete struct {
+	Head
+	Kernel string `json:"kernel"`
+	Code   string `json:"code"`
+	Cursor int    `json:"cursor"`
+}
+
 // ShutdownOwner kills every kernel of Owner.
 type ShutdownOwner struct {
 	Head
@@ -85,6 +94,8 @@ func NewRequest(op Op) Request {
 		r = &Limits{}
 	case OpInterrupt, OpKill, OpCells:
 		r = &KernelOp{}
+	case OpComplete:
+		r = &Complete{}
 	case OpShutdownOwner:
 		r = &ShutdownOwner{}
 	case OpApprove:

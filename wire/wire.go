@@ -29,6 +29,7 @@ const (
 	OpHello         Op = "hello"
 	OpSubscribe     Op = "subscribe"
 	OpCells         Op = "cells"
+	OpComplete      Op = "complete"
 )
 
 // The answers and unasked lines that are not also requests.
@@ -40,12 +41,14 @@ const (
 	OpError   Op = "error"
 	OpEvent   Op = "event"
 	OpGoodbye Op = "goodbye"
+	// OpCompletions answers complete.
+	OpCompletions Op = "completions"
 )
 
 // Ops lists the requests in the order the README and hello list them.
 func Ops() []Op {
 	return []Op{OpExecute, OpKernels, OpLimits, OpInterrupt, OpKill, OpShutdownOwner, OpShutdownAll, OpApprove,
-		OpHello, OpSubscribe, OpCells}
+		OpHello, OpSubscribe, OpCells, OpComplete}
 }
 
 // Head begins every request and every answer to one: the id the client

@@ -480,6 +480,84 @@ def load_libc():
 OUTPUT_STREAMS = ("stdout", "stderr")
 
 
+COMPLETE_MAX = 1 << 20  # code sent for completion
+COMPLETE_MATCHES = 200
+JEDI = {}  # "loading" once the import started, "module" once it is done
+
+
+def load_jedi():
+    try:
+        import jedi
+    except Exception:
+        return
+    JEDI["module"] = jedi
+
+
+def complete(ns, code, cursor):
+    """Completions at cursor in code, computed in the kernel's namespace:
+    with jedi where the interpreter has it, else names, attributes, dict
+    keys and paths as rlcompleter and glob find them. Returns the offset
+    the matches replace from, and the matches."""
+    import re  # here, not at start: most kernels never complete
+    before = code[:cursor]
+    if not re.search(r"""[\w.]$|["'][^"'\n]*$""", before):
+        return cursor, []  # an empty word: everything would match
+    # jedi, where the interpreter has it, is imported on a thread of its
+    # own the first time: its import can take seconds, and a tab must not
+    # wait for it (rlcompleter answers until it is there).
+    jedi = JEDI.get("module")
+    if not JEDI:
+        JEDI["loading"] = True
+        _thread.start_new_thread(load_jedi, ())
+    if jedi is not None:
+        try:
+            lines = before.split("\n")
+            found = jedi.Interpreter(code, [ns]).complete(len(lines), len(lines[-1]))
+            if found:
+                n = len(found[0].name) - len(found[0].complete)
+                return cursor - n, sorted({c.name for c in found})
+        except Exception:
+            pass
+    # A path in an open string: '...or "... with a / or ~ in it.
+    m = re.search(r"""(["'])([^"'\n]*)$""", before)
+    if m and ("/" in m.group(2) or m.group(2).startswith(("~", "."))) and before.count(m.group(1)) % 2 == 1:
+        import glob
+        text = m.group(2)
+        out = []
+        for p in sorted(glob.glob(glob.escape(os.path.expanduser(text)) + "*"))[:COMPLETE_MATCHES]:
+            if text.startswith("~"):
+                p = "~" + p[len(os.path.expanduser("~")):]
+            out.append(p + ("/" if os.path.isdir(os.path.expanduser(p)) else ""))
+        return cursor - len(text), out
+    # A key of a dict named by a dotted name: d["ke or d['ke.
+    m = re.search(r"""([A-Za-z_][\w.]*)\[(["'])([^"'\]]*)$""", before)
+    if m:
+        try:
+            obj = eval(m.group(1), ns)
+        except Exception:
+            return cursor, []
+        if isinstance(obj, dict):
+            # With the quotes, as jedi gives them: the key is whole.
+            q = m.group(2)
+            keys = sorted(q + k + q for k in obj if isinstance(k, str) and k.startswith(m.group(3)) and q not in k)
+            return cursor - len(m.group(3)) - 1, keys
+        return cursor, []
+    m = re.search(r"[A-Za-z_][\w.]*$", before)
+    if not m:
+        return cursor, []
+    text = m.group(0)
+    import rlcompleter
+    c = rlcompleter.Completer(ns)
+    out = []
+    for i in range(10000):
+        w = c.complete(text, i)
+        if w is None:
+            break
+        if w not in out:
+            out.append(w)
+    return cursor - len(text), sorted(out)
+
+
 def tail_text(fd, end, n):
     """The last n characters or so of an output file, from a character's
     start."""
@@ -1392,6 +1470,15 @@ class Runner:
             self.configure(msg.get("idle_exit"))
         elif op == "ping":
             conn.send(self.status_frame("pong"))
+        elif op == "complete":
+            cid, code, cursor = msg.get("id"), msg.get("code"), msg.get("cursor")
+            if not valid_name(cid, ID_CHARS, 64) or not isinstance(code, str) or len(code) > COMPLETE_MAX \
+                    or not isinstance(cursor, int) or not 0 <= cursor <= len(code):
+                conn.send({"op": "error", "id": cid, "error": "complete needs an id, code and a cursor within it"})
+                return
+            # Off the reading thread: jedi may take a while the first time,
+            # and an interrupt must still get through.
+            _thread.start_new_thread(self.complete, (cid, code, cursor, conn))
         elif op == "rpc_result":
             self.rpc.deliver(msg.get("seq"), msg.get("result"))
         else:
@@ -1516,6 +1603,14 @@ class Runner:
             "last": self.last[0] if self.last is not None else None,
             "execution_count": self.execution_count,
         }
+
+    def complete(self, cid, code, cursor, conn):
+        try:
+            start, matches = complete(self.ns, code, cursor)
+        except Exception as e:  # the user's namespace can raise anything
+            conn.send({"op": "error", "id": cid, "error": "completion failed: %s: %s" % (type(e).__name__, e)})
+            return
+        conn.send({"op": "completions", "id": cid, "start": start, "matches": matches[:COMPLETE_MATCHES]})
 
     def configure(self, idle_exit):
         try:
