@@ -7,18 +7,36 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/charmbracelet/bubbles/cursor"
 	"github.com/charmbracelet/bubbles/key"
 	"github.com/charmbracelet/bubbles/textarea"
 	"github.com/charmbracelet/bubbles/textinput"
 	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/kerneldeck/kerneldeck/engine"
 )
 
 // runCellMsg asks the root to run code in target.
 type runCellMsg struct {
 	target Target
 	code   string
+}
+
+// completeAskMsg asks the root for the completions of code at cursor
+// (characters) in target's kernel; completionsMsg brings them back.
+type completeAskMsg struct {
+	target Target
+	code   string
+	cursor int
+}
+
+type completionsMsg struct {
+	ask completeAskMsg
+	c   engine.Completion
+	err error
 }
 
 // EditorPane is the multi-line cell editor with its target and history.
@@ -64,10 +82,15 @@ func newEditorPane(ctx *Context, target Target) *EditorPane {
 		{k.HistNext, run(func() tea.Cmd { p.historyStep(1); return nil })},
 		// Python wants indentation: tab indents once there is text (an
 		// empty editor's tab moves on, as shift+tab always does), and a
-		// new line keeps the indent, one more after a ':'.
-		{k.Focus, func(tea.KeyMsg) (tea.Cmd, bool) {
+		// new line keeps the indent, one more after a ':'. After a word,
+		// tab completes it from the kernel, as Jupyter's does.
+		{k.Complete, func(tea.KeyMsg) (tea.Cmd, bool) {
 			if p.area.Value() == "" {
 				return nil, false
+			}
+			if code, cursor, ok := p.wordAtCursor(); ok {
+				ask := completeAskMsg{target: p.target, code: code, cursor: cursor}
+				return func() tea.Msg { return ask }, true
 			}
 			p.area.InsertString("    ")
 			return nil, true
@@ -130,6 +153,73 @@ func (p *EditorPane) edited(msg editedMsg) error {
 	}
 	p.area.SetValue(strings.TrimRight(string(b), "\n"))
 	return nil
+}
+
+// cursor is the cursor's place in the text, in characters, and the place
+// its line starts at.
+func (p *EditorPane) cursor() (at, lineStart int) {
+	lines := strings.Split(p.area.Value(), "\n")
+	row := min(p.area.Line(), len(lines)-1)
+	for _, l := range lines[:row] {
+		lineStart += utf8.RuneCountInString(l) + 1
+	}
+	li := p.area.LineInfo()
+	return lineStart + li.StartColumn + li.ColumnOffset, lineStart
+}
+
+// wordAtCursor says whether the cursor follows a word (a name, an
+// attribute's dot, a string being typed): tab completes there.
+func (p *EditorPane) wordAtCursor() (code string, cursor int, ok bool) {
+	code = p.area.Value()
+	cursor, lineStart := p.cursor()
+	runes := []rune(code)
+	if cursor <= lineStart || cursor > len(runes) {
+		return "", 0, false
+	}
+	c := runes[cursor-1]
+	return code, cursor, c == '_' || c == '.' || c == '/' || c == '\'' || c == '"' || unicode.IsLetter(c) || unicode.IsDigit(c)
+}
+
+// complete applies a kernel's completion if the cell is as it was asked:
+// one match replaces the word, several put in what they share; it says
+// what happened, for the status line.
+func (p *EditorPane) complete(msg completionsMsg) string {
+	defer p.render()
+	if at, _ := p.cursor(); p.area.Value() != msg.ask.code || at != msg.ask.cursor || p.form != nil {
+		return "" // typed on since: the answer is stale
+	}
+	runes := []rune(msg.ask.code)
+	_, lineStart := p.cursor()
+	if msg.c.Start < lineStart || msg.c.Start > msg.ask.cursor {
+		return ""
+	}
+	typed := string(runes[msg.c.Start:msg.ask.cursor])
+	var matches []string
+	for _, m := range msg.c.Matches {
+		if strings.HasPrefix(m, typed) && m != typed {
+			matches = append(matches, m)
+		}
+	}
+	if len(matches) == 0 {
+		return "no completions"
+	}
+	add := matches[0]
+	for _, m := range matches[1:] {
+		for !strings.HasPrefix(m, add) {
+			_, size := utf8.DecodeLastRuneInString(add)
+			add = add[:len(add)-size]
+		}
+	}
+	p.area.InsertString(strings.TrimPrefix(add, typed))
+	if len(matches) == 1 {
+		return ""
+	}
+	shown := matches[:min(len(matches), 12)]
+	more := ""
+	if len(matches) > len(shown) {
+		more = fmt.Sprintf(" … %d more", len(matches)-len(shown))
+	}
+	return "tab: " + strings.Join(shown, "  ") + more
 }
 
 // TakesTab says whether tab goes to the editor (it indents) rather than

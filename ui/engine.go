@@ -34,6 +34,8 @@ type Engine interface {
 	// Cells is the engine's record of a kernel's recent cells, whoever ran
 	// them.
 	Cells(ctx context.Context, kernel string) ([]engine.CellRecord, error)
+	// Complete is a kernel's completion of code at cursor (characters).
+	Complete(ctx context.Context, kernel, code string, cursor int) (engine.Completion, error)
 }
 
 // Embedded is the in-process engine as the dashboard uses it.

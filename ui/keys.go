@@ -19,6 +19,7 @@ type KeyMap struct {
 	ReplayPause, ReplayStep, Follow, Zoom      key.Binding
 	Newline, Command, External, Sort, Copy     key.Binding
 	SaveImage, OpenImage, Edit, Leave, Page    key.Binding
+	Complete                                   key.Binding
 }
 
 // DefaultKeyMap is the standard key map.
@@ -72,6 +73,7 @@ func DefaultKeyMap() KeyMap {
 		OpenImage:     b("o", "open images", "o"),
 		Edit:          b("e", "write a cell", "e"),
 		Page:          b("v", "page output", "v"),
+		Complete:      b("tab in a cell", "complete/indent", "tab"),
 		Leave:         b("esc", "leave the editor", "esc"),
 	}
 }

@@ -1587,3 +1587,57 @@ func TestPageWholeOutput(t *testing.T) {
 		t.Errorf("the paged file keeps the kernel's raw escapes: %q", got[len(got)-40:])
 	}
 }
+
+// TestEditorTabCompletes: after a word, tab asks the target's kernel and
+// puts in the one match, or what several share (listing them); at a
+// line's start it indents; a stale answer is dropped; without a kernel it
+// says why.
+func TestEditorTabCompletes(t *testing.T) {
+	mine := engine.KernelInfo{ID: "k-me", Owner: "me", Task: "default", Backend: "local", PID: 1, State: engine.StateIdle}
+	f := sized(t, fixtureOpts{kernels: []engine.KernelInfo{mine}})
+	// tab: the editor's ask, the root's call of the engine, its answer.
+	tab := func() {
+		t.Helper()
+		ask := f.update(keyTab)
+		if ask == nil {
+			t.Fatal("tab after a word asked nothing")
+		}
+		f.run(t, f.update(ask()))
+	}
+	f.keys(keyEdit, runes("x = measu"))
+	f.eng.SetCompletion(engine.Completion{Start: 4, Matches: []string{"measurements"}})
+	tab()
+	if got := f.m.editor.area.Value(); got != "x = measurements" {
+		t.Fatalf("after tab the cell is %q, want the name completed", got)
+	}
+	if calls := f.eng.Completed(); len(calls) != 1 || calls[0] != (uitest.CompleteCall{Kernel: "k-me", Code: "x = measu", Cursor: 9}) {
+		t.Errorf("Complete calls %+v, want one in k-me at 9", calls)
+	}
+	f.keys(runes(".ke"))
+	f.eng.SetCompletion(engine.Completion{Start: 17, Matches: []string{"keys", "kernel_size", "other"}})
+	tab()
+	if got := f.m.editor.area.Value(); got != "x = measurements.ke" {
+		t.Errorf("two matches sharing only the typed part changed the cell to %q", got)
+	}
+	mustContain(t, f.m.View(), "tab: keys  kernel_size")
+	// At a line's start tab indents, and asks nothing.
+	f.keys(keyEnter)
+	f.update(keyTab)
+	if got := f.m.editor.area.Value(); got != "x = measurements.ke\n    " || len(f.eng.Completed()) != 2 {
+		t.Errorf("tab at a line's start: cell %q, %d completions asked; want an indent, none", got, len(f.eng.Completed()))
+	}
+	// A stale answer (the cell changed since) is dropped.
+	f.keys(runes("ab"))
+	call := f.update(f.update(keyTab)())
+	f.keys(runes("c"))
+	f.eng.SetCompletion(engine.Completion{Start: 24, Matches: []string{"abs"}})
+	f.run(t, call)
+	if got := f.m.editor.area.Value(); got != "x = measurements.ke\n    abc" {
+		t.Errorf("a stale completion changed the cell to %q", got)
+	}
+	// No kernel for the target: said.
+	g := sized(t, fixtureOpts{})
+	g.keys(keyEdit, runes("pri"))
+	g.run(t, g.update(keyTab))
+	mustContain(t, g.m.View(), "tab completes from the target's kernel, which has not started")
+}

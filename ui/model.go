@@ -508,6 +508,17 @@ func (m *Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.setStatus(msg.what, msg.err)
 		m.refresh()
 		return m, nil
+	case completeAskMsg:
+		return m, m.askCompletion(msg)
+	case completionsMsg:
+		if msg.err != nil {
+			m.setStatus("tab completion", msg.err)
+			return m, nil
+		}
+		if said := m.editor.complete(msg); said != "" {
+			m.setStatus(said, nil)
+		}
+		return m, nil
 	case pageReadyMsg:
 		if msg.err != nil {
 			m.setStatus("v", msg.err)
@@ -689,6 +700,34 @@ func (m *Model) startCell(msg runCellMsg) {
 		res, err := m.eng.Execute(ctx, req)
 		box.post(cellResultMsg{run: r, res: res, err: err})
 	}()
+}
+
+// completeWait bounds a tab's completion.
+const completeWait = 5 * time.Second
+
+// askCompletion asks the target's kernel, in the background, what the
+// word at the cursor may be.
+func (m *Model) askCompletion(ask completeAskMsg) tea.Cmd {
+	if m.gone != nil {
+		return nil
+	}
+	id := ""
+	for _, k := range m.kernels.kernels {
+		if ask.target.matches(k) && k.State != engine.StateStarting {
+			id = k.ID
+		}
+	}
+	if id == "" {
+		m.setStatus("tab completes from the target's kernel, which has not started: run a cell first", nil)
+		return nil
+	}
+	ctx, eng := m.runCtx, m.eng
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(ctx, completeWait)
+		defer cancel()
+		c, err := eng.Complete(ctx, id, ask.code, ask.cursor)
+		return completionsMsg{ask: ask, c: c, err: err}
+	}
 }
 
 // runningTargetKernel returns the kernel of the editor's target if a cell

@@ -58,6 +58,36 @@ type Engine struct {
 	cells       map[string][]engine.CellRecord
 	cellsAsked  []string
 	ownN        int // cells Execute has named (c-own-1, ...)
+	completion  engine.Completion
+	completions []CompleteCall
+}
+
+// CompleteCall is one Complete call.
+type CompleteCall struct {
+	Kernel, Code string
+	Cursor       int
+}
+
+// SetCompletion sets what Complete answers.
+func (f *Engine) SetCompletion(c engine.Completion) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.completion = c
+}
+
+// Complete implements ui.Engine: the completion set, recorded.
+func (f *Engine) Complete(_ context.Context, id, code string, cursor int) (engine.Completion, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.completions = append(f.completions, CompleteCall{id, code, cursor})
+	return f.completion, nil
+}
+
+// Completed lists the Complete calls.
+func (f *Engine) Completed() []CompleteCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.completions)
 }
 
 // New returns a fake engine with the given backends, cap and idle_exit and
