@@ -208,6 +208,8 @@ func TestHeadlessRejectsBadSetup(t *testing.T) {
 		{[]string{"--cell-timeout", "0s"}, []string{"-cell-timeout", "greater than zero"}},
 		{[]string{"--cell-timeout", "-1s"}, []string{"-cell-timeout", "greater than zero"}},
 		{[]string{"--nope"}, []string{"unknown flag --nope"}},
+		{[]string{"--python", "venv/bin/python"}, []string{"--python venv/bin/python is invalid", "relative path", "/opt/venv/bin/python"}},
+		{[]string{"--python", "python3 -S"}, []string{"--python", "holds a space"}},
 		{[]string{"--max-kernels"}, []string{"--max-kernels needs a value"}},
 		{[]string{"--keep-kernels=maybe"}, []string{`--keep-kernels takes no value, or true or false, not "maybe"`}},
 		{[]string{"extra"}, []string{`unexpected argument "extra"`}},
@@ -641,5 +643,19 @@ func TestHeadlessHelloSaysItsVersion(t *testing.T) {
 	var hello struct{ Op, Version string }
 	if err := json.Unmarshal([]byte(stdout), &hello); code != 0 || err != nil || hello.Op != "hello" || hello.Version == "" {
 		t.Fatalf("exit %d, hello %q (%v), stderr %q; want a hello with a version", code, stdout, err, stderr)
+	}
+}
+
+// TestHeadlessPython: --python picks the kernels' interpreter; one the
+// host lacks fails the cell's spawn with an error naming it.
+func TestHeadlessPython(t *testing.T) {
+	isolate(t)
+	code, stdout, stderr := runCLI(t, `{"id":"1","op":"execute","code":"import sys; print(sys.executable)"}`+"\n", "headless", "--python", "/usr/bin/python3")
+	if code != 0 || !strings.Contains(stdout, `"stdout":"/usr/bin/python3`) {
+		t.Fatalf("exit %d, stdout %s, stderr %q; want the kernel on /usr/bin/python3", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI(t, `{"id":"1","op":"execute","code":"1"}`+"\n", "headless", "--python", "python3.nosuch", "--spare-kernels", "0")
+	if !strings.Contains(stdout, "python3.nosuch was not found on this host") {
+		t.Fatalf("exit %d, stdout %s; want the missing interpreter named", code, stdout)
 	}
 }

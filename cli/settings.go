@@ -228,6 +228,7 @@ func openEngine(f *engineFlags, s *resolved) (eng *engine.Engine, cleanup func()
 		ApprovalTimeout: s.cfg.ApprovalTimeout,
 		KeepToolOutput:  s.cfg.KeepToolOutput,
 		NoConfine:       s.cfg.NoConfine,
+		Python:          s.cfg.Python,
 		KernelLimits:    engine.KernelLimits{Memory: s.cfg.KernelMemory, CPUTime: s.cfg.KernelCPUTime, MaxProcs: s.cfg.KernelMaxProcs},
 		SpareKernels:    spareKernels(s.cfg, envs),
 	})

@@ -86,6 +86,10 @@ type Config struct {
 	// NoConfine asks runners not to confine themselves with Landlock (the
 	// other layers still hold); for hosts where Landlock gets in the way.
 	NoConfine bool
+	// Python is the interpreter kernels run with: an absolute path, or a
+	// name looked up on each host's PATH ("": python3). The path its first
+	// runner reports (a shim resolved) is used from then on, per host.
+	Python string
 	// KernelLimits bound every kernel's runner on its host (zero: none).
 	KernelLimits KernelLimits
 	// KeepToolOutput keeps a kernel's stored tool output after the kernel

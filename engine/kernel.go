@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -437,7 +438,7 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 		script, code = e.shippedRunner(ctx, env, python)
 	}
 	stdin := spawnStdin(script, code, stubs, config)
-	cmd := spawnScript(env.TempDir(), id, python, e.kernelRoot(env), [3]int{len(script), len(code), len(stubs)}, 20, transient)
+	cmd := spawnScript(env.TempDir(), id, python, e.cfg.Python, e.kernelRoot(env), [3]int{len(script), len(code), len(stubs)}, 20, transient)
 	res, err := env.Execute(ctx, cmd, backends.ExecOptions{Stdin: stdin, Timeout: spawnTimeout})
 	if err != nil {
 		return spawnedRunner{}, &transportError{fmt.Errorf("spawn kernel %s on %s: %w", id, env.URI(), err)}
@@ -532,11 +533,12 @@ func (e *Engine) kernelRoot(env backends.Env) string {
 	return e.roots[env.URI()]
 }
 
-// python returns the interpreter path learnt on env's host, or "".
+// python returns the interpreter path learnt on env's host, else the one
+// configured (Config.Python), else "" (python3 on PATH).
 func (e *Engine) python(env backends.Env) string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.pythons[env.URI()]
+	return cmp.Or(e.pythons[env.URI()], e.cfg.Python)
 }
 
 func validKernelDir(tempDir, dir, id string, transient bool) bool {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -42,7 +43,7 @@ var shq = backends.ShellQuote
 // learnt too, skips asking for the login. A transient kernel gets an
 // unpredictable dir of its own outside the root (the fallback when the
 // root is unusable): mkdir fails on anything planted.
-func spawnScript(tempDir, id, python, root string, sizes [3]int, readyTimeoutSec int, transient bool) string {
+func spawnScript(tempDir, id, python, want, root string, sizes [3]int, readyTimeoutSec int, transient bool) string {
 	// root, learnt from an earlier spawn on this host, saves asking id(1)
 	// for the login (a fork and an exec); it is only a shortcut to the same
 	// path, checked below like a new one.
@@ -70,8 +71,8 @@ export LC_ALL=C
 umask 077
 fail() { printf 'KD:ERR %%s\n' "$*"; exit 3; }
 py=%[6]s
-[ -n "$py" ] && [ -x "$py" ] || py=python3
-command -v "$py" >/dev/null 2>&1 || fail "python3 was not found on PATH on this host; install Python 3.8 or newer"
+[ -n "$py" ] && [ -x "$py" ] || py=%[10]s
+command -v "$py" >/dev/null 2>&1 || fail "$py was not found on this host (PATH=$PATH); install Python 3.8 or newer, or give --python the interpreter to use"
 t=%[1]s
 %[2]s
 # The runner's bootstrap makes $kd (mkdir(2), atomically) and the runner
@@ -169,7 +170,8 @@ wait "$watcher" 2>/dev/null; [ -n "$exitf" ] && rm -f -- "$exitf" "$exitf.tmp"
 rmkd
 [ "$rc" -gt 128 ] && fail "runner did not start within %[5]ds: $log"
 fail "runner exited before it was ready: $log"
-`, shq(tempDir), rootSetup, sizes[0], sizes[2], readyTimeoutSec, shq(python), sizes[1], shq(runner.StartProgram()), runner.StartFlags)
+`, shq(tempDir), rootSetup, sizes[0], sizes[2], readyTimeoutSec, shq(python), sizes[1], shq(runner.StartProgram()), runner.StartFlags,
+		shq(cmp.Or(want, "python3")))
 }
 
 // spawnStdin is a spawn script's stdin: runner.Bootstrap, then runner.py,
@@ -419,7 +421,8 @@ func compileScript(python string) string {
 	return fmt.Sprintf(`# kerneldeck:compile
 export LC_ALL=C
 py=%s
-[ -n "$py" ] || py=$(command -v python3) || { printf 'KD:ERR python3 was not found on PATH\n'; exit 3; }
+[ -n "$py" ] || py=python3
+case $py in /*) ;; *) py=$(command -v "$py") || { printf 'KD:ERR %%s was not found on PATH\n' "$py"; exit 3; } ;; esac
 [ -x "$py" ] || { printf 'KD:ERR %%s is not an executable interpreter\n' "$py"; exit 3; }
 exec "$py" -I -S -c %s %d
 `, shq(python), shq(runner.CompileProgram), len(runner.Source))

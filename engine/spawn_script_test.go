@@ -48,14 +48,14 @@ func TestSpawnSaysTheRunnerExitedBeforeItWasReady(t *testing.T) {
 }
 
 // spawnRun is one run of the spawn script: the kernel id, the
-// interpreter and kernel root (spawnScript's defaults when empty),
+// interpreter learnt, the one configured (want) and kernel root (spawnScript's defaults when empty),
 // runner.py (the runner's source when nil), the tool stubs and the size
 // the script is told they have (their own when 0), and the config line
 // (one with a secret when nil).
 type spawnRun struct {
-	id, python, root      string
-	script, stubs, config []byte
-	stubsSize             int
+	id, python, want, root string
+	script, stubs, config  []byte
+	stubsSize              int
 }
 
 // runSpawn runs the spawn script on env and kills a runner it started when
@@ -68,7 +68,7 @@ func runSpawn(t *testing.T, env *backends.Local, r spawnRun) backends.Result {
 	if r.stubsSize == 0 {
 		r.stubsSize = len(r.stubs)
 	}
-	script := spawnScript(env.TempDir(), r.id, r.python, r.root, [3]int{len(r.script), 0, r.stubsSize}, 20, false)
+	script := spawnScript(env.TempDir(), r.id, r.python, r.want, r.root, [3]int{len(r.script), 0, r.stubsSize}, 20, false)
 	if r.config == nil {
 		r.config = []byte(`{"secret": "` + strings.Repeat("ab", 32) + `"}` + "\n")
 	}
@@ -162,5 +162,20 @@ exit 75`)})
 		if _, err := os.Stat(filepath.Join(kd, "theirs")); err != nil {
 			t.Errorf("%s was removed or used: %v", kd, err)
 		}
+	}
+}
+
+// A configured interpreter that a host does not have is a spawn error that
+// names it; a configured name is looked up on PATH.
+func TestSpawnScriptConfiguredPython(t *testing.T) {
+	env := backends.NewLocal(t.TempDir())
+	res := runSpawn(t, env, spawnRun{id: "kbadpy", want: "python3.nosuch"})
+	if !strings.Contains(res.Output, "KD:ERR python3.nosuch was not found on this host") || res.ReturnCode == 0 {
+		t.Fatalf("spawn with a missing --python: rc %d output %q, want an error naming it", res.ReturnCode, res.Output)
+	}
+	res = runSpawn(t, env, spawnRun{id: "kgoodpy", want: "/usr/bin/python3"})
+	// KD:SPAWNED pid dir interpreter confinement: the one configured.
+	if f := strings.Fields(res.Output); len(f) < 4 || f[0] != "KD:SPAWNED" || !strings.HasPrefix(f[3], "/usr/bin/python3") {
+		t.Fatalf("spawn with --python /usr/bin/python3: rc %d output %q", res.ReturnCode, res.Output)
 	}
 }

@@ -48,6 +48,9 @@ type Values struct {
 	KeepToolOutput      bool
 	// NoConfine asks runners not to confine themselves with Landlock.
 	NoConfine bool
+	// Python is the interpreter kernels run with ("": python3 on each
+	// host's PATH).
+	Python string
 }
 
 // ToolCallLimit is MaxToolCalls as engine.Config takes it, where 0 is the
@@ -69,6 +72,7 @@ const (
 	Size                  // bytes, with a unit: "512MiB"
 	Megabytes             // a whole number of megabytes, kept as bytes
 	Bool                  // true or false
+	Program               // an interpreter: an absolute path, or a name looked up on PATH
 )
 
 // Section is the part of --help a setting's flag is listed in.
@@ -152,6 +156,11 @@ var table = []Setting{
 			"kernel cannot reach other kernels' dirs, nor files created directly in the temp dir after it started (its " +
 			"TMPDIR is a private dir); the other protections between kernels hold either way",
 		field: func(v *Values) any { return &v.NoConfine }},
+	{Key: "python", Flag: "python", Kind: Program, Example: "/opt/venv/bin/python",
+		Help: "run kernels with this `PYTHON`: an absolute path, or a name looked up on each host's PATH (python3.12); " +
+			"a shim (pyenv) is resolved to the interpreter it runs, once per host",
+		DefaultText: "python3 on each host's PATH",
+		field:       func(v *Values) any { return &v.Python }},
 	{Key: "max_tool_calls", Flag: "max-tool-calls", Kind: Count, Min: 0, Max: 1 << 20, Zero: "0 allows no tool calls",
 		Example: "50", Section: HostTools,
 		Help:  "at most `N` tool calls per cell; later calls in the cell get a \"limit reached\" answer",
@@ -220,6 +229,8 @@ func (s Setting) Rule() string {
 		return "a duration of at least " + FormatDuration(time.Duration(s.Min))
 	case Size:
 		return "a size of at least " + formatSize(s.Min)
+	case Program:
+		return "an absolute path or a command name, without spaces or quotes"
 	default:
 		return "true or false"
 	}
@@ -241,7 +252,7 @@ func (s Setting) FlagExample() string { return "--" + s.Flag + " " + s.Example }
 
 // FileExample is the setting written well in the config file.
 func (s Setting) FileExample() string {
-	if s.Kind == Duration || s.Kind == Size {
+	if s.Kind == Duration || s.Kind == Size || s.Kind == Program {
 		return s.Key + " = " + strconv.Quote(s.Example)
 	}
 	return s.Key + " = " + s.Example
@@ -273,6 +284,10 @@ func (s Setting) ParseFile(where string, v any) (any, error) {
 	case Size:
 		if text, ok = v.(string); !ok {
 			return nil, bad("a size is a quoted string with a unit")
+		}
+	case Program:
+		if text, ok = v.(string); !ok {
+			return nil, bad("a program is a quoted string")
 		}
 	default:
 		var b bool
@@ -312,6 +327,19 @@ func (s Setting) parse(text string, quoted bool, bad func(why string) error) (an
 			return nil, bad("")
 		}
 		return s.check(n, bad)
+	case Program:
+		// It goes into the spawn's shell script (quoted) on every host:
+		// a plain path or name, nothing the shell or a reader could
+		// take otherwise.
+		switch {
+		case text == "":
+			return nil, bad("it is empty")
+		case strings.ContainsFunc(text, func(r rune) bool { return r <= ' ' || r == 0x7f || strings.ContainsRune(`"'\$`+"`", r) }):
+			return nil, bad(fmt.Sprintf("%q holds a space, a quote or a control character", text))
+		case strings.Contains(text, "/") && !strings.HasPrefix(text, "/"):
+			return nil, bad(fmt.Sprintf("%q is a relative path; give an absolute one, or a name looked up on PATH", text))
+		}
+		return text, nil
 	default:
 		b, err := strconv.ParseBool(text)
 		if err != nil {
@@ -380,6 +408,8 @@ func (s Setting) Set(vals *Values, v any) {
 		*p = v.(time.Duration)
 	case *bool:
 		*p = v.(bool)
+	case *string:
+		*p = v.(string)
 	}
 	if s.given != nil {
 		s.given(vals)
