@@ -55,16 +55,15 @@ func dashboardPhase(ctx context.Context, cfg config, env *setupEnv, res *results
 	s.WaitScreen("the dashboard showing the kernels", 30*time.Second, func(screen string) bool {
 		return strings.Contains(screen, "a-stream") && strings.Contains(screen, "k00")
 	})
-	// Select a-stream's kernel, the row under its group: the output pane
-	// shows that kernel's cells. Then back to the editor, where a dashboard
-	// starts (its cursor blinking).
+	// Select a-stream's kernel, the row under its group (the dashboard
+	// starts in the list): the output pane shows that kernel's cells. Then
+	// to the editor (e), where an operator writes.
 	kernelsFocused := func(screen string) bool { return strings.Contains(screen, "d detail") }
 	editorFocused := func(screen string) bool { return strings.Contains(screen, "ctrl+r run cell") }
-	s.Keys("Tab")
 	s.WaitScreen("the kernels pane focused", 30*time.Second, kernelsFocused)
 	s.Keys("Down")
 	s.WaitScreen("the output pane on a-stream's kernel", 30*time.Second, func(screen string) bool { return strings.Contains(screen, "Output · a-stream/default") })
-	s.Keys("BTab")
+	s.Keys("e")
 	s.WaitScreen("the editor focused", 30*time.Second, editorFocused)
 	pid := s.PID()
 	cpu := func() (float64, error) {
@@ -93,7 +92,7 @@ func dashboardPhase(ctx context.Context, cfg config, env *setupEnv, res *results
 			res.fail("dashboard: %v", err)
 			return
 		}
-		s.Keys("Tab")
+		s.Keys("Escape") // the editor's way back to the list
 		s.WaitScreen("the kernels pane focused", 30*time.Second, kernelsFocused)
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
@@ -112,7 +111,7 @@ func dashboardPhase(ctx context.Context, cfg config, env *setupEnv, res *results
 			res.fail("dashboard: %v", err)
 			return
 		}
-		s.Keys("BTab")
+		s.Keys("e")
 		s.WaitScreen("the editor focused", 30*time.Second, editorFocused)
 		res.add("dashboard.cpu.idle", idle)
 		res.add("dashboard.cpu.stream", streaming)

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
@@ -491,8 +493,8 @@ func Lifecycle(t *testing.T, newEnv func(t *testing.T) backends.Env) {
 	t.Run("ClippedOutputSpillsToStateDir", func(t *testing.T) {
 		h := New(t, newEnv(t), func(c *engine.Config) { c.ClipChars = 1000 })
 		res := h.Run("a", "print('x' * 5000)\nimport sys\n_ = sys.stderr.write('e' * 10)", 0)
-		if len(res.Stdout) != 1000 || !res.StdoutClipped || res.StderrClipped || res.Stderr != "eeeeeeeeee" {
-			t.Fatalf("clip: len %d clipped %v/%v stderr %q", len(res.Stdout), res.StdoutClipped, res.StderrClipped, res.Stderr)
+		if !HeadAndTail(res.Stdout, 1000, "x\n") || !res.StdoutClipped || res.StderrClipped || res.Stderr != "eeeeeeeeee" {
+			t.Fatalf("clip: stdout %q clipped %v/%v stderr %q", res.Stdout, res.StdoutClipped, res.StderrClipped, res.Stderr)
 		}
 		if res.SpillPath == "" || !strings.HasPrefix(res.SpillPath, h.StateDir) {
 			t.Fatalf("spill path %q not under the state dir %s", res.SpillPath, h.StateDir)
@@ -709,4 +711,21 @@ func StreamsOutput(t *testing.T, env backends.Env) {
 	if got.String() != "stdout:first\nstdout:second\n" {
 		t.Fatalf("streamed %q, want both lines", got.String())
 	}
+}
+
+// gapLine is the line a clipped stream's head and tail are joined by.
+var gapLine = regexp.MustCompile(`\n\[\.\.\. [0-9,]+ bytes not shown; the whole output is in the spill file \.\.\.\]\n`)
+
+// HeadAndTail reports whether a clipped stream is what the runner makes of
+// one longer than clip characters: its head and its tail, made of body's
+// characters, about clip in all, joined by the line saying how much is
+// not shown.
+func HeadAndTail(text string, clip int, body string) bool {
+	loc := gapLine.FindStringIndex(text)
+	if loc == nil {
+		return false
+	}
+	rest := text[:loc[0]] + text[loc[1]:]
+	n := utf8.RuneCountInString(rest)
+	return strings.Trim(rest, body) == "" && n > clip*9/10 && n <= clip+1
 }
