@@ -5,13 +5,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
+	"github.com/kerneldeck/kerneldeck/internal/dockertest"
 	"github.com/kerneldeck/kerneldeck/replay"
 )
 
@@ -169,4 +174,26 @@ func parseExampleOutput(t *testing.T, stdout string) (answers map[string]example
 		answers[a.ID] = a
 	}
 	return answers, events
+}
+
+// TestKernelImageExample: examples/kernel-image.sh builds, with no
+// registry, an image a docker-image:// kernel runs in, as root and as the
+// image's unprivileged user.
+func TestKernelImageExample(t *testing.T) {
+	dc := dockertest.Client(t)
+	tag := fmt.Sprintf("kerneldeck-example-test:%d", os.Getpid())
+	build := exec.Command("bash", filepath.Join("..", "examples", "kernel-image.sh"), tag)
+	out, err := build.CombinedOutput()
+	t.Cleanup(func() { dc.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{Force: true}) })
+	if err != nil || !strings.Contains(string(out), "built "+tag) {
+		t.Fatalf("kernel-image.sh: %v\n%s", err, out)
+	}
+	isolate(t)
+	for _, c := range []struct{ query, uid string }{{"", "0"}, {"?user=kernel", "1000"}} {
+		code, stdout, stderr := runCLI(t, `{"id":"1","op":"execute","code":"import os, ssl, sqlite3; print('uid', os.getuid())"}`+"\n",
+			"headless", "--backend", "docker-image://"+tag+c.query)
+		if code != 0 || !strings.Contains(stdout, `"stdout":"uid `+c.uid+`\n"`) {
+			t.Errorf("a cell in docker-image://%s%s: exit %d, %s %s", tag, c.query, code, stdout, stderr)
+		}
+	}
 }
