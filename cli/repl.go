@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -198,6 +199,7 @@ func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	defer closeLines()
 	runErr := repl.Run(ctx, eng.Engine, std.in, std.out, std.err, repl.Options{
 		Owner: c.owner, Task: c.task, Backend: uri, Interrupts: interrupts, Prompt: interactive, Lines: lines,
+		ImageDir: imageDirIn(s.stateDir),
 		CleanOut: !c.raw && isTerminal(std.out), CleanErr: !c.raw && isTerminal(std.err),
 	})
 	signaled := ctx.Err() != nil
@@ -219,6 +221,15 @@ func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
 		r.say("the kernel was killed, and its state with it (--keep-kernels keeps it)")
 	}
 	return r.finish(signaled, runErr, closeErr, "", "the kernel was killed", "shut down the kernel")
+}
+
+// imageDirIn is where the REPL saves a cell's images: <state dir>/images,
+// or nowhere without a state dir.
+func imageDirIn(stateDir string) string {
+	if stateDir == "" {
+		return ""
+	}
+	return filepath.Join(stateDir, "images")
 }
 
 // interruptsFromSignals forwards ctrl+c to the REPL; stop ends it.
@@ -274,6 +285,7 @@ func (c *replCmd) runConnected(std stdio) int {
 	defer closeLines()
 	runErr := repl.Run(ctx, cl, std.in, std.out, std.err, repl.Options{
 		Owner: c.owner, Task: c.task, Backend: backend, Interrupts: interrupts, Prompt: interactive, Lines: lines,
+		ImageDir: imageDirIn(stateDir),
 		CleanOut: !c.raw && isTerminal(std.out), CleanErr: !c.raw && isTerminal(std.err),
 	})
 	signaled := ctx.Err() != nil

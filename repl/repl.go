@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/imagefile"
 	"github.com/kerneldeck/kerneldeck/internal/termtext"
 )
 
@@ -49,6 +50,10 @@ type Options struct {
 	// and errOut instead of passing them to the terminal (plain colours are
 	// kept). Callers set each when that output is a terminal.
 	CleanOut, CleanErr bool
+	// ImageDir, when set, is a private dir (made 0700 if missing) a cell's
+	// images are saved to, each said with its path; else only their labels
+	// are printed.
+	ImageDir string
 	// Lines, when set, reads the input instead of in: a line editor on a
 	// terminal, which shows the prompt itself. It is asked for one line at
 	// a time, only when the REPL waits for one, so the terminal is back to
@@ -479,9 +484,18 @@ func (r *session) report(res *engine.Result, streamed [2]streamed) {
 		}
 	}
 	// An image cannot be shown in a line-oriented session: its label says
-	// it is there (text displays already printed their text to stdout).
-	for _, d := range res.Displays {
-		if label := d.Label(); strings.HasPrefix(label, "[image/") {
+	// it is there, and where it was saved (text displays already printed
+	// their text to stdout).
+	for i, d := range res.Displays {
+		label := d.Label()
+		if !strings.HasPrefix(label, "[image/") {
+			continue
+		}
+		if path, err := r.saveImage(d, i); err != nil {
+			fmt.Fprintf(r.out, "%s (not saved: %v)\n", label, err)
+		} else if path != "" {
+			fmt.Fprintf(r.out, "%s saved to %s\n", label, path)
+		} else {
 			fmt.Fprintln(r.out, label)
 		}
 	}
@@ -503,6 +517,18 @@ func (r *session) report(res *engine.Result, streamed [2]streamed) {
 			fmt.Fprintf(r.errOut, "kerneldeck: kernel %s was reset; the state of earlier cells is gone\n", k.ID)
 		}
 	}
+}
+
+// saveImage writes display i of the cell just run to ImageDir, and returns
+// its path ("" without ImageDir).
+func (r *session) saveImage(d engine.Display, i int) (string, error) {
+	if r.opts.ImageDir == "" {
+		return "", nil
+	}
+	if err := engine.EnsurePrivateDir(r.opts.ImageDir); err != nil {
+		return "", err
+	}
+	return imagefile.SaveOne(r.opts.ImageDir, d, fmt.Sprintf("kerneldeck-repl-cell%d-%d", r.cells, i+1))
 }
 
 // unseen is the part of a result stream that streaming did not print: the

@@ -3,6 +3,7 @@ package repl
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -134,6 +135,24 @@ func TestImageLabels(t *testing.T) {
 		}
 		if got, want := out.String(), "[image/png 1×1, 70 B]\nafter\n"; got != want {
 			t.Errorf("stdout %q, want %q", got, want)
+		}
+		// With an image dir, each image is saved there (0600, in a 0700
+		// dir made for it) and the line says where.
+		dir := filepath.Join(t.TempDir(), "images")
+		out.Reset()
+		if err := Run(context.Background(), eng, strings.NewReader(in), &out, &errOut, Options{Task: "saved", ImageDir: dir}); err != nil {
+			t.Fatalf("Run: %v\n%s", err, errOut.String())
+		}
+		path := filepath.Join(dir, "kerneldeck-repl-cell3-1.png")
+		if got, want := out.String(), "[image/png 1×1, 70 B] saved to "+path+"\nafter\n"; got != want {
+			t.Errorf("stdout %q, want %q", got, want)
+		}
+		data, _ := os.ReadFile(path)
+		want, _ := base64.StdEncoding.DecodeString(onePixelPNG)
+		fi, err := os.Stat(path)
+		di, derr := os.Stat(dir)
+		if !bytes.Equal(data, want) || err != nil || fi.Mode().Perm() != 0o600 || derr != nil || di.Mode().Perm() != 0o700 {
+			t.Errorf("saved image %s: %d bytes, %v %v; dir %v %v; want the PNG, 0600 in 0700", path, len(data), fi, err, di, derr)
 		}
 	})
 }

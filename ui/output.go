@@ -1,11 +1,8 @@
 package ui
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/english"
+	"github.com/kerneldeck/kerneldeck/internal/imagefile"
 	"github.com/kerneldeck/kerneldeck/internal/termtext"
 )
 
@@ -458,7 +456,7 @@ func (p *OutputPane) saveImages() tea.Cmd {
 	}
 	displays, seq := r.res.Displays, r.seq
 	return func() tea.Msg {
-		saved, err := saveImagesTo(dir, displays, seq)
+		saved, err := imagefile.Save(dir, displays, fmt.Sprintf("kerneldeck-cell%d", seq))
 		switch {
 		case err != nil:
 			return actionDoneMsg{what: "save image", err: err}
@@ -489,7 +487,7 @@ func (p *OutputPane) openImages() tea.Cmd {
 		if err := engine.EnsurePrivateDir(dir); err != nil {
 			return actionDoneMsg{what: "open images", err: err}
 		}
-		saved, err := saveImagesTo(dir, displays, seq)
+		saved, err := imagefile.Save(dir, displays, fmt.Sprintf("kerneldeck-cell%d", seq))
 		if err != nil {
 			return actionDoneMsg{what: "open images", err: err}
 		}
@@ -503,55 +501,4 @@ func (p *OutputPane) openImages() tea.Cmd {
 		}
 		return actionDoneMsg{what: "opened " + strings.Join(saved[:min(len(saved), maxOpened)], ", ")}
 	}
-}
-
-// saveImagesTo writes each display's first image type to a new 0600 file
-// in dir, named after cell run seq, and returns the paths.
-func saveImagesTo(dir string, displays []engine.Display, seq int) ([]string, error) {
-	var saved []string
-	for i, d := range displays {
-		for _, m := range engine.ImageTypes() {
-			var data []byte
-			if v, ok := d.Data[m]; ok {
-				data, _ = base64.StdEncoding.DecodeString(v)
-			} else if path, ok := d.Spill[m]; ok {
-				data, _ = os.ReadFile(path)
-			}
-			if len(data) == 0 {
-				continue
-			}
-			path, err := saveNew(dir, fmt.Sprintf("kerneldeck-cell%d-%d", seq, i+1), m[len("image/"):], data)
-			if err != nil {
-				return saved, err
-			}
-			saved = append(saved, path)
-			break
-		}
-	}
-	return saved, nil
-}
-
-// saveNew writes data to dir/base.ext, or base-2.ext and so on when that
-// exists, created 0600 and never following or replacing a file.
-func saveNew(dir, base, ext string, data []byte) (string, error) {
-	for n := 1; n < 1000; n++ {
-		name := base + "." + ext
-		if n > 1 {
-			name = fmt.Sprintf("%s-%d.%s", base, n, ext)
-		}
-		path := filepath.Join(dir, name)
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if errors.Is(err, os.ErrExist) {
-			continue
-		}
-		if err != nil {
-			return "", err
-		}
-		_, err = f.Write(data)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return path, err
-	}
-	return "", fmt.Errorf("no free name for %s in %s", base, dir)
 }
