@@ -65,6 +65,8 @@ type Kernel struct {
 	// confinement is how the runner confined itself: "landlock:ABI" or
 	// "none:reason".
 	confinement string
+	// python is the interpreter the runner said it runs on ("": not told).
+	python string
 	// lostNote, on a kernel just created for a key whose previous kernel
 	// left the registry, says why; only the creating call reads it.
 	lostNote string
@@ -118,6 +120,9 @@ type KernelInfo struct {
 	// Confinement is how the runner confined itself: "landlock:ABI", or
 	// "none:reason" when it could not.
 	Confinement string `json:"confinement,omitempty"`
+	// Python is the interpreter the kernel runs on, as its runner said
+	// ("" where it did not: a kernel taken over).
+	Python string `json:"python,omitempty"`
 }
 
 func (k *Kernel) infoLocked(now time.Time, next bool) KernelInfo {
@@ -145,7 +150,7 @@ func (k *Kernel) fillInfoLocked(info *KernelInfo, now time.Time, next bool) {
 	info.ID, info.Owner, info.Task, info.Backend, info.Child = k.id, k.key.Owner, k.key.Task, k.key.Backend, k.key.Child
 	info.Tools, info.PID, info.Dir, info.State, info.Attached = k.toolList(), k.pid, k.dir, state, attached
 	info.Queued, info.RunningCell, info.RunningSince, info.LastUsed = len(k.waiters), k.runningCell, k.runningSince, k.lastUsed
-	info.ExecutionCount, info.NextEvict, info.Confinement = k.execCount, next, k.confinement
+	info.ExecutionCount, info.NextEvict, info.Confinement, info.Python = k.execCount, next, k.confinement, k.python
 }
 
 // backendEnv is the backend the kernel's key names.
@@ -341,6 +346,7 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 	pid, dir, token := r.pid, r.dir, r.token
 	e.mu.Lock()
 	e.noteConfinementLocked(k, r.confinement)
+	k.python = r.python
 	if e.byID[k.id] == k {
 		delete(e.byID, k.id)
 	}
@@ -387,6 +393,7 @@ type spawnedRunner struct {
 	pid         int
 	dir, token  string
 	confinement string
+	python      string // the interpreter, as the runner said
 }
 
 // installStubs writes a spare runner's tool stubs, before its first cell.
@@ -479,6 +486,7 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 	if len(fields) > 3 {
 		r.confinement = fields[3]
 	}
+	r.python = learnt
 	return r, nil
 }
 

@@ -1080,3 +1080,17 @@ func TestComplete(t *testing.T) {
 		t.Errorf("after completing, the execution count is %v, want 2", kernelOf(t, after)["execution_count"])
 	}
 }
+
+// TestKernelsListTheirPython: the kernels listing says which interpreter
+// each kernel runs on, a shim resolved.
+func TestKernelsListTheirPython(t *testing.T) {
+	h := start(t, newEngine(t, engine.Config{}), Options{})
+	exe := strings.TrimSpace(fmt.Sprint(h.call(execReq("x", "import sys; print(sys.executable)", "owner", "A"))["stdout"]))
+	var listed []any
+	for _, k := range h.call(line{"id": "k", "op": "kernels"})["kernels"].([]any) {
+		listed = append(listed, k.(line)["python"])
+	}
+	if exe == "" || len(listed) != 1 || listed[0] != exe || strings.Contains(exe, "shims") {
+		t.Fatalf("the kernel ran on %q, the listing says %v; want the same interpreter, no shim", exe, listed)
+	}
+}

@@ -107,6 +107,9 @@ func (m *Model) detailLines(d *kernelDetail, w int) []string {
 	if k.Confinement != "" {
 		add("confinement", plain(k.Confinement))
 	}
+	if k.Python != "" {
+		add("python", plain(k.Python))
+	}
 	out = append(out, "", t.Bold.Render("Cells (recent, whoever ran them)"))
 	switch {
 	case d.err != nil:

@@ -155,6 +155,7 @@ type Kernel struct {
 	LastUsed       time.Time          `json:"last_used"`
 	NextEvict      bool               `json:"next_evict"`
 	Confinement    string             `json:"confinement"`
+	Python         string             `json:"python,omitempty"`
 }
 
 // KernelOf is k as a listing shows it.
@@ -168,6 +169,7 @@ func KernelOf(k engine.KernelInfo) Kernel {
 		Tools: tools, PID: k.PID, Dir: k.Dir, Attached: k.Attached, Queued: k.Queued,
 		IdleS: math.Round(k.Idle.Seconds()*1000) / 1000, ExecutionCount: k.ExecutionCount,
 		State: k.State, RunningCell: k.RunningCell, LastUsed: k.LastUsed, NextEvict: k.NextEvict, Confinement: k.Confinement,
+		Python: k.Python,
 	}
 	if k.RunningCell != "" {
 		since := k.RunningSince
@@ -182,7 +184,7 @@ func (k Kernel) Info(skew time.Duration) engine.KernelInfo {
 	out := engine.KernelInfo{ID: k.ID, Owner: k.Owner, Task: k.Task, Backend: k.Backend, Child: k.Child,
 		Tools: k.Tools, PID: k.PID, Dir: k.Dir, Attached: k.Attached, Queued: k.Queued,
 		Idle: FromSeconds(k.IdleS), ExecutionCount: k.ExecutionCount, State: k.State, RunningCell: k.RunningCell,
-		LastUsed: k.LastUsed.Add(skew), NextEvict: k.NextEvict, Confinement: k.Confinement}
+		LastUsed: k.LastUsed.Add(skew), NextEvict: k.NextEvict, Confinement: k.Confinement, Python: k.Python}
 	if k.RunningSince != nil {
 		out.RunningSince = k.RunningSince.Add(skew)
 	}
