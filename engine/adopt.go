@@ -210,7 +210,7 @@ func (e *Engine) Adopt(ctx context.Context, kept []KeptKernel) (adopted int, ski
 		e.resume(ctx, k)
 		adopted++
 	}
-	e.enforceCap()
+	e.enforceCap("")
 	return adopted, skipped
 }
 

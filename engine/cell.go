@@ -144,7 +144,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 	defer func() {
 		e.release(k)
 		// A kernel that settles may now be evicted if a busy one kept us over the cap.
-		e.enforceCap()
+		e.enforceCap("")
 	}()
 	// The cell is remembered (Engine.Cells) and its output goes to the
 	// subscribers that watch, whoever asked for it.

@@ -459,11 +459,11 @@ func (e *Engine) SetLimits(maxKernels *int, idleExit *time.Duration) error {
 		e.goAsync(func(ctx context.Context) { e.configureRunner(ctx, k, idle) })
 	}
 	e.reapIdle()
+	cause := ""
 	if maxKernels != nil {
-		e.enforceCap(fmt.Sprintf("the cap was set to %d", *maxKernels))
-	} else {
-		e.enforceCap()
+		cause = fmt.Sprintf("the cap was set to %d", *maxKernels)
 	}
+	e.enforceCap(cause)
 	return nil
 }
 
@@ -516,7 +516,7 @@ func (e *Engine) sweep() {
 			return
 		case <-t.C:
 			e.reapIdle()
-			e.enforceCap()
+			e.enforceCap("")
 			e.refreshSpares()
 			if due := e.takeUnkilled(false); len(due) > 0 { // a retry that fails puts it back
 				e.goAsync(func(ctx context.Context) { e.killBatches(ctx, due) })
@@ -618,8 +618,8 @@ func (e *Engine) reapIdle() []*Kernel {
 
 // enforceCap evicts least recently used kernels while over the cap, never one
 // with an attached (running or queued) cell; cause, if any, says what needed
-// the room ("made room for bob/default"), for the events.
-func (e *Engine) enforceCap(cause ...string) {
+// the room ("made room for bob/default"; "": nothing said), for the events.
+func (e *Engine) enforceCap(cause string) {
 	e.mu.Lock()
 	now := e.cfg.Now()
 	var victims []*Kernel
@@ -644,8 +644,8 @@ func (e *Engine) enforceCap(cause ...string) {
 				why += fmt.Sprintf(" (next: %s)", keyName(idle[i+1]))
 			}
 			detail := fmt.Sprintf("cap %d exceeded by %d: %s, %s", e.max, over-i, why, idleFor(now.Sub(k.lastUsed)))
-			if len(cause) > 0 {
-				detail += "; " + cause[0]
+			if cause != "" {
+				detail += "; " + cause
 			}
 			if len(busy) > 0 {
 				detail += "; busy, never evicted: " + listSome(busy, 5)

@@ -221,7 +221,7 @@ func (e *Engine) TakeBack(ctx context.Context) (TakenBack, error) {
 	for _, oj := range orphans {
 		oj.release()
 	}
-	e.enforceCap()
+	e.enforceCap("")
 	return tb, errors.Join(errs...)
 }
 

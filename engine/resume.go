@@ -90,7 +90,7 @@ func (e *Engine) resume(ctx context.Context, k *Kernel) string {
 		defer e.wg.Done()
 		defer func() {
 			e.release(k)
-			e.enforceCap()
+			e.enforceCap("")
 		}()
 		cctx, cancel := context.WithTimeout(e.base, e.cfg.CellTimeout)
 		defer cancel()

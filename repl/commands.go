@@ -22,9 +22,12 @@ func inspectCode(line string) (string, bool) {
 	if m == nil || (m[1] == "") == (m[3] == "") {
 		return "", false // no mark, or marks on both sides
 	}
-	marks := m[1] + m[3]
+	detail := "False"
+	if m[1]+m[3] == "??" {
+		detail = "True"
+	}
 	return "exec(" + strconv.Quote(inspectSource) + ", {'__kd_g': globals(), '__kd_name': " +
-		strconv.Quote(m[2]) + ", '__kd_detail': " + map[bool]string{true: "True", false: "False"}[marks == "??"] + "})\n", true
+		strconv.Quote(m[2]) + ", '__kd_detail': " + detail + "})\n", true
 }
 
 // inspectSource prints what ipython's ? and ?? print, from the standard
