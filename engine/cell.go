@@ -220,7 +220,7 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 			// state is gone, whoever removed it.
 			kr.StateLost, kr.Note = true, k.lostNote
 		}
-		e.enforceCap("made room for " + keyName(k))
+		e.enforceCapFor(k)
 		if err := e.spawn(ctx, k); err != nil {
 			return e.failOpen(ctx, k, req, cellCall{cellID, userStream}, timeout, start, err)
 		}

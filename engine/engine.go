@@ -145,6 +145,9 @@ type Engine struct {
 	idleExit time.Duration
 	closed   bool
 	overCap  bool // an evict_skipped_busy was reported for the current overflow
+	// roomFor are the new kernels that needed room, oldest first: an
+	// eviction says which it made room for, now or once busy kernels settle.
+	roomFor []*Kernel
 	// idleSince is at or before the lastUsed of every kernel that may go
 	// idle, so reapIdle need not scan the registry before idleSince +
 	// idle_exit: a release only moves lastUsed later. Zero forces a scan.
@@ -646,6 +649,8 @@ func (e *Engine) enforceCap(cause string) {
 			detail := fmt.Sprintf("cap %d exceeded by %d: %s, %s", e.max, over-i, why, idleFor(now.Sub(k.lastUsed)))
 			if cause != "" {
 				detail += "; " + cause
+			} else if n := e.takeRoomForLocked(k); n != nil {
+				detail += "; made room for " + keyName(n)
 			}
 			if len(busy) > 0 {
 				detail += "; busy, never evicted: " + listSome(busy, 5)
@@ -660,10 +665,32 @@ func (e *Engine) enforceCap(cause string) {
 		}
 	}
 	if len(e.kernels) <= e.max {
-		e.overCap = false
+		e.overCap, e.roomFor = false, nil
 	}
 	e.mu.Unlock()
 	e.killAsync(victims)
+}
+
+// enforceCapFor is enforceCap for new kernel k: the evictions it causes,
+// now or once busy kernels settle, say they made room for it.
+func (e *Engine) enforceCapFor(k *Kernel) {
+	e.mu.Lock()
+	e.roomFor = append(e.roomFor, k)
+	e.mu.Unlock()
+	e.enforceCap("")
+}
+
+// takeRoomForLocked is the oldest new kernel still waiting for room that
+// is not victim itself (a newcomer that settles first is evicted for
+// nobody), or nil.
+func (e *Engine) takeRoomForLocked(victim *Kernel) *Kernel {
+	for i, n := range e.roomFor {
+		if n != victim && e.byID[n.id] == n {
+			e.roomFor = append(e.roomFor[:i:i], e.roomFor[i+1:]...)
+			return n
+		}
+	}
+	return nil
 }
 
 // idleFor says how long a kernel has been idle, in words: "idle 5m00s",

@@ -280,8 +280,8 @@ func TestBusyKernelNeverEvicted(t *testing.T) {
 	}
 	// The reasons name kernels by owner and task, not by id alone.
 	if d := r.ev.of(engine.EventEvictedCap)[0].Detail; !strings.Contains(d, "the only idle kernel") ||
-		!strings.Contains(d, "busy, never evicted: busy/default ("+busyID+")") {
-		t.Fatalf("evicted_cap detail %q, want it to say it was the only idle kernel and name busy/default", d)
+		!strings.Contains(d, "busy, never evicted: busy/default ("+busyID+")") || strings.Contains(d, "made room for") {
+		t.Fatalf("evicted_cap detail %q, want it to say it was the only idle kernel and name busy/default (and no room made for itself)", d)
 	}
 	if d := skipped[0].Detail; !strings.Contains(d, "busy/default ("+busyID+")") || !strings.Contains(d, "settled/default (") {
 		t.Fatalf("evict_skipped_busy detail %q, want both busy kernels by owner/task", d)
@@ -372,5 +372,29 @@ func TestOwnerQuota(t *testing.T) {
 	}
 	if err := r.eng.SetOwnerQuota(-1); err == nil {
 		t.Fatal("a negative quota was taken")
+	}
+}
+
+// A kernel that comes while every kernel is busy is made room for once an
+// older one settles: that eviction names it.
+func TestEvictionNamesTheKernelItMadeRoomFor(t *testing.T) {
+	r := newRig(t, func(c *engine.Config) { c.MaxKernels = 1 })
+	firstGate, secondGate := fakeenv.NewGate(), fakeenv.NewGate()
+	r.env.Prepend(
+		fakeenv.On("cell", firstGate.Wrap(r.host.Cell)).If(fakeenv.StdinContains("first()")).Once(),
+		fakeenv.On("cell", secondGate.Wrap(r.host.Cell)).If(fakeenv.StdinContains("second()")).Once(),
+	)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { firstGate.Open(); secondGate.Open(); wg.Wait() })
+	wg.Go(func() { r.eng.Execute(context.Background(), engine.Request{Owner: "ann", Code: "first()"}) })
+	<-firstGate.Entered()
+	r.clock.Advance(time.Second)
+	wg.Go(func() { r.eng.Execute(context.Background(), engine.Request{Owner: "dave", Code: "second()"}) })
+	<-secondGate.Entered()
+	firstGate.Open() // ann's kernel settles first: it goes, for dave's
+	eventually(t, "ann's eviction", func() bool { return len(r.ev.of(engine.EventEvictedCap)) == 1 })
+	ev := r.ev.of(engine.EventEvictedCap)[0]
+	if ev.Owner != "ann" || !strings.Contains(ev.Detail, "; made room for dave/default (") {
+		t.Fatalf("evicted_cap %+v, want ann's kernel, made room for dave/default", ev)
 	}
 }
