@@ -659,3 +659,20 @@ func TestHeadlessPython(t *testing.T) {
 		t.Fatalf("exit %d, stdout %s; want the missing interpreter named", code, stdout)
 	}
 }
+
+// TestBackendPythonFromConfig: a [backends] table entry's python is that
+// backend's interpreter; --python, given, is every backend's.
+func TestBackendPythonFromConfig(t *testing.T) {
+	isolate(t)
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	os.WriteFile(cfg, []byte("[backends]\nhere = { uri = \"local\", python = \"python3.nosuch\" }\n"), 0o600)
+	req := `{"id":"1","op":"execute","code":"import sys; print(sys.executable)"}` + "\n"
+	_, stdout, _ := runCLI(t, req, "headless", "--config", cfg, "--backend", "here", "--spare-kernels", "0")
+	if !strings.Contains(stdout, "python3.nosuch was not found on this host") {
+		t.Fatalf("with the backend's python: %s; want its interpreter, missing, named", stdout)
+	}
+	_, stdout, _ = runCLI(t, req, "headless", "--config", cfg, "--backend", "here", "--spare-kernels", "0", "--python", "/usr/bin/python3")
+	if !strings.Contains(stdout, `"stdout":"/usr/bin/python3`) {
+		t.Fatalf("with --python over the backend's: %s; want /usr/bin/python3", stdout)
+	}
+}

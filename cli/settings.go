@@ -28,6 +28,7 @@ type resolved struct {
 	// workspace is the workspace dir and whence it came, for messages.
 	workspace, workspaceFrom string
 	approvals                engine.Approvals
+	pythonFlag               bool // --python was given: it is every backend's
 }
 
 func resolve(f *engineFlags) (*resolved, error) {
@@ -39,6 +40,7 @@ func resolve(f *engineFlags) (*resolved, error) {
 		set, _ := settings.Lookup(key)
 		set.Set(&cfg.Values, v)
 	}
+	_, pythonFlag := f.values["python"]
 	if f.set["approve"] {
 		cfg.Approve = f.approve
 	}
@@ -52,7 +54,7 @@ func resolve(f *engineFlags) (*resolved, error) {
 			names = []string{cfg.DefaultBackend}
 		}
 	}
-	s := &resolved{cfg: cfg, stateDir: f.stateDir, approvals: buildApprovals(cfg)}
+	s := &resolved{cfg: cfg, stateDir: f.stateDir, approvals: buildApprovals(cfg), pythonFlag: pythonFlag}
 	switch {
 	case f.set["workspace"]:
 		s.workspace, s.workspaceFrom = f.workspace, "--workspace"
@@ -74,6 +76,15 @@ func resolve(f *engineFlags) (*resolved, error) {
 		}
 	}
 	return s, nil
+}
+
+// pythons is each backend's interpreter from [backends]; --python, given,
+// is every backend's.
+func (s *resolved) pythons() map[string]string {
+	if s.pythonFlag {
+		return nil
+	}
+	return s.cfg.Pythons
 }
 
 // buildApprovals turns the approve mode and [approvals] rules into the
@@ -229,6 +240,7 @@ func openEngine(f *engineFlags, s *resolved) (eng *engine.Engine, cleanup func()
 		KeepToolOutput:  s.cfg.KeepToolOutput,
 		NoConfine:       s.cfg.NoConfine,
 		Python:          s.cfg.Python,
+		Pythons:         s.pythons(),
 		KernelLimits:    engine.KernelLimits{Memory: s.cfg.KernelMemory, CPUTime: s.cfg.KernelCPUTime, MaxProcs: s.cfg.KernelMaxProcs},
 		SpareKernels:    spareKernels(s.cfg, envs),
 	})

@@ -41,6 +41,9 @@ type Config struct {
 	Theme string
 	// Backends maps a backend name the operator chose to its URI.
 	Backends map[string]string
+	// Pythons maps a backend URI to the interpreter its kernels run with,
+	// where [backends] names one (name = { uri = "...", python = "..." }).
+	Pythons map[string]string
 	// DefaultBackend is a name from Backends or a URI; empty means "local".
 	DefaultBackend string
 	// Workspace is the directory the host file tools and terminal are
@@ -61,7 +64,7 @@ type Config struct {
 
 // Defaults returns the configuration used when no file sets anything.
 func Defaults() Config {
-	return Config{Values: settings.Defaults(), Backends: map[string]string{}}
+	return Config{Values: settings.Defaults(), Backends: map[string]string{}, Pythons: map[string]string{}}
 }
 
 // DefaultPath is $XDG_CONFIG_HOME/kerneldeck/config.toml, or
@@ -171,7 +174,7 @@ func parse(data, path string, cfg *Config) error {
 			}
 			cfg.Theme = s
 		case "backends":
-			err = parseBackends(v, cfg, fail)
+			err = parseBackends(v, cfg, fail, where)
 		case "default_backend":
 			s, ok := v.(string)
 			if !ok || s == "" {
@@ -212,20 +215,41 @@ func parse(data, path string, cfg *Config) error {
 	return nil
 }
 
-func parseBackends(v any, cfg *Config, fail func(key, format string, args ...any) error) error {
+func parseBackends(v any, cfg *Config, fail func(key, format string, args ...any) error, where string) error {
 	table, ok := v.(map[string]any)
 	if !ok {
 		return fail("backends", "= %s is invalid: it must be a table of name = \"URI\", e.g.\n[backends]\ngpu = \"ssh://me@gpu-box\"", settings.TOMLValue(v))
 	}
 	for _, name := range slices.Sorted(maps.Keys(table)) {
 		uri, ok := table[name].(string)
+		python := ""
+		if entry, isTable := table[name].(map[string]any); isTable {
+			// name = { uri = "ssh://gpu", python = "/opt/venv/bin/python" }
+			for k := range entry {
+				if k != "uri" && k != "python" {
+					return fail("backends."+name, "has an unknown key %q; a backend table has uri and python, e.g. %s = { uri = \"ssh://gpu-box\", python = \"/opt/venv/bin/python\" }", k, name)
+				}
+			}
+			uri, ok = entry["uri"].(string)
+			if p, given := entry["python"]; given {
+				set, _ := settings.Lookup("python")
+				v, err := set.ParseFile(where+": backends."+name, p)
+				if err != nil {
+					return err
+				}
+				python = v.(string)
+			}
+		}
 		if !ok || strings.TrimSpace(uri) == "" {
-			return fail("backends."+name, "= %s is invalid: it must be a non-empty URI string, e.g. %s = \"ssh://user@host:22\"", settings.TOMLValue(table[name]), name)
+			return fail("backends."+name, "= %s is invalid: it must be a non-empty URI string, e.g. %s = \"ssh://user@host:22\", or a table with one, e.g. %s = { uri = \"ssh://user@host\", python = \"/opt/venv/bin/python\" }", settings.TOMLValue(table[name]), name, name)
 		}
 		if strings.Contains(name, "://") || name == "" {
 			return fail("backends."+name, "has an invalid name: pick a short name without \"://\", e.g. gpu = %q", uri)
 		}
 		cfg.Backends[name] = uri
+		if python != "" {
+			cfg.Pythons[uri] = python
+		}
 	}
 	return nil
 }

@@ -83,6 +83,16 @@ func TestLoadSpareKernels(t *testing.T) {
 	}
 }
 
+// TestLoadPython: python for every backend, and per backend in a
+// [backends] table entry.
+func TestLoadPython(t *testing.T) {
+	cfg, err := Load(writeFile(t, "python = \"python3.12\"\n[backends]\ngpu = { uri = \"ssh://gpu-box\", python = \"/opt/venv/bin/python\" }\ncpu = \"ssh://cpu-box\"\n"))
+	if err != nil || cfg.Python != "python3.12" || cfg.Backends["gpu"] != "ssh://gpu-box" || cfg.Backends["cpu"] != "ssh://cpu-box" ||
+		len(cfg.Pythons) != 1 || cfg.Pythons["ssh://gpu-box"] != "/opt/venv/bin/python" {
+		t.Fatalf("python keys: %v; python %q, backends %v, pythons %v", err, cfg.Python, cfg.Backends, cfg.Pythons)
+	}
+}
+
 func TestLoadStorageAndConfineKeys(t *testing.T) {
 	cfg, err := Load(writeFile(t, "tool_output_max_mb = 8\ntool_output_retention = \"2h\"\nkeep_tool_output = true\nconfine_kernels = false\n"+
 		"event_log_max_mb = 16\nevent_log_retention = \"720h\"\n"))
@@ -249,6 +259,10 @@ func TestLoadRejects(t *testing.T) {
 		want       []string // substrings of the error
 	}{
 		{"unknown key", "max_kernel = 3\n", []string{`unknown key "max_kernel"`, "max_kernels"}},
+		{"python relative", `python = "venv/bin/python"` + "\n", []string{`python = "venv/bin/python" is invalid`, "relative path"}},
+		{"backend python bad", "[backends]\ngpu = { uri = \"ssh://g\", python = \"a b\" }\n", []string{"backends.gpu", "holds a space"}},
+		{"backend table key", "[backends]\ngpu = { url = \"ssh://g\" }\n", []string{"backends.gpu", `unknown key "url"`, "uri and python"}},
+		{"backend table no uri", "[backends]\ngpu = { python = \"/usr/bin/python3\" }\n", []string{"backends.gpu", "non-empty URI"}},
 		{"unknown nested key", "[ui]\ncolor = 1\n", []string{`unknown key "ui`}},
 		{"bad duration", `idle_exit = "30x"` + "\n", []string{"idle_exit", `"30x" is not a Go duration`, `"30m"`}},
 		{"duration without unit", "cell_timeout = 30\n", []string{"cell_timeout = 30 is invalid", "quoted duration string"}},

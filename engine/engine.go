@@ -87,9 +87,11 @@ type Config struct {
 	// other layers still hold); for hosts where Landlock gets in the way.
 	NoConfine bool
 	// Python is the interpreter kernels run with: an absolute path, or a
-	// name looked up on each host's PATH ("": python3). The path its first
+	// name looked up on each host's PATH ("": python3); Pythons, by
+	// backend URI, overrides it for a backend. The path a host's first
 	// runner reports (a shim resolved) is used from then on, per host.
-	Python string
+	Python  string
+	Pythons map[string]string
 	// KernelLimits bound every kernel's runner on its host (zero: none).
 	KernelLimits KernelLimits
 	// KeepToolOutput keeps a kernel's stored tool output after the kernel

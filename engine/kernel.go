@@ -445,7 +445,7 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 		script, code = e.shippedRunner(ctx, env, python)
 	}
 	stdin := spawnStdin(script, code, stubs, config)
-	cmd := spawnScript(env.TempDir(), id, python, e.cfg.Python, e.kernelRoot(env), [3]int{len(script), len(code), len(stubs)}, 20, transient)
+	cmd := spawnScript(env.TempDir(), id, python, e.wantPython(env), e.kernelRoot(env), [3]int{len(script), len(code), len(stubs)}, 20, transient)
 	res, err := env.Execute(ctx, cmd, backends.ExecOptions{Stdin: stdin, Timeout: spawnTimeout})
 	if err != nil {
 		return spawnedRunner{}, &transportError{fmt.Errorf("spawn kernel %s on %s: %w", id, env.URI(), err)}
@@ -546,7 +546,12 @@ func (e *Engine) kernelRoot(env backends.Env) string {
 func (e *Engine) python(env backends.Env) string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return cmp.Or(e.pythons[env.URI()], e.cfg.Python)
+	return cmp.Or(e.pythons[env.URI()], e.wantPython(env))
+}
+
+// wantPython is the interpreter configured for env's kernels, or "".
+func (e *Engine) wantPython(env backends.Env) string {
+	return cmp.Or(e.cfg.Pythons[env.URI()], e.cfg.Python)
 }
 
 func validKernelDir(tempDir, dir, id string, transient bool) bool {
