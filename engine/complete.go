@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/internal/termtext"
 )
 
 // Completion is what a kernel offers at a cursor: each of Matches replaces
@@ -20,6 +22,13 @@ type Completion struct {
 
 // MaxCompleteCode bounds the code sent for a completion.
 const MaxCompleteCode = 1 << 20
+
+// Bounds on what a completion gives back: the kernel's namespace is
+// untrusted, and its matches go into an operator's terminal line.
+const (
+	maxMatches    = 200
+	maxMatchBytes = 256
+)
 
 // completeWait bounds a completion: the first one may import jedi.
 const completeWait = 10 * time.Second
@@ -83,9 +92,28 @@ func (e *Engine) Complete(ctx context.Context, id, code string, cursor int) (Com
 			if f.Start < 0 || f.Start > cursor {
 				return Completion{}, fmt.Errorf("complete in kernel %s: the runner's start %d is outside 0..%d", id, f.Start, cursor)
 			}
-			return Completion{Start: f.Start, Matches: f.Matches}, nil
+			return Completion{Start: f.Start, Matches: safeMatches(f.Matches)}, nil
 		case "error":
 			return Completion{}, fmt.Errorf("complete in kernel %s: %s", id, f.Error)
 		}
 	}
+}
+
+// safeMatches keeps the matches a terminal line can take as typed text:
+// valid UTF-8, short, without control, bidirectional or zero-width
+// characters (a dict key can hold an escape sequence), at most maxMatches.
+func safeMatches(in []string) []string {
+	out := []string{}
+	for _, m := range in {
+		if len(out) == maxMatches {
+			break
+		}
+		if m == "" || len(m) > maxMatchBytes || !utf8.ValidString(m) || strings.ContainsFunc(m, func(r rune) bool {
+			return r < 0x20 || (r >= 0x7f && r <= 0x9f) || termtext.Hidden(r)
+		}) {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
 }

@@ -49,6 +49,20 @@ func Completion(t *testing.T, env backends.Env) {
 			t.Errorf("complete %q at %d: start %d, matches %q; none makes %q", tc.code, cursor, c.Start, c.Matches, tc.want)
 		}
 	}
+	// The kernel is untrusted: a key that holds an escape sequence or a
+	// bidirectional override never reaches a terminal line.
+	if _, err := h.Eng.Execute(ctx, engine.Request{Owner: "a", Code: "hostile = {'ok_key': 1, 'bad\\x1b]52;c;eA==\\x07': 2, 'rlo\\u202e': 3}"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := h.Eng.Complete(ctx, id, "hostile['", 9)
+	if err != nil || !slices.ContainsFunc(c.Matches, func(m string) bool { return strings.Contains(m, "ok_key") }) {
+		t.Fatalf("complete hostile keys: %v %q; want ok_key", err, c.Matches)
+	}
+	for _, m := range c.Matches {
+		if strings.ContainsAny(m, "\x1b\x07\u202e") {
+			t.Errorf("a match carries a control or bidi character: %q", m)
+		}
+	}
 	// While a cell runs, completion still answers from the namespace.
 	done := make(chan error, 1)
 	go func() {
@@ -70,8 +84,8 @@ func Completion(t *testing.T, env backends.Env) {
 		t.Fatal(err)
 	}
 	after, err := h.Eng.Execute(ctx, engine.Request{Owner: "a", Code: "1"})
-	if err != nil || after.Kernel.ExecutionCount != 3 {
-		t.Errorf("after completions the execution count is %d (%v), want 3: completion runs no cell", after.Kernel.ExecutionCount, err)
+	if err != nil || after.Kernel.ExecutionCount != 4 {
+		t.Errorf("after completions the execution count is %d (%v), want 4: completion runs no cell", after.Kernel.ExecutionCount, err)
 	}
 	if _, err := h.Eng.Complete(ctx, "k-none", "x", 1); !errors.Is(err, engine.ErrUnknownKernel) {
 		t.Errorf("complete in an unknown kernel: %v, want ErrUnknownKernel", err)
