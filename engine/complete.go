@@ -33,9 +33,9 @@ const (
 // completeWait bounds a completion: the first one may import jedi.
 const completeWait = 10 * time.Second
 
-// ErrNoCompletion is a kernel whose runner cannot complete: it is not
-// reachable over a stream (a docker:// kernel through its relay, a kernel
-// still starting).
+// ErrNoCompletion is a kernel whose runner cannot complete now: it is not
+// reachable over a stream (a backend without one, a kernel still
+// starting).
 var ErrNoCompletion = errors.New("completion needs the kernel's stream")
 
 // Complete asks kernel id for the completions of code at cursor (in
