@@ -344,9 +344,10 @@ func TestKernelsListing(t *testing.T) {
 		k := ks[i].(line)
 		wantKeys(t, "kernel entry", k, "id", "owner", "task", "backend", "child", "tools", "pid", "dir",
 			"attached", "queued", "idle_s", "execution_count",
-			"state", "running_cell", "running_since", "last_used", "next_evict", "confinement")
-		if k["state"] != "idle" || k["running_cell"] != "" || k["running_since"] != nil || !strings.HasPrefix(k["confinement"].(string), "landlock:") {
-			t.Errorf("kernel entry %v: want an idle, confined kernel", k)
+			"state", "running_cell", "running_since", "last_used", "next_evict", "confinement", "python")
+		if k["state"] != "idle" || k["running_cell"] != "" || k["running_since"] != nil || !strings.HasPrefix(k["confinement"].(string), "landlock:") ||
+			!strings.HasPrefix(fmt.Sprint(k["python"]), "/") {
+			t.Errorf("kernel entry %v: want an idle, confined kernel on an interpreter by its path", k)
 		}
 		rk := kernelOf(t, want.res)
 		tools, isArray := k["tools"].([]any)
