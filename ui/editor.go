@@ -185,11 +185,11 @@ func (p *EditorPane) wordAtCursor() (code string, cursor int, ok bool) {
 // what happened, for the status line.
 func (p *EditorPane) complete(msg completionsMsg) string {
 	defer p.render()
-	if at, _ := p.cursor(); p.area.Value() != msg.ask.code || at != msg.ask.cursor || p.form != nil {
+	at, lineStart := p.cursor()
+	if p.area.Value() != msg.ask.code || at != msg.ask.cursor || p.form != nil {
 		return "" // typed on since: the answer is stale
 	}
 	runes := []rune(msg.ask.code)
-	_, lineStart := p.cursor()
 	if msg.c.Start < lineStart || msg.c.Start > msg.ask.cursor {
 		return ""
 	}
