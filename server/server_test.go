@@ -213,25 +213,40 @@ func TestRefusesWhatItDidNotMake(t *testing.T) {
 // with nothing new.
 func clientAs(t *testing.T, path string, uid, gid int, groups []uint32, requests ...string) (lines []map[string]any, err error) {
 	t.Helper()
+	// The client reads until every request has its final answer (started
+	// and output lines come first): a container's kernel may take seconds
+	// to start on a loaded machine, so a pause is no sign of the end.
 	script := `
-import socket, sys
+import json, socket, sys, time
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
-s.settimeout(3)
+pending = set()
 try:
     for r in sys.argv[2:]:
+        pending.add(json.loads(r).get("id"))
         s.sendall(r.encode() + b"\n")
 except OSError:
     pass  # refused: read what the server said
+deadline = time.monotonic() + 120
+s.settimeout(1)
 buf = b""
-try:
-    while True:
+while pending and time.monotonic() < deadline:
+    try:
         chunk = s.recv(65536)
-        if not chunk:
-            break
-        buf += chunk
-except (socket.timeout, OSError):
-    pass
+    except socket.timeout:
+        continue
+    except OSError:
+        break
+    if not chunk:
+        break
+    buf += chunk
+    for line in buf.split(b"\n")[:-1]:
+        try:
+            m = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(m, dict) and m.get("op") not in ("started", "output", "event"):
+            pending.discard(m.get("id"))
 sys.stdout.write(buf.decode())
 `
 	cmd := exec.Command("/usr/bin/python3", append([]string{"-c", script, path}, requests...)...)
