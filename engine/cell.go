@@ -46,6 +46,12 @@ type Request struct {
 	// path only; the result carries them all again, with parts too large for
 	// the stream); it must not block.
 	OnDisplay func(Display)
+	// OnInput, when set, answers the cell's input() and getpass(): it may
+	// wait for a person, up to the cell's deadline (ctx ends there), and
+	// returns the typed line without its newline, or an error (ErrInputEOF
+	// for an end of input) that the cell's input() raises as EOFError.
+	// Without it, input() raises EOFError saying no one can answer.
+	OnInput func(ctx context.Context, ask InputRequest) (string, error)
 	// OnQueued, when set, runs once the call has its place in its kernel's
 	// first-come-first-served line, before any backend work. A caller that
 	// starts the next call only after it keeps its calls in order.
@@ -239,7 +245,7 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 	}
 
 	c := newCellRun(cellID, req.Code, deadline, req.OnOutput, userStream)
-	c.onDisplay = req.OnDisplay
+	c.onDisplay, c.onInput = req.OnDisplay, req.OnInput
 	c.rpc = e.newRPCSession(ctx, k, c)
 	e.mu.Lock()
 	if slices.Contains(k.earlier, cellID) {
@@ -343,7 +349,7 @@ func (e *Engine) runOnce(ctx context.Context, k *Kernel, req Request, call cellC
 		}
 	}()
 	c := newCellRun(call.id, req.Code, deadline, req.OnOutput, call.userStream)
-	c.onDisplay = req.OnDisplay
+	c.onDisplay, c.onInput = req.OnDisplay, req.OnInput
 	c.rpc = e.newRPCSession(ctx, tk, c)
 	out := e.runCell(ctx, tk, c)
 	if out.kind == outDead {
@@ -384,6 +390,8 @@ type cellRun struct {
 	code     string
 	deadline time.Time
 	onOutput func(stream, text string)
+	// onInput answers the cell's input() and getpass(); nil where no one can.
+	onInput func(context.Context, InputRequest) (string, error)
 	// onDisplay gets the displays streamed while the cell runs; streamed
 	// counts them and their bytes, bounded as a result's are.
 	onDisplay func(Display)

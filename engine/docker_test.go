@@ -63,6 +63,12 @@ func TestDockerToolCalls(t *testing.T) {
 	})
 }
 
+// input() in a kernel in a container asks the caller here, through the relay.
+func TestDockerInput(t *testing.T) {
+	name := dockertest.Container(t, dockertest.ContainerOptions{})
+	enginetest.Input(t, dockerEnvOwnTemp(t, name, "alice"))
+}
+
 // One owner's kernel attacks another's of the same user in a container.
 func TestDockerIsolation(t *testing.T) {
 	name := dockertest.Container(t, dockertest.ContainerOptions{})

@@ -44,3 +44,12 @@ func TestLocalWatching(t *testing.T) {
 func TestLocalCompletion(t *testing.T) {
 	enginetest.Completion(t, backends.NewLocal(enginetest.ShortTempDir(t)))
 }
+
+// input() asks the caller over both doors: the stream and, without one,
+// the request files that the host-side wait forwards.
+func TestLocalInput(t *testing.T) {
+	t.Run("stream", func(t *testing.T) { enginetest.Input(t, backends.NewLocal(enginetest.ShortTempDir(t))) })
+	t.Run("execute", func(t *testing.T) {
+		enginetest.Input(t, backends.ExecuteOnly(backends.NewLocal(enginetest.ShortTempDir(t))))
+	})
+}

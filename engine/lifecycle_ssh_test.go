@@ -96,3 +96,10 @@ func TestSSHCompletion(t *testing.T) {
 	u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
 	enginetest.Completion(t, sshEnv(t, srv, u, nil))
 }
+
+// input() in a kernel on a real sshd asks the caller here.
+func TestSSHInput(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Options{})
+	u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
+	enginetest.Input(t, sshEnv(t, srv, u, nil))
+}

@@ -165,6 +165,8 @@ type rpcSession struct {
 	// late, once the Execute door runs, delivers an answer on its own
 	// instead of leaving it for the next host-side wait.
 	late func(rpcAnswer) error
+	// onInput answers the cell's input(); nil where its caller cannot.
+	onInput func(context.Context, InputRequest) (string, error)
 }
 
 type rpcAnswer struct {
@@ -176,7 +178,7 @@ type rpcAnswer struct {
 // cell's deadline: a tool never runs longer than the cell that asked for it.
 func (e *Engine) newRPCSession(ctx context.Context, k *Kernel, c *cellRun) *rpcSession {
 	sctx, cancel := context.WithDeadline(ctx, c.deadline)
-	return &rpcSession{e: e, k: k, cellID: c.id, ctx: sctx, cancel: cancel, idle: make(chan rpcJob)}
+	return &rpcSession{e: e, k: k, cellID: c.id, ctx: sctx, cancel: cancel, idle: make(chan rpcJob), onInput: c.onInput}
 }
 
 // rpcJob is one request to serve and what to do with its answer.
@@ -264,7 +266,7 @@ func (s *rpcSession) authenticate(item rpcItem) (rpcRequest, error) {
 		return req, &rejection{seq: req.Seq, reason: fmt.Sprintf("left over from an earlier cell (the running cell is %s): a call runs only under its own cell's authority", s.cellID)}
 	case len(req.Args) > MaxToolArgs:
 		return req, &rejection{seq: req.Seq, reason: fmt.Sprintf("oversized arguments: %d bytes, the limit is %d", len(req.Args), MaxToolArgs)}
-	case !toolName.MatchString(req.Tool):
+	case !toolName.MatchString(req.Tool) && req.Tool != inputTool:
 		return req, &rejection{seq: req.Seq, reason: fmt.Sprintf("tool name %.80q is not a tool name", req.Tool)}
 	}
 	if a := bytes.TrimSpace(req.Args); len(a) == 0 || string(a) == "null" {
@@ -284,6 +286,9 @@ func (s *rpcSession) authenticate(item rpcItem) (rpcRequest, error) {
 // limit, the approval policy and the registry.
 func (s *rpcSession) dispatch(req rpcRequest) rpcResponse {
 	e, k := s.e, s.k
+	if req.Tool == inputTool {
+		return s.ask(req)
+	}
 	refuse := func(why string) rpcResponse {
 		e.emit(kernelEvent(EventRPCCall, k, fmt.Sprintf("seq %d %s: refused: %s", req.Seq, req.Tool, why)))
 		return rpcResponse{Error: why}

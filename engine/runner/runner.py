@@ -587,6 +587,7 @@ OUTPUT_KEEP = 16 << 10  # bytes of earlier cells' output the files may hold befo
 STREAM_EVERY = 0.1  # seconds between output chunks while a cell runs
 SOCK_PATH_MAX = 104  # bytes; sun_path holds 108 on Linux and 104 on BSDs, NUL included
 RPC_FILE_MAX = (1 << 20) + (64 << 10)  # bytes of one request file forwarded; the engine rejects more
+INPUT_TOOL = "kerneldeck:input"  # not a tool name: the engine asks the cell's caller
 RPC_SLACK = 5.0  # seconds a tool call waits past its cell's timeout for the engine's interrupt
 TURN_MAIN, TURN_IO = "main", "io"  # which thread reads the doors (Runner.turn)
 RECV_CHUNK = 64 << 10  # bytes one read of an engine connection takes at most
@@ -827,6 +828,37 @@ class MplBackendFinder:
             runner.flush_figures()
 
         mod.show = show
+
+
+class GetpassFinder:
+    """Makes getpass.getpass ask as input() does, with what is typed not
+    shown, from the moment getpass is imported (a cell's "from getpass
+    import getpass" takes the kernel's)."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self.loader = None
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "getpass" or self.loader is not None:
+            return None
+        from importlib.machinery import PathFinder
+
+        spec = PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            self.loader = spec.loader
+            spec.loader = self
+        return spec
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, mod):
+        try:
+            self.loader.exec_module(mod)
+        finally:
+            self.loader = None
+        mod.getpass = self.runner.getpass
 
 
 def write_private(path, data):
@@ -1802,6 +1834,29 @@ class Runner:
             for conn in list(self.streamers):
                 conn.send(frame)
 
+    def input(self, prompt=""):
+        """The kernel's input(): whoever runs the cell is asked for the line
+        (the engine's caller: a REPL, the dashboard, a headless client),
+        over the tool-call channel, as Jupyter's input_request does."""
+        return self.ask_input(prompt, False)
+
+    def getpass(self, prompt="Password: ", stream=None):
+        """getpass.getpass(): as input(), with what is typed not shown."""
+        return self.ask_input(prompt, True)
+
+    def ask_input(self, prompt, password):
+        if self.running is None:
+            raise EOFError("input() outside a cell has no one to ask")
+        # What the cell printed so far reaches its caller before the prompt.
+        self.flush_streams()
+        with self.stream_lock:
+            self.stream_running()
+        resp = self.rpc.call(INPUT_TOOL, {"prompt": str(prompt), "password": bool(password)})
+        value = resp.get("value") if resp.get("ok") else None
+        if not isinstance(value, str):
+            raise EOFError(resp.get("error") or "no answer")
+        return value
+
     def display(self, *objs, **_):
         """The kernel's display(): each object becomes a display of the cell."""
         for obj in objs:
@@ -2535,7 +2590,11 @@ def main():
     # Rich output: display() in every cell, and matplotlib drawing with Agg
     # into displays unless the kernel asks for another backend.
     builtins.display = runner.display
+    builtins.input = runner.input
     sys.meta_path.append(MplBackendFinder(runner))
+    sys.meta_path.insert(0, GetpassFinder(runner))
+    if "getpass" in sys.modules:  # imported by the interpreter's startup
+        sys.modules["getpass"].getpass = runner.getpass
     os.environ.setdefault("MPLBACKEND", "module://kerneldeck_mpl")
     sys.dont_write_bytecode = True
     RUNNER = runner

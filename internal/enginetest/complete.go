@@ -19,7 +19,7 @@ func Completion(t *testing.T, env backends.Env) {
 	h := New(t, env, nil)
 	ctx := context.Background()
 	res, err := h.Eng.Execute(ctx, engine.Request{Owner: "a",
-		Code: "import os\nmeasurements = {'alpha': 1, 'beta': 2}\nclass Box:\n    def __init__(self):\n        self.payload_size = 3\nbox = Box()\nopen('kd_probe_file.txt', 'w').close()"})
+		Code: "import os\nmeasurements = {'alpha': 1, 'beta': 2}\nclass Box:\n    def __init__(self):\n        self.payload_size = 3\nbox = Box()\nos.chdir(os.environ['TMPDIR'])\nopen('kd_probe_file.txt', 'w').close()"})
 	if err != nil || res.Status != engine.StatusSuccess {
 		t.Fatalf("setup cell: %v %+v", err, res)
 	}
