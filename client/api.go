@@ -118,11 +118,21 @@ func (c *Client) Execute(ctx context.Context, req engine.Request) (*engine.Resul
 	r := wire.NewRequest(wire.OpExecute).(*wire.Execute)
 	r.Code, r.Owner, r.Task, r.Backend, r.Child, r.Tools, r.Reset, r.Cell = req.Code, req.Owner, req.Task, req.Backend, req.Child, req.Tools, req.Reset, req.Cell
 	r.Stream = req.OnOutput != nil || req.OnStart != nil || req.OnDisplay != nil
+	r.Input = req.OnInput != nil
 	if req.Timeout > 0 {
 		r.Timeout = req.Timeout.Seconds()
 	}
+	// An input() is answered off the reader (OnInput may wait for a
+	// person), and only while this call waits.
+	askCtx, stopAsking := context.WithCancel(ctx)
+	defer stopAsking()
 	lines := func(op wire.Op, line []byte) {
 		switch op {
+		case wire.OpInputRequest:
+			var l wire.InputRequest
+			if req.OnInput != nil && json.Unmarshal(line, &l) == nil {
+				go c.answerInput(askCtx, req.OnInput, l)
+			}
 		case wire.OpStarted:
 			var l wire.Started
 			if req.OnStart != nil && json.Unmarshal(line, &l) == nil {
@@ -150,6 +160,18 @@ func (c *Client) Execute(ctx context.Context, req engine.Request) (*engine.Resul
 	}
 	c.kick()
 	return res.Engine(), nil
+}
+
+// answerInput asks onInput for the line that l's cell waits on and sends
+// it, or an end of input when onInput fails.
+func (c *Client) answerInput(ctx context.Context, onInput func(context.Context, engine.InputRequest) (string, error), l wire.InputRequest) {
+	value, err := onInput(ctx, engine.InputRequest{Cell: l.Cell, Prompt: l.Prompt, Password: l.Password})
+	if ctx.Err() != nil {
+		return // the cell is over
+	}
+	r := wire.NewRequest(wire.OpInputReply).(*wire.InputReply)
+	r.To, r.Value, r.EOF = l.ID, value, err != nil
+	_ = c.call(ctx, r, nil, nil) // a refusal means the cell no longer waits
 }
 
 func (c *Client) simple(ctx context.Context, req wire.Request) error {

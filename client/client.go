@@ -198,7 +198,7 @@ func (c *Client) read() {
 			continue // an error without an id answers nothing we sent
 		}
 		switch env.Op {
-		case wire.OpStarted, wire.OpOutput:
+		case wire.OpStarted, wire.OpOutput, wire.OpInputRequest:
 			c.mu.Lock()
 			p := c.pending[id]
 			c.mu.Unlock()

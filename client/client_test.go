@@ -285,3 +285,31 @@ func TestClientSpares(t *testing.T) {
 	}
 	waitFor(t, "one kernel and a spare again", func() bool { return len(c.Kernels()) == 1 && c.Spares() == eng.Spares() })
 }
+
+// A cell's input() over the socket reaches the client's OnInput, and its
+// answer (or an end of input) comes back to the cell.
+func TestClientAnswersInput(t *testing.T) {
+	_, s := served(t)
+	c := attach(t, s.Path(), client.DialOptions{}, client.Options{})
+	var mu sync.Mutex
+	var asked []engine.InputRequest
+	res, err := c.Execute(context.Background(), engine.Request{Owner: "me",
+		Code: "a = input('first? ')\ntry:\n    input('second? ')\nexcept EOFError:\n    print(a, 'then eof')",
+		OnInput: func(_ context.Context, ask engine.InputRequest) (string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, ask)
+			if len(asked) == 2 {
+				return "", engine.ErrInputEOF
+			}
+			return "yes", nil
+		}})
+	if err != nil || res.Stdout != "yes then eof\n" {
+		t.Fatalf("a cell asking twice: %v %+v", err, res)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 2 || asked[0].Prompt != "first? " || asked[1].Prompt != "second? " || asked[0].Cell != res.Cell {
+		t.Errorf("asked %+v, want first? then second? of cell %s", asked, res.Cell)
+	}
+}

@@ -22,6 +22,7 @@ type server struct {
 	version string
 	// refusals says a restricted peer's refused requests, a few at a time.
 	refusals *engine.Refusals
+	inputs   inputs
 }
 
 func (s *server) handle(ctx context.Context, r *request) {
@@ -93,6 +94,8 @@ func (s *server) handle(ctx context.Context, r *request) {
 			}
 			s.w.write(wire.Completions{Head: wire.Head{ID: r.id, Op: wire.OpCompletions}, Start: c.Start, Matches: c.Matches})
 		}
+	case wire.OpInputReply:
+		s.reply(r)
 	}
 }
 
@@ -112,6 +115,9 @@ func (s *server) execute(ctx context.Context, r *request) {
 		r.exec.OnDisplay = func(d engine.Display) {
 			s.w.write(wire.DisplayOutput{Output: wire.Output{Head: head, Stream: engine.StreamDisplay, Text: d.Label() + "\n"}, Display: d})
 		}
+	}
+	if r.input {
+		r.exec.OnInput = s.asker(r.id)
 	}
 	s.w.write(s.run(ctx, r))
 }

@@ -1095,3 +1095,51 @@ func TestKernelsListTheirPython(t *testing.T) {
 		t.Fatalf("the kernel ran on %q, the listing says %v; want the same interpreter, no shim", exe, listed)
 	}
 }
+
+// TestInput: an execute with "input" gets an input_request line when its
+// cell calls input() or getpass(), and an input_reply naming the execute
+// answers it; without "input", input() raises EOFError saying why.
+func TestInput(t *testing.T) {
+	h := start(t, newEngine(t, engine.Config{}), Options{})
+	req := execReq("ask", "name = input('name? ')\nimport getpass\nprint(name.upper(), len(getpass.getpass('pin: ')))", "owner", "A")
+	req["input"] = true
+	h.send(req)
+	for i, want := range []line{{"id": "ask", "op": "input_request", "prompt": "name? ", "password": false},
+		{"id": "ask", "op": "input_request", "prompt": "pin: ", "password": true}} {
+		got := h.next()
+		wantKeys(t, "input request", got, "id", "op", "cell", "prompt", "password")
+		for k, v := range want {
+			if got[k] != v {
+				t.Fatalf("input request %d: %v, want %v", i, got, want)
+			}
+		}
+		value := "ada"
+		if i == 1 {
+			value = "1234"
+		}
+		if ok := h.call(line{"id": fmt.Sprint("reply", i), "op": "input_reply", "to": "ask", "value": value}); ok["op"] != "ok" {
+			t.Fatalf("input_reply: %v", ok)
+		}
+	}
+	if res := h.await("ask")["ask"]; res["stdout"] != "ADA 4\n" {
+		t.Fatalf("the cell after its answers: %v, want ADA 4", res)
+	}
+	if got := h.call(line{"id": "stray", "op": "input_reply", "to": "ask", "value": "x"}); got["op"] != "error" ||
+		!strings.Contains(fmt.Sprint(got["error"]), `no input() waits on execute "ask"`) {
+		t.Errorf("a reply no input() waits for: %v, want an error", got)
+	}
+	req = execReq("eof", "try:\n    input()\nexcept EOFError:\n    print('eof')", "owner", "A")
+	req["input"] = true
+	h.send(req)
+	if got := h.next(); got["op"] != "input_request" {
+		t.Fatalf("want an input request, got %v", got)
+	}
+	h.send(line{"id": "end", "op": "input_reply", "to": "eof", "eof": true})
+	if got := h.await("end", "eof"); got["eof"]["stdout"] != "eof\n" {
+		t.Errorf("an input_reply with eof: %v, want EOFError in the cell", got)
+	}
+	if got := h.call(execReq("none", "input('x? ')", "owner", "A")); got["status"] != "error" ||
+		!strings.Contains(fmt.Sprint(got["traceback"]), "EOFError: input() has no one to answer it here") {
+		t.Errorf("input() in an execute without \"input\": %v, want an EOFError that says why", got)
+	}
+}

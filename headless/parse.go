@@ -23,7 +23,11 @@ type request struct {
 	id         string
 	op         wire.Op
 	exec       engine.Request
-	stream     bool // execute: output lines while the cell runs
+	stream     bool   // execute: output lines while the cell runs
+	input      bool   // execute: the client answers input_request lines
+	to         string // input_reply: the execute it answers, the line and whether input ends
+	value      string
+	eof        bool
 	maxKernels *int
 	idleExit   *time.Duration
 	perOwner   *int // limits: max_kernels_per_owner
@@ -127,6 +131,14 @@ func (s *server) parse(line []byte) (*request, json.RawMessage, error) {
 		if r.kernel == "" {
 			err = errors.New(`complete needs "kernel": the kernel id (see the "kernels" op)`)
 		}
+	case *wire.InputReply:
+		r.to, r.value, r.eof = msg.To, msg.Value, msg.EOF
+		switch {
+		case r.to == "":
+			err = errors.New(`input_reply needs "to": the id of the execute whose input_request it answers`)
+		case len(r.value) > engine.MaxInputAnswer:
+			err = fmt.Errorf(`"value" is %d bytes; input() takes at most %d`, len(r.value), engine.MaxInputAnswer)
+		}
 	case *wire.ShutdownOwner:
 		r.owner = msg.Owner
 		if _, present := f.raw("owner"); !present {
@@ -157,7 +169,7 @@ func (s *server) parseExecute(f fields, msg *wire.Execute, r *request) error {
 	if _, given := f.raw("cell"); given && !engine.ValidCellID(msg.Cell) {
 		return fmt.Errorf(`"cell" is your id for the cell, so that asking again never runs it twice: 1 to 64 letters, digits, _ or -, got %q`, msg.Cell)
 	}
-	r.stream = msg.Stream
+	r.stream, r.input = msg.Stream, msg.Input
 	if secs := msg.Timeout; secs != 0 {
 		if secs < 0 || secs > maxSeconds {
 			return fmt.Errorf(`"timeout" is in seconds and must be >= 0 and below %d years (0 or absent means the configured cell timeout), got %g`, maxYears, secs)

@@ -31,9 +31,13 @@ func TestEveryRequestReachesTheServer(t *testing.T) {
 	}{
 		{req(wire.OpExecute, func(r wire.Request) {
 			*r.(*wire.Execute) = wire.Execute{Head: r.(*wire.Execute).Head, Code: "x = 1", Owner: "ann", Task: "etl", Backend: "local",
-				Child: "c1", Tools: []string{"read_file"}, Timeout: 2.5, Reset: true, Stream: true}
+				Child: "c1", Tools: []string{"read_file"}, Timeout: 2.5, Reset: true, Stream: true, Input: true}
 		}), request{exec: engine.Request{Code: "x = 1", Owner: "ann", Task: "etl", Backend: "local", Child: "c1",
-			Tools: []string{"read_file"}, Timeout: 2500 * time.Millisecond, Reset: true}, stream: true}},
+			Tools: []string{"read_file"}, Timeout: 2500 * time.Millisecond, Reset: true}, stream: true, input: true}},
+		{req(wire.OpInputReply, func(r wire.Request) {
+			a := r.(*wire.InputReply)
+			a.To, a.Value, a.EOF = "r-execute", "Ada", true
+		}), request{to: "r-execute", value: "Ada", eof: true}},
 		{req(wire.OpKernels, func(r wire.Request) { r.(*wire.KernelsQuery).UnlessVersion = "v7" }), request{version: "v7"}},
 		{req(wire.OpLimits, func(r wire.Request) {
 			l := r.(*wire.Limits)

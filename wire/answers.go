@@ -98,6 +98,16 @@ type Started struct {
 	Cell string `json:"cell"`
 }
 
+// InputRequest asks for the line a cell's input() or getpass() waits on:
+// its ID is the execute's, Prompt a single line of text, Password says not
+// to show what is typed.
+type InputRequest struct {
+	Head
+	Cell     string `json:"cell"`
+	Prompt   string `json:"prompt"`
+	Password bool   `json:"password"`
+}
+
 // Output is a chunk of a streamed cell's output.
 type Output struct {
 	Head

@@ -278,6 +278,7 @@ var answerLines = []struct {
 	{wire.OpHello, reflect.TypeFor[wire.Hello](), nil},
 	{wire.OpCells, reflect.TypeFor[wire.Cells](), nil},
 	{wire.OpCompletions, reflect.TypeFor[wire.Completions](), nil},
+	{wire.OpInputRequest, reflect.TypeFor[wire.InputRequest](), nil},
 	{wire.OpError, reflect.TypeFor[wire.Error](), nil},
 	{wire.OpGoodbye, reflect.TypeFor[wire.Goodbye](), nil},
 	{wire.OpEvent, reflect.TypeFor[wire.Event](), nil},

@@ -26,6 +26,9 @@ type Execute struct {
 	// Cell is the client's id for the cell: asked again with the same
 	// cell, the engine gives its result instead of running it twice.
 	Cell string `json:"cell,omitempty"`
+	// Input says the client answers the cell's input(): an InputRequest
+	// line comes, and an InputReply answers it.
+	Input bool `json:"input,omitempty"`
 }
 
 // KernelsQuery asks for the kernels listing; given the last listing's
@@ -57,6 +60,16 @@ type Complete struct {
 	Kernel string `json:"kernel"`
 	Code   string `json:"code"`
 	Cursor int    `json:"cursor"`
+}
+
+// InputReply answers the input_request of the execute whose id is To:
+// Value is the line typed (without its newline); EOF ends input instead,
+// as ctrl+d does.
+type InputReply struct {
+	Head
+	To    string `json:"to"`
+	Value string `json:"value"`
+	EOF   bool   `json:"eof,omitempty"`
 }
 
 // ShutdownOwner kills every kernel of Owner.
@@ -96,6 +109,8 @@ func NewRequest(op Op) Request {
 		r = &KernelOp{}
 	case OpComplete:
 		r = &Complete{}
+	case OpInputReply:
+		r = &InputReply{}
 	case OpShutdownOwner:
 		r = &ShutdownOwner{}
 	case OpApprove:

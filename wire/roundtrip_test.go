@@ -144,7 +144,7 @@ func TestEventRoundTrip(t *testing.T) {
 
 // Every field of hello and of the lines of a streamed cell survives.
 func TestAnswersRoundTrip(t *testing.T) {
-	for _, v := range []any{filled[wire.Hello](t), filled[wire.Started](t), filled[wire.DisplayOutput](t),
+	for _, v := range []any{filled[wire.Hello](t), filled[wire.Started](t), filled[wire.DisplayOutput](t), filled[wire.InputRequest](t),
 		filled[wire.Killed](t), filled[wire.Subscribed](t), filled[wire.Goodbye](t), filled[wire.Error](t)} {
 		back := reflect.New(reflect.TypeOf(v))
 		b, _ := json.Marshal(v)

@@ -30,6 +30,7 @@ const (
 	OpSubscribe     Op = "subscribe"
 	OpCells         Op = "cells"
 	OpComplete      Op = "complete"
+	OpInputReply    Op = "input_reply"
 )
 
 // The answers and unasked lines that are not also requests.
@@ -43,12 +44,15 @@ const (
 	OpGoodbye Op = "goodbye"
 	// OpCompletions answers complete.
 	OpCompletions Op = "completions"
+	// OpInputRequest asks the client of an execute with "input" for a
+	// line its cell's input() waits on.
+	OpInputRequest Op = "input_request"
 )
 
 // Ops lists the requests in the order the README and hello list them.
 func Ops() []Op {
 	return []Op{OpExecute, OpKernels, OpLimits, OpInterrupt, OpKill, OpShutdownOwner, OpShutdownAll, OpApprove,
-		OpHello, OpSubscribe, OpCells, OpComplete}
+		OpHello, OpSubscribe, OpCells, OpComplete, OpInputReply}
 }
 
 // Head begins every request and every answer to one: the id the client
