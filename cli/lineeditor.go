@@ -32,11 +32,16 @@ type lineEditor struct {
 // from the kernel.
 type tabCompleter struct {
 	complete func(line []rune, pos int) (start int, matches []string)
+	// off while a cell's input() is answered: the answer is no code.
+	off bool
 }
 
 // Do implements readline.AutoCompleter: the candidates' text after what
 // is typed, and how much of it is typed.
 func (c *tabCompleter) Do(line []rune, pos int) ([][]rune, int) {
+	if c.off {
+		return nil, 0
+	}
 	if strings.TrimLeft(string(line[:pos]), " \t") == "" {
 		return [][]rune{[]rune("    ")}, 0
 	}
@@ -148,14 +153,7 @@ func (e *lineEditor) ReadLine(prompt string) (string, error) {
 	case err != nil:
 		return "", err
 	}
-	// What the editor did not take as a key is text; no control byte (an
-	// escape sequence it did not know) reaches the code.
-	line = strings.Map(func(r rune) rune {
-		if r < 0x20 && r != '\t' || r == 0x7f {
-			return -1
-		}
-		return r
-	}, line)
+	line = typedText(line)
 	if strings.TrimSpace(line) != "" {
 		e.rl.SaveHistory(line)
 		if e.hist != nil {
@@ -163,6 +161,41 @@ func (e *lineEditor) ReadLine(prompt string) (string, error) {
 		}
 	}
 	return line, nil
+}
+
+// typedText is what the editor did not take as a key: no control byte (an
+// escape sequence it did not know) reaches the kernel.
+func typedText(line string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 && r != '\t' || r == 0x7f {
+			return -1
+		}
+		return r
+	}, line)
+}
+
+// ReadInput implements repl.InputReader: the answer to a cell's input(),
+// kept out of the history and not completed; a password is typed unseen.
+func (e *lineEditor) ReadInput(prompt string, password bool) (string, error) {
+	var line string
+	var err error
+	if password {
+		var b []byte
+		b, err = e.rl.ReadPassword(prompt)
+		line = string(b)
+	} else {
+		e.tab.off = true
+		e.rl.SetPrompt(prompt)
+		line, err = e.rl.Readline()
+		e.tab.off = false
+	}
+	switch {
+	case errors.Is(err, readline.ErrInterrupt):
+		return "", repl.ErrLineInterrupted
+	case err != nil:
+		return "", err
+	}
+	return typedText(line), nil
 }
 
 // Close gives the terminal back.

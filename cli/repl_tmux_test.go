@@ -116,3 +116,44 @@ func TestREPLCompletesInspectsAndExits(t *testing.T) {
 		t.Errorf("exit() did not say what became of the kernel:\n%s\n%s", s.LastScreen(), s.Stderr())
 	}
 }
+
+// TestREPLAnswersInput: in a real terminal, a cell's input() asks with its
+// prompt and takes the typed line; getpass() takes one that never shows;
+// ctrl+c at the prompt interrupts the cell, and the kernel keeps its state.
+func TestREPLAnswersInput(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "repl", "--state-dir", dirs.state}, Env: dirs.env(), Width: 100, Height: 30})
+	s.WaitScreen("the prompt", tmuxWait, func(screen string) bool { return strings.Contains(screen, ">>>") })
+	s.Type("print('asking'); name = input('who are you? ')")
+	s.Keys("Enter")
+	s.WaitScreen("input's prompt", tmuxWait, func(screen string) bool { return strings.Contains(screen, "asking\nwho are you?") })
+	s.Type("Ada")
+	s.Keys("Enter")
+	s.WaitScreen("the next prompt", tmuxWait, func(screen string) bool { return strings.Count(screen, ">>>") == 2 })
+	s.Type("import getpass; pin = getpass.getpass()")
+	s.Keys("Enter")
+	s.WaitScreen("getpass's prompt", tmuxWait, func(screen string) bool { return strings.Contains(screen, "Password:") })
+	s.Type("hunter2")
+	s.Keys("Enter")
+	s.WaitScreen("the prompt after getpass", tmuxWait, func(screen string) bool { return strings.Count(screen, ">>>") == 3 })
+	s.Type("input('never? ')")
+	s.Keys("Enter")
+	s.WaitScreen("the third prompt", tmuxWait, func(screen string) bool { return strings.Contains(screen, "never?") })
+	s.Keys("C-c")
+	s.WaitScreen("the prompt after the interrupt", tmuxWait, func(screen string) bool { return strings.Count(screen, ">>>") == 4 })
+	if !strings.Contains(s.Stderr(), "input('never? ')\nKeyboardInterrupt") {
+		t.Errorf("ctrl+c at input() did not interrupt the cell:\n%s", s.Stderr())
+	}
+	s.Type("print(name, len(pin))")
+	s.Keys("Enter")
+	screen := s.WaitScreen("the answers kept", tmuxWait, func(screen string) bool { return strings.Contains(screen, "\nAda 7") })
+	if strings.Contains(screen, "hunter2") {
+		t.Errorf("the password shows on the screen:\n%s", screen)
+	}
+	s.Keys("C-d")
+	s.WaitExit(tmuxWait)
+	if hist, err := os.ReadFile(filepath.Join(dirs.state, "repl_history")); err != nil || strings.Contains(string(hist), "Ada") || strings.Contains(string(hist), "hunter2") {
+		t.Errorf("the history (%v) keeps an answer:\n%s", err, hist)
+	}
+}

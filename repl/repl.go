@@ -111,6 +111,7 @@ func Run(ctx context.Context, eng Engine, in io.Reader, out, errOut io.Writer, o
 	}
 	lines, stop := readLines(in)
 	defer stop()
+	r.lines = lines
 	return r.loop(ctx, lines)
 }
 
@@ -168,6 +169,11 @@ type session struct {
 	// block began on, cellLine that of the cell running.
 	lineNo, blockStart, cellLine int
 	next                         string // the prompt of the next line
+	// lines is the input without a line editor; a cell's input() takes
+	// its next line, as python3 reading a script from a pipe does, and
+	// ended is its end when input() met it.
+	lines <-chan input
+	ended *input
 }
 
 // CellsFailedError ends a script (input that is not a terminal) in which
@@ -232,6 +238,9 @@ func (r *session) loop(ctx context.Context, lines <-chan input) error {
 	for {
 		if err := r.writeErr(); err != nil {
 			return err
+		}
+		if r.ended != nil {
+			return r.finish(ctx, r.ended.err)
 		}
 		select {
 		case <-ctx.Done():
@@ -348,6 +357,7 @@ func (r *session) runCell(ctx context.Context, code string) error {
 		res, err := r.eng.Execute(ctx, engine.Request{
 			Owner: r.opts.Owner, Task: r.opts.Task, Backend: r.opts.Backend,
 			Code: code, OnOutput: st.add,
+			OnInput: func(ctx context.Context, ask engine.InputRequest) (string, error) { return r.answer(ctx, st, ask) },
 		})
 		done <- outcome{res, err}
 	}()
@@ -399,6 +409,46 @@ wait:
 	}
 	r.report(o.res, streamed)
 	return r.writeErr()
+}
+
+// InputReader is a LineReader that also reads the answer to a cell's
+// input(): a line the history does not keep or, for a password, one typed
+// unseen.
+type InputReader interface {
+	ReadInput(prompt string, password bool) (string, error)
+}
+
+// answer reads the line a cell's input() waits on: from the line editor,
+// or else the next input line, after the prompt, as python3 does when its
+// stdin is not a terminal. ctrl+c interrupts the cell, as in Python.
+func (r *session) answer(ctx context.Context, st *streamer, ask engine.InputRequest) (string, error) {
+	st.flush() // what the cell printed before asking comes first
+	if r.opts.Lines != nil {
+		ir, ok := r.opts.Lines.(InputReader)
+		if !ok {
+			return "", engine.ErrNoInput
+		}
+		line, err := ir.ReadInput(ask.Prompt, ask.Password)
+		if errors.Is(err, ErrLineInterrupted) {
+			r.interrupt(ctx)
+		}
+		if err != nil {
+			return "", engine.ErrInputEOF
+		}
+		return line, nil
+	}
+	io.WriteString(r.out, ask.Prompt)
+	select {
+	case in := <-r.lines:
+		if in.err != nil {
+			r.ended = &in
+			return "", engine.ErrInputEOF
+		}
+		r.lineNo++
+		return strings.TrimSuffix(strings.TrimSuffix(in.line, "\n"), "\r"), nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
 }
 
 func (r *session) cellFailed(status string) {
@@ -580,6 +630,9 @@ type streamer struct {
 type chunk struct {
 	stderr bool
 	text   string
+	// flushed, when set, marks no text: it is closed once everything
+	// queued before it is written.
+	flushed chan struct{}
 }
 
 func newStreamer(out, errOut io.Writer) *streamer {
@@ -600,7 +653,7 @@ func (s *streamer) add(stream, text string) {
 		seen.prefix.WriteString(text[:min(room, len(text))])
 	}
 	seen.n += len(text)
-	s.queue = append(s.queue, chunk{stderr, text})
+	s.queue = append(s.queue, chunk{stderr: stderr, text: text})
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -616,6 +669,10 @@ func (s *streamer) write() {
 		s.queue = nil
 		s.mu.Unlock()
 		for _, c := range q {
+			if c.flushed != nil {
+				close(c.flushed)
+				continue
+			}
 			w := s.out
 			if c.stderr {
 				w = s.errOut
@@ -626,6 +683,23 @@ func (s *streamer) write() {
 			return
 		}
 	}
+}
+
+// flush returns once what was queued before it is written.
+func (s *streamer) flush() {
+	done := make(chan struct{})
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.queue = append(s.queue, chunk{flushed: done})
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	<-done
 }
 
 // close writes what is queued and returns what was streamed; add must not

@@ -586,3 +586,61 @@ func TestInspectHelpAndExit(t *testing.T) {
 		t.Error(`"a ? b" taken as an inspection`)
 	}
 }
+
+// scriptedInput is scriptedLines that also answers input(): answers in
+// inputs, each prompt and whether it was a password kept.
+type scriptedInput struct {
+	scriptedLines
+	inputs []any
+	asked  []string
+}
+
+func (s *scriptedInput) ReadInput(prompt string, password bool) (string, error) {
+	s.asked = append(s.asked, fmt.Sprintf("%s|%v", prompt, password))
+	a := s.inputs[0]
+	s.inputs = s.inputs[1:]
+	if err, ok := a.(error); ok {
+		return "", err
+	}
+	return a.(string), nil
+}
+
+// TestInput: without a line editor a cell's input() takes the next input
+// line, after printing its prompt, as python3 -i reading a pipe does; the
+// end of input ends it with EOFError and the REPL after the cell.
+func TestInput(t *testing.T) {
+	forBothPaths(t, func(t *testing.T, eng *engine.Engine) {
+		var out, errOut bytes.Buffer
+		script := "name = input('who? ')\nAda\nprint('hi', name)\nimport getpass\npin = getpass.getpass()\n1234\nprint(len(pin))\nlast = input('last? ')\n"
+		err := Run(context.Background(), eng, strings.NewReader(script), &out, &errOut, Options{Owner: "me"})
+		var failed *CellsFailedError
+		if !errors.As(err, &failed) || failed.Cells != 6 || failed.First != 6 || failed.Line != 8 {
+			t.Fatalf("Run: %v, want the last cell (line 8) failed at the end of input", err)
+		}
+		if got, want := out.String(), "who? hi Ada\nPassword: 4\nlast? "; got != want {
+			t.Errorf("stdout %q, want %q", got, want)
+		}
+		if !strings.Contains(errOut.String(), "EOFError: EOF when reading a line") {
+			t.Errorf("stderr %q, want the EOFError of the last input()", errOut.String())
+		}
+	})
+}
+
+// TestInputInLineEditor: with a line editor, input() and getpass() read
+// through it (a password unseen), and ctrl+c there interrupts the cell.
+func TestInputInLineEditor(t *testing.T) {
+	eng := newEngine(t, true)
+	lines := &scriptedInput{scriptedLines: scriptedLines{answers: []any{
+		"print('before'); a = input('a? '); import getpass; b = getpass.getpass('b? ')", "print(a, len(b))", "input('c? ')", "print('alive')"}},
+		inputs: []any{"yes", "secret", ErrLineInterrupted}}
+	var out, errOut bytes.Buffer
+	if err := Run(context.Background(), eng, strings.NewReader("never read"), &out, &errOut, Options{Prompt: true, Lines: lines}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a? |false", "b? |true", "c? |false"}; !slices.Equal(lines.asked, want) {
+		t.Errorf("asked %q, want %q", lines.asked, want)
+	}
+	if out.String() != "before\nyes 6\nalive\n\n" || !strings.Contains(errOut.String(), "KeyboardInterrupt") {
+		t.Errorf("stdout %q stderr %q; want the answers, then KeyboardInterrupt at c? and the kernel alive", out.String(), errOut.String())
+	}
+}
