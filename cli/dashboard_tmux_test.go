@@ -101,6 +101,36 @@ func TestDashboardTmux(t *testing.T) {
 		wantNoProcessesUnder(t, kernels)
 	})
 
+	// A cell's input() asks on the status line; getpass() takes a line
+	// that never shows; ctrl+d ends input.
+	t.Run("InputAsksTheOperator", func(t *testing.T) {
+		s, kernels := startDashboard(t, bin)
+		writeCell(s, "name = input('who are you? '); print('hi', name)")
+		s.WaitScreen("input's prompt on the status line", tmuxWait, func(screen string) bool {
+			return strings.Contains(helpLine(screen), "input() who are you?")
+		})
+		s.Type("Ada")
+		s.Keys("Enter")
+		s.WaitScreen("the answer in the output", tmuxWait, func(screen string) bool { return strings.Contains(screen, "hi Ada") })
+		writeCell(s, "import getpass; pin = getpass.getpass(); print('pin of', len(pin))")
+		s.WaitScreen("getpass's prompt", tmuxWait, func(screen string) bool { return strings.Contains(helpLine(screen), "getpass() Password:") })
+		s.Type("hunter2")
+		screen := s.WaitScreen("the password typed", tmuxWait, func(screen string) bool { return true })
+		s.Keys("Enter")
+		screen += s.WaitScreen("the password's length in the output", tmuxWait, func(screen string) bool { return strings.Contains(screen, "pin of 7") })
+		if strings.Contains(screen, "hunter2") {
+			t.Errorf("the password shows on the screen:\n%s", screen)
+		}
+		writeCell(s, `exec("try: input('more? ')\nexcept EOFError: print('no more input')")`)
+		s.WaitScreen("the third prompt", tmuxWait, func(screen string) bool { return strings.Contains(helpLine(screen), "input() more?") })
+		s.Keys("C-d")
+		s.WaitScreen("EOFError in the cell", tmuxWait, func(screen string) bool { return strings.Contains(screen, "no more input") })
+		focusKernels(s)
+		quitKillingKernels(s)
+		wantExitKilled(t, s, "killed 1 kernel")
+		wantNoProcessesUnder(t, kernels)
+	})
+
 	t.Run("InterruptThenConfirmQuit", func(t *testing.T) {
 		s, kernels := startDashboard(t, bin)
 		pid := runLongCell(s)

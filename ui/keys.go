@@ -19,7 +19,7 @@ type KeyMap struct {
 	ReplayPause, ReplayStep, Follow, Zoom      key.Binding
 	Newline, Command, External, Sort, Copy     key.Binding
 	SaveImage, OpenImage, Edit, Leave, Page    key.Binding
-	Complete                                   key.Binding
+	Complete, SendLine, EndInput               key.Binding
 }
 
 // DefaultKeyMap is the standard key map.
@@ -75,6 +75,8 @@ func DefaultKeyMap() KeyMap {
 		Page:          b("v", "page output", "v"),
 		Complete:      b("tab in a cell", "complete/indent", "tab"),
 		Leave:         b("esc", "leave the editor", "esc"),
+		SendLine:      b("enter", "send to input()", "enter"),
+		EndInput:      b("ctrl+d", "end input (EOFError)", "ctrl+d"),
 	}
 }
 

@@ -1641,3 +1641,58 @@ func TestEditorTabCompletes(t *testing.T) {
 	g.run(t, g.update(keyTab))
 	mustContain(t, g.m.View(), "tab completes from the target's kernel, which has not started")
 }
+
+// TestInputPrompt: a cell's input() opens a modal line on the status line
+// with the kernel's prompt as text; enter sends what was typed, ctrl+d an
+// end of input; a password shows nothing; a cell that ends takes its
+// question away unanswered.
+func TestInputPrompt(t *testing.T) {
+	f := sized(t, fixtureOpts{})
+	r := &cellRun{target: Target{Owner: "me", Task: "etl"}, running: true}
+	ask := func(prompt string, password bool) *inputAsk {
+		a := &inputAsk{run: r, ask: engine.InputRequest{Cell: "c1", Prompt: prompt, Password: password}, reply: make(chan inputReply, 1)}
+		f.update(inboxMsg{inputAskMsg{a: a}})
+		return a
+	}
+	a := ask("name\x1b[2J? ", false)
+	f.keys(runes("Ada"))
+	view := f.m.View()
+	mustContain(t, helpLine(view), "me/etl input() name", "? Ada")
+	if strings.Contains(view, "\x1b[2J") {
+		t.Error("the kernel's prompt reached the terminal as an escape sequence")
+	}
+	f.keys(runes("q")) // modal: a letter is typed, not a key of the dashboard
+	f.keys(keyEnter)
+	if got := <-a.reply; got != (inputReply{value: "Adaq"}) {
+		t.Errorf("enter sent %+v, want the typed line", got)
+	}
+	if f.m.layers.at(layerInput) != nil {
+		t.Error("the prompt is still open after its answer")
+	}
+	p := ask("Password: ", true)
+	f.keys(runes("hunter2"))
+	if view := f.m.View(); strings.Contains(view, "hunter2") || !strings.Contains(helpLine(view), "getpass() Password:") {
+		t.Errorf("a password prompt shows %q", helpLine(view))
+	}
+	f.keys(tea.KeyMsg{Type: tea.KeyCtrlD})
+	if got := <-p.reply; !got.eof {
+		t.Errorf("ctrl+d sent %+v, want an end of input", got)
+	}
+	late := ask("never? ", false)
+	f.update(inboxMsg{cellResultMsg{run: r, res: &engine.Result{Status: engine.StatusTimeout}}})
+	if f.m.layers.at(layerInput) != nil || strings.Contains(helpLine(f.m.View()), "never?") {
+		t.Error("the question of a cell that ended is still asked")
+	}
+	select {
+	case got := <-late.reply:
+		t.Errorf("a question of an ended cell was answered: %+v", got)
+	default:
+	}
+}
+
+// helpLine is the view's last line: the help line, or the status line's
+// overlay.
+func helpLine(view string) string {
+	lines := strings.Split(strings.TrimRight(view, "\n"), "\n")
+	return lines[len(lines)-1]
+}

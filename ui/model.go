@@ -639,8 +639,11 @@ func (m *Model) onBackground(msg tea.Msg) {
 	case cellOutputMsg:
 		appendOutput(msg.run, msg.stream, msg.text)
 		m.output.changed(msg.run)
+	case inputAskMsg:
+		m.ask(msg.a)
 	case cellResultMsg:
 		r := msg.run
+		m.dropInputs(r)
 		r.running, r.res, r.err, r.finished = false, msg.res, msg.err, m.ctx.Now()
 		if msg.res != nil {
 			r.cell = msg.res.Cell
@@ -694,7 +697,8 @@ func (m *Model) startCell(msg runCellMsg) {
 		// was made; the result brings the display itself.
 		OnDisplay: func(d engine.Display) {
 			m.inbox.post(cellOutputMsg{run: r, stream: engine.StreamDisplay, text: d.Label() + "\n"})
-		}}
+		},
+		OnInput: asker(m.inbox, r)}
 	ctx, box := m.runCtx, m.inbox
 	go func() {
 		res, err := m.eng.Execute(ctx, req)

@@ -34,6 +34,7 @@ const (
 	layerDetail   layer = iota // every row under the header
 	layerCommand               // the status line
 	layerApproval              // the rows under the kernels; modal
+	layerInput                 // the status line: a cell's input(); modal
 	layerQuestion              // the status line; modal
 )
 
@@ -49,7 +50,7 @@ const (
 
 func (l layer) area() area {
 	switch l {
-	case layerCommand, layerQuestion:
+	case layerCommand, layerInput, layerQuestion:
 		return areaStatus
 	case layerApproval:
 		return areaBelowKernels

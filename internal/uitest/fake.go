@@ -188,7 +188,7 @@ func (f *Engine) Backends() []string {
 func (f *Engine) Execute(ctx context.Context, req engine.Request) (*engine.Result, error) {
 	f.mu.Lock()
 	rec := req
-	rec.OnOutput, rec.OnQueued, rec.OnStart = nil, nil, nil
+	rec.OnOutput, rec.OnQueued, rec.OnStart, rec.OnInput = nil, nil, nil, nil
 	rec.Tools = slices.Clone(req.Tools)
 	f.executed = append(f.executed, rec)
 	res, err, streamed, block, queue := f.execResult, f.execErr, f.execOutput, f.block, f.queue
