@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -323,6 +324,50 @@ func TestMCPApprovalByElicitation(t *testing.T) {
 			}
 			mu.Unlock()
 		})
+	}
+}
+
+// A cell's input() is put to the client by elicitation, on the newest
+// protocol and on 2025-11-25; getpass() is refused (MCP forbids asking for
+// secrets so), and a client without elicitation gets EOFError saying why.
+func TestMCPInputByElicitation(t *testing.T) {
+	bin := buildBinary(t)
+	isolate(t)
+	for _, version := range []string{"", "2025-11-25"} {
+		t.Run("protocol "+cmp.Or(version, "newest"), func(t *testing.T) {
+			var mu sync.Mutex
+			var asked []string
+			opts := &mcp.ClientOptions{ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				asked = append(asked, req.Params.Message)
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"value": "Ada"}}, nil
+			}}
+			mc := startMCP(t, bin, os.Environ(), "asker", version, opts)
+			res, m := mc.must("python_exec", map[string]any{"code": "name = input('who are you? ')\nprint('hi', name)"})
+			if res.IsError || m["stdout"] != "hi Ada\n" {
+				t.Fatalf("input() answered by elicitation: %v %s", m, resultText(res))
+			}
+			mu.Lock()
+			if len(asked) != 1 || !strings.Contains(asked[0], "who are you?") || !strings.Contains(asked[0], "session default") {
+				t.Errorf("the elicitations: %q, want one with the prompt and the session", asked)
+			}
+			mu.Unlock()
+			res, m = mc.must("python_exec", map[string]any{"code": "import getpass; getpass.getpass()"})
+			if !res.IsError || !strings.Contains(fmt.Sprint(m["traceback"]), "getpass() cannot be answered over MCP") {
+				t.Errorf("getpass() over MCP: %v, want EOFError saying MCP forbids it", m)
+			}
+			mu.Lock()
+			if len(asked) != 1 {
+				t.Errorf("getpass() was put to the client: %q", asked[1:])
+			}
+			mu.Unlock()
+		})
+	}
+	mc := startMCP(t, bin, os.Environ(), "mute", "", nil)
+	res, m := mc.must("python_exec", map[string]any{"code": "input('who? ')"})
+	if !res.IsError || !strings.Contains(fmt.Sprint(m["traceback"]), "does not support elicitation") {
+		t.Errorf("input() without elicitation: %v, want EOFError saying why", m)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -76,11 +77,26 @@ type execution struct {
 	res            *engine.Result
 	err            error
 	approvals      chan engine.Event // the engine asks about this cell's tool calls
+	inputs         chan *inputAsk    // the cell's input() asks its caller
 	out            chan chunk        // output as it comes, for progress
 
 	mu     sync.Mutex
 	cell   string
 	asking string // the engine's approval request put to the caller
+	// answering is the input() put to the caller, who retries the call
+	// with its answer.
+	answering *inputAsk
+}
+
+// inputAsk is a cell's input() waiting for the caller's answer on reply.
+type inputAsk struct {
+	ask   engine.InputRequest
+	reply chan inputReply // room for one
+}
+
+type inputReply struct {
+	value string
+	err   error
 }
 
 type chunk struct{ stream, text string }
@@ -116,7 +132,7 @@ func (s *Server) pythonExec(ctx context.Context, req *mcp.CallToolRequest, in Ex
 // start runs the cell on the engine, in the background of the server.
 func (s *Server) start(owner, session string, in ExecInput, stream bool) *execution {
 	x := &execution{owner: owner, session: session, done: make(chan struct{}),
-		approvals: make(chan engine.Event, 4), out: make(chan chunk, 64)}
+		approvals: make(chan engine.Event, 4), inputs: make(chan *inputAsk, 1), out: make(chan chunk, 64)}
 	r := engine.Request{Owner: owner, Task: session, Backend: s.opts.Backend, Tools: s.opts.Tools, Code: in.Code,
 		Timeout: time.Duration(in.TimeoutS * float64(time.Second)), Reset: in.Reset,
 		OnStart: func(cell string) {
@@ -126,6 +142,22 @@ func (s *Server) start(owner, session string, in ExecInput, stream bool) *execut
 			s.mu.Lock()
 			s.byCell[cell] = x
 			s.mu.Unlock()
+		},
+		// The call that waits for the cell puts its input() to the caller;
+		// between calls (an answer being retried) the question waits.
+		OnInput: func(ctx context.Context, ask engine.InputRequest) (string, error) {
+			a := &inputAsk{ask: ask, reply: make(chan inputReply, 1)}
+			select {
+			case x.inputs <- a:
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+			select {
+			case r := <-a.reply:
+				return r.value, r.err
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
 		},
 	}
 	if stream {
@@ -173,9 +205,14 @@ func (s *Server) resume(owner, state string, answers mcp.InputResponseMap) (*exe
 		return nil, fmt.Errorf("requestState %.40q names no cell of yours waiting for an answer (it ended, or was answered already)", state)
 	}
 	x.mu.Lock()
-	asking := x.asking
-	x.asking = ""
+	asking, answering := x.asking, x.answering
+	x.asking, x.answering = "", nil
 	x.mu.Unlock()
+	if answering != nil {
+		r, _ := answers[inputInput].(*mcp.ElicitResult)
+		answering.reply <- replyOf(r, nil)
+		return x, nil
+	}
 	var answer *mcp.ElicitResult
 	if r, ok := answers[approvalInput].(*mcp.ElicitResult); ok {
 		answer = r
@@ -184,7 +221,11 @@ func (s *Server) resume(owner, state string, answers mcp.InputResponseMap) (*exe
 	return x, nil
 }
 
-const approvalInput = "approval"
+// The names of the questions a retried call answers.
+const (
+	approvalInput = "approval"
+	inputInput    = "input"
+)
 
 // wait waits for x's result, forwarding its output as progress, putting
 // its approval requests to the caller, and interrupting it if the caller
@@ -226,6 +267,30 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, x *executio
 				answer = nil
 			}
 			s.eng.Approve(ev.Request, decisionOf(answer))
+		case a := <-x.inputs:
+			caps := req.ClientCapabilities()
+			switch {
+			case a.ask.Password:
+				// MCP forbids asking for secrets by form elicitation: the
+				// answer would pass through the client and its logs.
+				a.reply <- inputReply{err: errors.New("getpass() cannot be answered over MCP, which forbids asking for secrets by elicitation; read the secret from a file or the environment instead")}
+				continue
+			case caps == nil || caps.Elicitation == nil:
+				a.reply <- inputReply{err: errors.New("input() needs an answer from the MCP client, which does not support elicitation; give the value in the code instead")}
+				continue
+			}
+			ask := inputQuestion(x.session, a.ask)
+			if req.ProtocolVersion() >= "2026-07-28" {
+				state := "x" + randomHex(16)
+				x.mu.Lock()
+				x.answering = a
+				x.mu.Unlock()
+				s.mu.Lock()
+				s.byState[state] = x
+				s.mu.Unlock()
+				return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{inputInput: ask}, RequestState: state}, ExecOutput{}, nil
+			}
+			a.reply <- replyOf(req.Session.Elicit(ctx, ask))
 		case <-ctx.Done():
 			s.interrupt(x)
 			return nil, ExecOutput{}, fmt.Errorf("cancelled; the cell was interrupted and the kernel keeps its state: %w", ctx.Err())
@@ -307,6 +372,33 @@ func approvalQuestion(ev engine.Event) *mcp.ElicitParams {
 
 // decisionOf reads the caller's answer; anything but an accepted once or
 // always is a denial.
+// inputQuestion is the elicitation for a cell's input().
+func inputQuestion(session string, ask engine.InputRequest) *mcp.ElicitParams {
+	return &mcp.ElicitParams{
+		Message: fmt.Sprintf("The Python cell in session %s calls input() and waits for a line: %s", session, clipText(ask.Prompt, 1024)),
+		RequestedSchema: &jsonschema.Schema{
+			Type: "object",
+			Properties: map[string]*jsonschema.Schema{
+				"value": {Type: "string", Description: "the line input() returns", MaxLength: jsonschema.Ptr(engine.MaxInputAnswer)},
+			},
+			Required: []string{"value"},
+		},
+	}
+}
+
+// replyOf is input()'s answer from the caller's: the line accepted, or an
+// end of input (EOFError in the cell) for a decline, a cancel or a failure.
+func replyOf(r *mcp.ElicitResult, err error) inputReply {
+	if err != nil || r == nil || r.Action != "accept" {
+		return inputReply{err: engine.ErrInputEOF}
+	}
+	v, ok := r.Content["value"].(string)
+	if !ok {
+		return inputReply{err: errors.New("the answer to input() has no \"value\" string")}
+	}
+	return inputReply{value: v}
+}
+
 func decisionOf(r *mcp.ElicitResult) engine.Decision {
 	if r == nil || r.Action != "accept" {
 		return engine.ApproveDeny
