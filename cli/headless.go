@@ -68,6 +68,11 @@ Requests (timeouts and idle_exit are in seconds):
   {"id":"12","op":"complete","kernel":"KERNEL-ID","code":"os.pa","cursor":5}
       what the kernel's namespace offers at the cursor (characters), without
       running a cell: {"id","op":"completions","start":3,"matches":["path",...]}
+  {"id":"13","op":"input_reply","to":"1","value":"Ada"}
+      answers the {"id":"1","op":"input_request","cell","prompt","password"}
+      line an execute with "input":true gets when its cell calls input() or
+      getpass(); "eof":true ends input (EOFError). Without "input":true,
+      input() raises EOFError at once
   "stream":true on an execute sends {"id","op":"started","cell"} and
   {"id","op":"output","stream","text"} lines while the cell runs.
 A bad request (not JSON, a field given twice, a field its op does not have,
