@@ -67,6 +67,21 @@ func (s *rpcSession) ask(req rpcRequest) rpcResponse {
 		e.emit(kernelEvent(EventRPCCall, k, fmt.Sprintf("seq %d %s: no one to ask", req.Seq, what)))
 		return rpcResponse{Error: ErrNoInput.Error()}
 	}
+	// One question at a time: a cell's threads cannot queue up prompts
+	// for the operator.
+	s.mu.Lock()
+	busy := s.asking
+	s.asking = true
+	s.mu.Unlock()
+	if busy {
+		e.emit(kernelEvent(EventRPCCall, k, fmt.Sprintf("seq %d %s: refused, another input() of the cell waits", req.Seq, what)))
+		return rpcResponse{Error: "another input() of this cell waits for its answer; ask one at a time"}
+	}
+	defer func() {
+		s.mu.Lock()
+		s.asking = false
+		s.mu.Unlock()
+	}()
 	e.emit(kernelEvent(EventRPCCall, k, fmt.Sprintf("seq %d %s: asked the caller", req.Seq, what)))
 	start := time.Now()
 	value, err := s.onInput(s.ctx, ask)

@@ -167,6 +167,7 @@ type rpcSession struct {
 	late func(rpcAnswer) error
 	// onInput answers the cell's input(); nil where its caller cannot.
 	onInput func(context.Context, InputRequest) (string, error)
+	asking  bool // an input() waits for onInput
 }
 
 type rpcAnswer struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,6 +62,20 @@ func Input(t *testing.T, env backends.Env) {
 	}
 	if !strings.Contains(h.EventText(), "getpass(): answered in") {
 		t.Errorf("no event says getpass() was answered:\n%s", h.EventText())
+	}
+
+	// A cell's threads cannot queue up questions: one waits at a time.
+	var calls atomic.Int32
+	res, err = h.Eng.Execute(ctx, engine.Request{Owner: "a",
+		Code: "import threading\nerrs = []\ndef ask():\n    try:\n        input('t? ')\n    except EOFError as e:\n        errs.append(str(e))\n" +
+			"ts = [threading.Thread(target=ask) for _ in range(5)]\n[t.start() for t in ts]\n[t.join() for t in ts]\nprint(len(errs), sorted(set(errs)))",
+		OnInput: func(context.Context, engine.InputRequest) (string, error) {
+			calls.Add(1)
+			time.Sleep(300 * time.Millisecond) // the other threads ask meanwhile
+			return "", engine.ErrInputEOF
+		}})
+	if err != nil || !strings.HasPrefix(res.Stdout, "5 ") || !strings.Contains(res.Stdout, "another input() of this cell waits") || calls.Load() >= 5 {
+		t.Errorf("five threads asking at once: %v %+v, the caller asked %d times; want the others refused while one waits", err, res, calls.Load())
 	}
 
 	eof := func(context.Context, engine.InputRequest) (string, error) { return "", engine.ErrInputEOF }
