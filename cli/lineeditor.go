@@ -22,9 +22,11 @@ const historyMax = 1000
 // lineEditor is the REPL's input on a terminal: line editing, history
 // (arrow keys, ctrl+r search) kept in <state dir>/repl_history (0600).
 type lineEditor struct {
-	rl   *readline.Instance
-	hist *os.File // nil: history for this session only
-	tab  *tabCompleter
+	rl    *readline.Instance
+	hist  *os.File // nil: history for this session only
+	tab   *tabCompleter
+	paste *pasteReader
+	out   io.Writer
 }
 
 // tabCompleter is tab in the line editor: at the start of a line (or after
@@ -70,15 +72,16 @@ func (e *lineEditor) SetCompletion(f func(line []rune, pos int) (int, []string))
 // a private regular file of this user is not used (a warning says why).
 func newLineEditor(stateDir string, stdin *os.File, out, errOut io.Writer) (*lineEditor, error) {
 	tab := &tabCompleter{}
+	paste := newPasteReader(stdin)
 	rl, err := readline.NewEx(&readline.Config{
-		Stdin: stdin, Stdout: out, Stderr: errOut, AutoComplete: tab,
+		Stdin: paste, Stdout: out, Stderr: errOut, AutoComplete: tab,
 		HistoryLimit: historyMax, DisableAutoSaveHistory: true, HistorySearchFold: true,
 		InterruptPrompt: "^C", EOFPrompt: "",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("line editor: %w", err)
 	}
-	e := &lineEditor{rl: rl, tab: tab}
+	e := &lineEditor{rl: rl, tab: tab, paste: paste, out: out}
 	if stateDir == "" {
 		return e, nil
 	}
@@ -143,15 +146,31 @@ func openHistory(path string) (*os.File, error) {
 	return f, nil
 }
 
-// ReadLine implements repl.LineReader.
+// ReadLine implements repl.LineReader. A paste of several lines comes back
+// whole after the line typed before it, blank lines and all, shown with
+// continuation prompts: the REPL runs it as one block.
 func (e *lineEditor) ReadLine(prompt string) (string, error) {
 	e.rl.SetPrompt(prompt)
+	// Bracketed paste only while a line is edited: a program a cell runs
+	// gets the terminal as it was.
+	io.WriteString(e.out, pasteOn)
 	line, err := e.rl.Readline()
+	io.WriteString(e.out, pasteOff)
+	pasted, tooLong := e.paste.taken()
 	switch {
 	case errors.Is(err, readline.ErrInterrupt):
 		return "", repl.ErrLineInterrupted
 	case err != nil:
 		return "", err
+	case tooLong > 0:
+		fmt.Fprintf(e.out, "kerneldeck: a paste of over %d bytes was dropped (at most %d are taken); run a large file with exec(open(PATH).read())\n", tooLong, maxPaste)
+	case pasted != "":
+		lines := strings.Split(pasted, "\n")
+		for i, l := range lines {
+			lines[i] = typedText(l)
+			fmt.Fprintf(e.out, "%s%s\n", repl.PromptMore, lines[i])
+		}
+		return typedText(line) + strings.Join(lines, "\n"), nil
 	}
 	line = typedText(line)
 	if strings.TrimSpace(line) != "" {

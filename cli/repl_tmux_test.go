@@ -157,3 +157,29 @@ func TestREPLAnswersInput(t *testing.T) {
 		t.Errorf("the history (%v) keeps an answer:\n%s", err, hist)
 	}
 }
+
+// TestREPLRunsAPastedBlock: in a real terminal, a function pasted with a
+// blank line inside runs as one block (bracketed paste), as typed lines
+// would not; a one-line paste is text to edit.
+func TestREPLRunsAPastedBlock(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "repl", "--state-dir", dirs.state}, Env: dirs.env(), Width: 100, Height: 30})
+	s.WaitScreen("the prompt", tmuxWait, func(screen string) bool { return strings.Contains(screen, ">>>") })
+	s.Paste("def area(w, h):\n    base = w * h\n\n    return base + 0\nprint('pasted', area(6, 7))\n")
+	s.WaitScreen("the pasted block run as one", tmuxWait, func(screen string) bool {
+		return strings.Contains(screen, "pasted 42") && strings.Contains(screen, "...     return base + 0")
+	})
+	if strings.Contains(s.Stderr(), "Error") {
+		t.Fatalf("the paste did not run as one block:\n%s\n%s", s.LastScreen(), s.Stderr())
+	}
+	s.Paste("area(2, 3)")
+	s.WaitScreen("the one-line paste waiting to be edited", tmuxWait, func(screen string) bool {
+		return strings.HasSuffix(strings.TrimRight(screen, " \n"), ">>> area(2, 3)")
+	})
+	s.Type(" * 2")
+	s.Keys("Enter")
+	s.WaitScreen("the edited line run", tmuxWait, func(screen string) bool { return strings.Contains(screen, "\n12") })
+	s.Keys("C-d")
+	s.WaitExit(tmuxWait)
+}

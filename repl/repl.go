@@ -62,7 +62,8 @@ type Options struct {
 }
 
 // LineReader reads one line of input after showing prompt. It returns
-// ErrLineInterrupted for ctrl+c, io.EOF at the end of input.
+// ErrLineInterrupted for ctrl+c, io.EOF at the end of input. A "line"
+// with newlines is a paste of several lines, run as one block.
 type LineReader interface {
 	ReadLine(prompt string) (string, error)
 }
@@ -135,13 +136,41 @@ func (r *session) loopEditor(ctx context.Context) error {
 		case err != nil:
 			return r.finish(ctx, err)
 		}
-		r.lineNo++
-		if err := r.take(ctx, line); errors.Is(err, errExitAsked) {
+		if strings.Contains(line, "\n") {
+			err = r.takePaste(ctx, line)
+		} else {
+			r.lineNo++
+			err = r.take(ctx, line)
+		}
+		if errors.Is(err, errExitAsked) {
 			return r.finish(ctx, io.EOF)
 		} else if err != nil {
 			return err
 		}
 	}
+}
+
+// takePaste runs a paste of several lines (a line editor's bracketed
+// paste) as one cell, after the block open before it: its blank lines do
+// not end it, as they would end a block typed line by line.
+func (r *session) takePaste(ctx context.Context, paste string) error {
+	if r.block.empty() {
+		r.blockStart = r.lineNo + 1
+	}
+	code := paste + "\n"
+	if !r.block.empty() {
+		code = r.block.code() + code
+	}
+	r.lineNo += strings.Count(paste, "\n") + 1
+	r.block = block{}
+	if isExit(code) {
+		return errExitAsked
+	}
+	if err := r.runCell(ctx, code); err != nil {
+		return err
+	}
+	r.prompt(PromptNew)
+	return nil
 }
 
 // Engine is what the REPL needs of an engine: the embedded one, or one it

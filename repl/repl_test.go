@@ -644,3 +644,29 @@ func TestInputInLineEditor(t *testing.T) {
 		t.Errorf("stdout %q stderr %q; want the answers, then KeyboardInterrupt at c? and the kernel alive", out.String(), errOut.String())
 	}
 }
+
+// TestPastedBlock: a line editor's paste of several lines runs as one
+// cell, blank lines and all, after the block open before it.
+func TestPastedBlock(t *testing.T) {
+	eng := newEngine(t, true)
+	lines := &scriptedLines{answers: []any{"if True:", "def f():\n    x = 20\n\n    return x + 1", "print(f() * 2)"}}
+	var out, errOut bytes.Buffer
+	// "if True:" then a def at the left margin is an IndentationError: the
+	// paste joined the open block, as typed text would.
+	Run(context.Background(), eng, strings.NewReader(""), &out, &errOut, Options{Prompt: true, Lines: lines})
+	if !strings.Contains(errOut.String(), "IndentationError") {
+		t.Errorf("the paste did not join the open block: stderr %q", errOut.String())
+	}
+	lines = &scriptedLines{answers: []any{"def f():\n    x = 20\n\n    return x + 1", "print(f() * 2)"}}
+	out.Reset()
+	errOut.Reset()
+	if err := Run(context.Background(), eng, strings.NewReader(""), &out, &errOut, Options{Prompt: true, Lines: lines}); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "42\n\n" || errOut.String() != "" {
+		t.Errorf("stdout %q stderr %q, want the pasted function's 42", out.String(), errOut.String())
+	}
+	if want := []string{PromptNew, PromptNew, PromptNew}; !slices.Equal(lines.prompts, want) {
+		t.Errorf("prompts %q, want %q: a paste is a whole block", lines.prompts, want)
+	}
+}

@@ -147,6 +147,18 @@ func (s *Session) Type(text string) {
 	s.run("send-keys", "-t", "test", "-l", text)
 }
 
+// Paste pastes text as a terminal does: wrapped in bracketed-paste
+// markers when the program turned bracketed paste on, else as typed.
+func (s *Session) Paste(text string) {
+	s.t.Helper()
+	buf := s.path("paste")
+	if err := os.WriteFile(buf, []byte(text), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	s.run("load-buffer", "-b", "kdpaste", buf)
+	s.run("paste-buffer", "-p", "-d", "-b", "kdpaste", "-t", "test")
+}
+
 // Record starts copying everything the program writes to its terminal,
 // escape sequences that tmux itself drops (kitty graphics) included, to a
 // file, and returns a function that reads what it has so far.
