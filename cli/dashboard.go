@@ -24,6 +24,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/headless"
 	"github.com/kerneldeck/kerneldeck/internal/english"
+	"github.com/kerneldeck/kerneldeck/internal/termimage"
 	"github.com/kerneldeck/kerneldeck/replay"
 	"github.com/kerneldeck/kerneldeck/server"
 	"github.com/kerneldeck/kerneldeck/themes"
@@ -108,7 +109,7 @@ func (c *dashboardCmd) registerOwn(fs *flagSet) {
 		"the terminal's variables; off inside tmux or screen), kitty, sixel or off (a line such as "+
 		"[image/png 640×480, 23 KB]; s saves the images, o opens them with the system's viewer)",
 		func(s string) error {
-			if _, err := ui.ParseImageMode(s, func(string) string { return "" }); err != nil {
+			if _, err := termimage.Parse(s, func(string) string { return "" }); err != nil {
 				return err
 			}
 			c.images = s
@@ -419,7 +420,7 @@ func (c *dashboardCmd) reattach(ctx context.Context, p *tea.Program, cl *client.
 // imageOptions sets how the output pane draws images (--images) and what o
 // opens them with: xdg-open (open on macOS), from <state dir>/images.
 func (c *dashboardCmd) imageOptions(opts *ui.Options, stateDir string) {
-	opts.Images, _ = ui.ParseImageMode(c.images, os.Getenv) // checked when the flag was read
+	opts.Images, _ = termimage.Parse(c.images, os.Getenv) // checked when the flag was read
 	viewer := "xdg-open"
 	if runtime.GOOS == "darwin" {
 		viewer = "open"

@@ -8,6 +8,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
 
+	"github.com/kerneldeck/kerneldeck/internal/termimage"
 	"github.com/kerneldeck/kerneldeck/themes"
 )
 
@@ -34,8 +35,8 @@ type Context struct {
 	clipboard io.Writer
 	// saveDir is where s saves a cell's images; "": no saving.
 	saveDir string
-	// images is how the output pane draws images; "" is ImagesOff.
-	images ImageMode
+	// images is how the output pane draws images; "" is termimage.Off.
+	images termimage.Mode
 	// drawer draws them, in commands.
 	drawer *imageDrawer
 	// open shows a saved image with the system's viewer; nil: o is off.

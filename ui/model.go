@@ -17,6 +17,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/english"
+	"github.com/kerneldeck/kerneldeck/internal/termimage"
 	"github.com/kerneldeck/kerneldeck/themes"
 )
 
@@ -60,8 +61,8 @@ type Options struct {
 	// dashboard's working directory); "" turns s off.
 	SaveDir string
 	// Images is how the output pane draws a cell's images (--images);
-	// "" is ImagesOff: a label line each.
-	Images ImageMode
+	// "" is termimage.Off: a label line each.
+	Images termimage.Mode
 	// Open shows an image file with the system's viewer (the output pane's
 	// o, which saves the images to a private dir first); nil turns o off.
 	// It must not wait for the viewer to close.

@@ -15,6 +15,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/english"
 	"github.com/kerneldeck/kerneldeck/internal/imagefile"
+	"github.com/kerneldeck/kerneldeck/internal/termimage"
 	"github.com/kerneldeck/kerneldeck/internal/termtext"
 )
 
@@ -406,8 +407,8 @@ func (p *OutputPane) View() string {
 	} else {
 		from, to := p.scroll.window()
 		lines = p.lines[from:to]
-		if p.ctx.images == ImagesSixel {
-			lines = clipSixels(lines)
+		if p.ctx.images == termimage.Sixel {
+			lines = termimage.ClipSixels(lines)
 		}
 	}
 	return p.ctx.box(p.Title(), lines, p.width, p.height, p.focused)
@@ -421,10 +422,10 @@ func displayLines(d engine.Display, seq, i, w int, ctx *Context) []string {
 	for _, m := range engine.ImageTypes() {
 		if v, ok := d.Data[m]; ok {
 			label := []string{t.Muted.Render(fit(engine.ImageLabel(m, v), w))}
-			if ctx.images == ImagesOff || ctx.images == "" {
+			if ctx.images == termimage.Off || ctx.images == "" {
 				return label
 			}
-			drawn, ok := ctx.drawer.get(imageID(seq, i), v, w)
+			drawn, ok := ctx.drawer.get(termimage.ID(seq, i), v, w)
 			switch {
 			case !ok:
 				return append(label, t.Muted.Render(fit("drawing…", w)))
