@@ -104,17 +104,7 @@ func (c *dashboardCmd) registerOwn(fs *flagSet) {
 		"headless'; a line may also carry \"after_ms\": wait that long before sending it) into the engine while the "+
 		"dashboard shows it, from its first frame, e.g. examples/eviction.jsonl; p pauses and resumes it, n sends one "+
 		"request while paused")
-	fs.Func("images", "draw a cell's images (plots, PIL images) in the output pane with the kitty graphics protocol "+
-		"(kitty, Ghostty, WezTerm) or sixel (foot, mlterm, xterm -ti vt340): `MODE` is auto (default: from TERM and "+
-		"the terminal's variables; off inside tmux or screen), kitty, sixel or off (a line such as "+
-		"[image/png 640×480, 23 KB]; s saves the images, o opens them with the system's viewer)",
-		func(s string) error {
-			if _, err := termimage.Parse(s, func(string) string { return "" }); err != nil {
-				return err
-			}
-			c.images = s
-			return nil
-		})
+	imagesFlag(fs, &c.images, "in the output pane", "; s saves the images, o opens them with the system's viewer")
 	fs.Bool(&c.mouse, "mouse", "let the mouse select kernels (click) and scroll (wheel); off by default, so the "+
 		"terminal's own selection and copy keep working")
 	fs.Bool(&c.replayPaused, "replay-paused", "start the --replay paused: n sends the requests one by one, p runs the rest")

@@ -88,6 +88,7 @@ type replCmd struct {
 	raw         bool
 	connect     string
 	connected   bool
+	images      string
 }
 
 func (c *replCmd) flags() *flagSet {
@@ -97,6 +98,7 @@ func (c *replCmd) flags() *flagSet {
 	fs.Func("task", "the kernel's task `T` (default \"default\")", nonEmpty("task", &c.task))
 	fs.Bool(&c.raw, "raw-output", "write what the kernel prints as it is, escape sequences included (default: on a "+
 		"terminal, escape sequences are shown, not obeyed, and plain colours kept)")
+	imagesFlag(fs, &c.images, "under their lines", ", and where it was saved")
 	fs.Bool(&c.noEditing, "no-line-editing", "on a terminal, read plain lines: no arrow keys, no history (default: "+
 		"line editing, with history in <state dir>/repl_history, 0600; ctrl+r searches it)")
 	fs.Optional(&c.connect, "connect", "run the REPL's kernel on "+connectTarget+", not in an engine of its own; at the "+
@@ -119,7 +121,7 @@ func (c *replCmd) parse(args []string, std stdio, help func(io.Writer)) (r *mode
 		return nil, r.usage(fmt.Errorf("--backend is given %d times; the REPL runs one kernel on one backend, so give it once", len(c.eng.backends))), false
 	}
 	var err error
-	if c.connected, err = r.connects("connect", "owner", "task", "raw-output", "backend", "no-line-editing"); err != nil {
+	if c.connected, err = r.connects("connect", "owner", "task", "raw-output", "backend", "no-line-editing", "images"); err != nil {
 		return nil, r.usage(err), false
 	}
 	c.owner = cmp.Or(c.owner, defaultOwner())
@@ -197,9 +199,10 @@ func (c *replCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	}
 	lines, closeLines := c.lineEditor(interactive, s.stateDir, std)
 	defer closeLines()
+	images, width := replImages(c.images, std.out)
 	runErr := repl.Run(ctx, eng.Engine, std.in, std.out, std.err, repl.Options{
 		Owner: c.owner, Task: c.task, Backend: uri, Interrupts: interrupts, Prompt: interactive, Lines: lines,
-		ImageDir: imageDirIn(s.stateDir),
+		ImageDir: imageDirIn(s.stateDir), Images: images, ImageWidth: width,
 		CleanOut: !c.raw && isTerminal(std.out), CleanErr: !c.raw && isTerminal(std.err),
 	})
 	signaled := ctx.Err() != nil
@@ -283,9 +286,10 @@ func (c *replCmd) runConnected(std stdio) int {
 	}
 	lines, closeLines := c.lineEditor(interactive, stateDir, std)
 	defer closeLines()
+	images, width := replImages(c.images, std.out)
 	runErr := repl.Run(ctx, cl, std.in, std.out, std.err, repl.Options{
 		Owner: c.owner, Task: c.task, Backend: backend, Interrupts: interrupts, Prompt: interactive, Lines: lines,
-		ImageDir: imageDirIn(stateDir),
+		ImageDir: imageDirIn(stateDir), Images: images, ImageWidth: width,
 		CleanOut: !c.raw && isTerminal(std.out), CleanErr: !c.raw && isTerminal(std.err),
 	})
 	signaled := ctx.Err() != nil

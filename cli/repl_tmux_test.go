@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/kerneldeck/kerneldeck/internal/imagetest"
 	"github.com/kerneldeck/kerneldeck/internal/tmuxtest"
 )
 
@@ -180,6 +182,27 @@ func TestREPLRunsAPastedBlock(t *testing.T) {
 	s.Type(" * 2")
 	s.Keys("Enter")
 	s.WaitScreen("the edited line run", tmuxWait, func(screen string) bool { return strings.Contains(screen, "\n12") })
+	s.Keys("C-d")
+	s.WaitExit(tmuxWait)
+}
+
+// TestREPLDrawsImages: with --images=kitty the REPL in a real terminal
+// draws a cell's image under its line (what it writes, recorded: tmux
+// itself passes no graphics on).
+func TestREPLDrawsImages(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "repl", "--state-dir", dirs.state, "--images=kitty"}, Env: dirs.env(), Width: 100, Height: 30})
+	written := s.Record()
+	s.WaitScreen("the prompt", tmuxWait, func(screen string) bool { return strings.Contains(screen, ">>>") })
+	png := base64.StdEncoding.EncodeToString(imagetest.Halves(t, 64, 32))
+	s.Type("import base64; P = type('P', (), {'_repr_png_': lambda self: base64.b64decode('" + png + "')}); display(P())")
+	s.Keys("Enter")
+	s.WaitScreen("the image's line", tmuxWait, func(screen string) bool { return strings.Contains(screen, "[image/png 64×32") })
+	waitUntil(t, "the image drawn", func() bool {
+		_, img, ok := imagetest.Kitty(written())
+		return ok && imagetest.IsRed(img.At(1, 1))
+	})
 	s.Keys("C-d")
 	s.WaitExit(tmuxWait)
 }

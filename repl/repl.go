@@ -18,6 +18,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/imagefile"
+	"github.com/kerneldeck/kerneldeck/internal/termimage"
 	"github.com/kerneldeck/kerneldeck/internal/termtext"
 )
 
@@ -54,6 +55,11 @@ type Options struct {
 	// images are saved to, each said with its path; else only their labels
 	// are printed.
 	ImageDir string
+	// Images, kitty or sixel, draws each image under its line, at most
+	// ImageWidth columns wide (80 when 0); out must be a terminal that
+	// speaks it.
+	Images     termimage.Mode
+	ImageWidth int
 	// Lines, when set, reads the input instead of in: a line editor on a
 	// terminal, which shows the prompt itself. It is asked for one line at
 	// a time, only when the REPL waits for one, so the terminal is back to
@@ -577,6 +583,7 @@ func (r *session) report(res *engine.Result, streamed [2]streamed) {
 		} else {
 			fmt.Fprintln(r.out, label)
 		}
+		r.draw(d, i)
 	}
 	clipNote("stdout", res.StdoutClipped, res.SpillPath)
 	clipNote("stderr", res.StderrClipped, res.StderrSpillPath)
@@ -596,6 +603,25 @@ func (r *session) report(res *engine.Result, streamed [2]streamed) {
 			fmt.Fprintf(r.errOut, "kerneldeck: kernel %s was reset; the state of earlier cells is gone\n", k.ID)
 		}
 	}
+}
+
+// draw draws display i of the cell just run under its line, with Images.
+// What reaches the terminal is the image decoded and encoded again here,
+// never bytes of the kernel's.
+func (r *session) draw(d engine.Display, i int) {
+	if r.opts.Images != termimage.Kitty && r.opts.Images != termimage.Sixel {
+		return
+	}
+	_, raw := imagefile.Bytes(d)
+	if raw == nil {
+		return
+	}
+	lines, err := termimage.Lines(r.opts.Images, termimage.ID(r.cells, i), raw, cmp.Or(r.opts.ImageWidth, 80))
+	if err != nil {
+		fmt.Fprintf(r.out, "(not drawn: %v)\n", err)
+		return
+	}
+	r.out.writeRaw(strings.Join(lines, "\n") + "\n")
 }
 
 // saveImage writes display i of the cell just run to ImageDir, and returns
@@ -772,6 +798,16 @@ func (w *stickyWriter) Write(p []byte) (int, error) {
 	n, err := w.w.Write(p)
 	w.err = err
 	return n, err
+}
+
+// writeRaw writes s as it is, escape sequences included: what the REPL
+// itself draws.
+func (w *stickyWriter) writeRaw(s string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err == nil {
+		_, w.err = io.WriteString(w.w, s)
+	}
 }
 
 func (w *stickyWriter) failed() error {

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"image"
 	"io"
 	"os"
 	"path/filepath"
@@ -19,7 +20,9 @@ import (
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/enginetest"
+	"github.com/kerneldeck/kerneldeck/internal/imagetest"
 	"github.com/kerneldeck/kerneldeck/internal/syncbuf"
+	"github.com/kerneldeck/kerneldeck/internal/termimage"
 )
 
 func TestMain(m *testing.M) {
@@ -668,5 +671,33 @@ func TestPastedBlock(t *testing.T) {
 	}
 	if want := []string{PromptNew, PromptNew, PromptNew}; !slices.Equal(lines.prompts, want) {
 		t.Errorf("prompts %q, want %q: a paste is a whole block", lines.prompts, want)
+	}
+}
+
+// TestImagesDrawn: with Images, an image is drawn under its line, in the
+// kitty protocol or sixel, while the kernel's own escape sequences are
+// still shown, not sent (CleanOut).
+func TestImagesDrawn(t *testing.T) {
+	eng := newEngine(t, true)
+	png := base64.StdEncoding.EncodeToString(imagetest.Halves(t, 64, 32))
+	in := "import base64\nclass P:\n    def _repr_png_(self):\n        return base64.b64decode('" + png + "')\n\ndisplay(P()); print('\\x1b[2J')\n"
+	for _, mode := range []termimage.Mode{termimage.Kitty, termimage.Sixel} {
+		var out, errOut bytes.Buffer
+		if err := Run(context.Background(), eng, strings.NewReader(in), &out, &errOut, Options{Task: string(mode), Images: mode, ImageWidth: 40, CleanOut: true}); err != nil {
+			t.Fatalf("Run: %v\n%s", err, errOut.String())
+		}
+		var img image.Image
+		var ok bool
+		if mode == termimage.Kitty {
+			_, img, ok = imagetest.Kitty(out.String())
+		} else {
+			img, ok = imagetest.Sixel(out.String())
+		}
+		if !ok || !imagetest.IsRed(img.At(1, 1)) || imagetest.IsRed(img.At(img.Bounds().Dx()-2, 1)) {
+			t.Errorf("%s: no drawing of the red and blue image in %q", mode, out.String())
+		}
+		if !strings.Contains(out.String(), "[image/png 64×32") || strings.Contains(out.String(), "\x1b[2J") {
+			t.Errorf("%s: stdout %q; want the label, and the kernel's escape shown, not sent", mode, out.String())
+		}
 	}
 }

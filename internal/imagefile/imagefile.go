@@ -32,15 +32,24 @@ func Save(dir string, displays []engine.Display, base string) ([]string, error) 
 // SaveOne writes display d's first image type to a new 0600 file in dir,
 // named base.EXT, and returns its path ("" when d has no image).
 func SaveOne(dir string, d engine.Display, base string) (string, error) {
+	m, data := Bytes(d)
+	if data == nil {
+		return "", nil
+	}
+	return saveNew(dir, base, m[len("image/"):], data)
+}
+
+// Bytes is display d's first image type and its bytes (from the result, or
+// its spill file), or nil when d has no image.
+func Bytes(d engine.Display) (mime string, data []byte) {
 	for _, m := range engine.ImageTypes() {
-		var data []byte
 		if v, ok := d.Data[m]; ok {
 			data, _ = base64.StdEncoding.DecodeString(v)
 		} else if path, ok := d.Spill[m]; ok {
 			data, _ = os.ReadFile(path)
 		}
 		if len(data) > 0 {
-			return saveNew(dir, base, m[len("image/"):], data)
+			return m, data
 		}
 	}
 	return "", nil
