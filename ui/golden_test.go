@@ -328,6 +328,19 @@ func goldenCases() []goldenCase {
 			want: []string{"Approve tool call", "Approval needed (1 pending)", "owner alice (kernel k-a1) wants to call terminal",
 				`"command": "rm -rf /tmp/scratch"`, "o approve once", "a always for this owner", "d deny"},
 		},
+		{
+			// A cell's input() asks on the status line, with the keys that
+			// answer it in place of the help.
+			name: "input_prompt", w: 100, h: 30,
+			opts: fixtureOpts{kernels: twoOwnerKernels()},
+			drive: func(t *testing.T, s *session) {
+				r := &cellRun{target: Target{Owner: "alice", Task: "etl"}, running: true}
+				s.tm.Send(inboxMsg{inputAskMsg{a: &inputAsk{run: r, ask: engine.InputRequest{Cell: "c1", Prompt: "Continue with the load? [y/N] "},
+					reply: make(chan inputReply, 1)}}})
+				s.waitOutput(t, "Continue with")
+			},
+			want: []string{"alice/etl input() Continue with the load? [y/N]"},
+		},
 	}
 }
 

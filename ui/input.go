@@ -2,11 +2,13 @@ package ui
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	"github.com/charmbracelet/bubbles/key"
 	"github.com/charmbracelet/bubbles/textinput"
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
 
 	"github.com/kerneldeck/kerneldeck/engine"
 )
@@ -146,7 +148,17 @@ func (p *inputPrompt) view(m *Model, w, h int) string {
 		what = "getpass()"
 	}
 	label := m.ctx.Theme.Warn.Render(plain(a.run.target.Owner+"/"+a.run.target.Task) + " " + what + " ")
-	return label + p.in.View()
+	line := label + p.in.View()
+	// The keys that answer, where the line has room for them.
+	keys := m.ctx.Keys
+	hint := "  " + keys.SendLine.Help().Key + " sends · " + keys.EndInput.Help().Key + " EOF · " + keys.Interrupt.Help().Key + " interrupts"
+	if len(p.queue) > 1 {
+		hint += fmt.Sprintf(" · %d more waiting", len(p.queue)-1)
+	}
+	if lipgloss.Width(line)+lipgloss.Width(hint) <= w {
+		line += m.ctx.Theme.Faint.Render(hint)
+	}
+	return line
 }
 
 func (p *inputPrompt) helpKeys(m *Model) []key.Binding {
