@@ -253,14 +253,7 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, x *executio
 			ask := approvalQuestion(ev)
 			if req.ProtocolVersion() >= "2026-07-28" {
 				// The caller retries the call with its answer (SEP-2322).
-				state := "x" + randomHex(16)
-				x.mu.Lock()
-				x.asking = ev.Request
-				x.mu.Unlock()
-				s.mu.Lock()
-				s.byState[state] = x
-				s.mu.Unlock()
-				return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{approvalInput: ask}, RequestState: state}, ExecOutput{}, nil
+				return s.askInRetry(x, approvalInput, ask, func() { x.asking = ev.Request }), ExecOutput{}, nil
 			}
 			answer, err := req.Session.Elicit(ctx, ask)
 			if err != nil {
@@ -281,14 +274,7 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, x *executio
 			}
 			ask := inputQuestion(x.session, a.ask)
 			if req.ProtocolVersion() >= "2026-07-28" {
-				state := "x" + randomHex(16)
-				x.mu.Lock()
-				x.answering = a
-				x.mu.Unlock()
-				s.mu.Lock()
-				s.byState[state] = x
-				s.mu.Unlock()
-				return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{inputInput: ask}, RequestState: state}, ExecOutput{}, nil
+				return s.askInRetry(x, inputInput, ask, func() { x.answering = a }), ExecOutput{}, nil
 			}
 			a.reply <- replyOf(req.Session.Elicit(ctx, ask))
 		case <-ctx.Done():
@@ -296,6 +282,20 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, x *executio
 			return nil, ExecOutput{}, fmt.Errorf("cancelled; the cell was interrupted and the kernel keeps its state: %w", ctx.Err())
 		}
 	}
+}
+
+// askInRetry ends the call with question ask, named name, for the caller to
+// answer by calling again with the state it returns; mark (under x.mu)
+// records what the answer is for.
+func (s *Server) askInRetry(x *execution, name string, ask *mcp.ElicitParams, mark func()) *mcp.CallToolResult {
+	state := "x" + randomHex(16)
+	x.mu.Lock()
+	mark()
+	x.mu.Unlock()
+	s.mu.Lock()
+	s.byState[state] = x
+	s.mu.Unlock()
+	return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{name: ask}, RequestState: state}
 }
 
 // interrupt interrupts x's cell and waits a moment for it to end.
