@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -436,7 +438,7 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 	// environment or a command line.
 	lim := e.cfg.KernelLimits
 	config, _ := json.Marshal(runnerConfig{Secret: token, IdleExit: idle.Seconds(), Clip: e.cfg.ClipChars,
-		SpillMax: e.cfg.SpillMax, Confine: !e.cfg.NoConfine,
+		SpillMax: e.cfg.SpillMax, Confine: !e.cfg.NoConfine, Deny: e.privateDirs(env),
 		MemoryLimit: lim.Memory, CPULimit: int64(lim.CPUTime.Seconds()), ProcsLimit: lim.MaxProcs})
 	config = append(config, '\n')
 	python := e.python(env)
@@ -490,6 +492,25 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 	return r, nil
 }
 
+// privateDirs are the dirs a runner on env must not reach: on this machine,
+// the engine's state dir, whose journal holds every kernel's secret (a
+// kernel that read it could drive another owner's kernel).
+func (e *Engine) privateDirs(env backends.Env) []string {
+	if _, local := backends.Find[*backends.Local](env); !local {
+		return nil
+	}
+	var dirs []string
+	for _, d := range []string{e.cfg.StateDir, e.cfg.JournalDir} {
+		if d == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(d); err == nil && !slices.Contains(dirs, abs) {
+			dirs = append(dirs, abs)
+		}
+	}
+	return dirs
+}
+
 // runnerConfig is the line a runner reads on its stdin at start.
 type runnerConfig struct {
 	Secret   string  `json:"secret"`
@@ -497,6 +518,9 @@ type runnerConfig struct {
 	Clip     int     `json:"clip"`
 	SpillMax int     `json:"spill_max"`
 	Confine  bool    `json:"confine"`
+	// Deny lists dirs of the runner's host it must not reach, besides other
+	// kernels' (the engine's state dir, on this machine).
+	Deny []string `json:"deny,omitempty"`
 	// Resource limits the runner sets on itself (0: none).
 	MemoryLimit int64 `json:"memory_limit,omitempty"`
 	CPULimit    int64 `json:"cpu_limit,omitempty"`

@@ -2297,12 +2297,13 @@ def _unconfined(why):
     return "none:" + only_chars(why, RPC_NAME_CHARS, "-")[:60]
 
 
-def confine(kdir, libc):
+def confine(kdir, libc, deny=()):
     """Confine this process (and what it starts) with Landlock, before any
     thread exists: everything stays reachable but the other kernels' dirs
-    under the kernel root (and the temp dir's other kerneldeck-* dirs), and
-    from ABI 6 no signals or abstract sockets leave the domain. Returns
-    "landlock:ABI" or "none:reason"."""
+    under the kernel root (and the temp dir's other kerneldeck-* dirs) and
+    the dirs in deny (the engine's state dir: its journal holds every
+    kernel's secret), and from ABI 6 no signals or abstract sockets leave
+    the domain. Returns "landlock:ABI" or "none:reason"."""
     if libc is None:
         return _unconfined("no ctypes")
     sc = libc.func("syscall", libc.long)
@@ -2349,31 +2350,60 @@ def confine(kdir, libc):
             finally:
                 os.close(fd)
 
-        # Walk from / to the kernel dir: at each level allow every entry but
-        # the next one on the way. In the temp dir no kerneldeck-* dir is
-        # allowed, and in the kernel root nothing (its entries are kernels).
+        # Walk from / to the kernel dir and to each denied dir: at each
+        # level allow every entry but the next ones on the way. In the temp
+        # dir no kerneldeck-* dir is allowed, and in the kernel root nothing
+        # (its entries are kernels).
         target = os.path.realpath(kdir)
         parent = os.path.dirname(target)
         transient = os.path.basename(target).startswith("kerneldeck-once-")
         temp = parent if transient else os.path.dirname(parent)
-        here = "/"
-        for name in [p for p in target.split("/") if p][:-1]:
-            if transient or here != parent:
+        denied = []
+        for d in deny:
+            d = os.path.realpath(d) if isinstance(d, str) and d.startswith("/") else ""
+            # A dir that holds the kernel's cannot be denied without it; one
+            # among the kernels' is denied already.
+            if d and d != "/" and not (target + "/").startswith(d.rstrip("/") + "/") and \
+                    not d.startswith(temp + "/kerneldeck-") and not d.startswith(parent + "/"):
+                denied.append(d)
+
+        def walk(here, paths):
+            """Allows what is under here but the paths (absolute, below
+            here); the kernel dir's path fails the walk where it cannot be
+            listed, a denied one only ends there (its user cannot list it
+            either)."""
+            nexts = {}
+            for p in paths:
+                rest = p[len(here):].lstrip("/")
+                name = rest.split("/", 1)[0]
+                nexts.setdefault(name, []).append(p)
+            if transient or here != parent:  # the kernel root: nothing of it
                 try:
                     dfd = os.open(here, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 except OSError as e:
-                    return _unconfined("list %s: %s" % (here, e.strerror))
+                    return "list %s: %s" % (here, e.strerror) if target in paths else None
                 try:
                     for e in os.listdir(dfd):
-                        if e == name or (here == temp and e.startswith("kerneldeck-")):
+                        if e in nexts or (here == temp and e.startswith("kerneldeck-")):
                             continue
                         allow(e, dir_fd=dfd)
                 finally:
                     os.close(dfd)
-            here = os.path.join(here, name)
-        if here != parent:
-            return _unconfined("unexpected layout")
-        allow(target, follow=True)
+            for name, ps in nexts.items():
+                below = os.path.join(here, name)
+                if target in ps and below == target:
+                    allow(target, follow=True)
+                    ps = [p for p in ps if p != target]
+                ps = [p for p in ps if p != below]  # a denied dir itself: nothing in it
+                if ps:
+                    err = walk(below, ps)
+                    if err:
+                        return err
+            return None
+
+        err = walk("/", [target] + denied)
+        if err:
+            return _unconfined(err)
         if libc.func("prctl")(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
             return _unconfined("no_new_privs: " + os.strerror(libc.get_errno()))
         if sc(libc.long(446), libc.int(rs), libc.uint32(0)) != 0:
@@ -2558,7 +2588,8 @@ def main():
     if cfg.get("confine", True) is False:
         runner.confinement = _unconfined("turned off by the engine")
     else:
-        runner.confinement = confine(kdir, libc)
+        deny = cfg.get("deny")
+        runner.confinement = confine(kdir, libc, deny if isinstance(deny, list) else ())
     runner.confinement += userns
     if userns:
         try:
