@@ -179,6 +179,12 @@ type Engine struct {
 	codes *runnerCodes
 	// spareSets are the spare runners of each backend (Config.SpareKernels).
 	spareSets map[string]*spareBackend
+	// noRunnerCache marks the backends whose runner is not kept on disk any
+	// more (see runnercache.go).
+	noRunnerCache map[string]bool
+	// firstSpawns are closed, per configured backend, when its first
+	// kernel's spawn has ended (read-only after New; closed once, under mu).
+	firstSpawns map[string]chan struct{}
 	// journal records the kernels for an engine after this one (nil: no
 	// Config.JournalDir).
 	journal *journal
@@ -220,24 +226,26 @@ func New(cfg Config) (*Engine, error) {
 			cfg.MaxKernels, cfg.IdleExit, cfg.CellTimeout)
 	}
 	e := &Engine{
-		cfg:        cfg,
-		backends:   map[string]backends.Env{},
-		bus:        newBus(cmp.Or(cfg.History, DefaultHistory), cfg.Preload),
-		cells:      newCellLog(),
-		kernels:    map[Key]*Kernel{},
-		byID:       map[string]*Kernel{},
-		pythons:    map[string]string{},
-		roots:      map[string]string{},
-		codes:      newRunnerCodes(),
-		unconfined: map[string]string{},
-		noUserNS:   map[string]bool{},
-		lost:       map[Key]string{},
-		unkilled:   map[string]*pendingKill{},
-		approvals:  newApprovalDesk(),
-		spareSets:  map[string]*spareBackend{},
-		max:        cfg.MaxKernels,
-		perOwner:   cfg.MaxKernelsPerOwner,
-		idleExit:   cfg.IdleExit,
+		cfg:           cfg,
+		backends:      map[string]backends.Env{},
+		bus:           newBus(cmp.Or(cfg.History, DefaultHistory), cfg.Preload),
+		cells:         newCellLog(),
+		kernels:       map[Key]*Kernel{},
+		byID:          map[string]*Kernel{},
+		pythons:       map[string]string{},
+		roots:         map[string]string{},
+		codes:         newRunnerCodes(),
+		unconfined:    map[string]string{},
+		noUserNS:      map[string]bool{},
+		lost:          map[Key]string{},
+		unkilled:      map[string]*pendingKill{},
+		approvals:     newApprovalDesk(),
+		spareSets:     map[string]*spareBackend{},
+		noRunnerCache: map[string]bool{},
+		firstSpawns:   map[string]chan struct{}{},
+		max:           cfg.MaxKernels,
+		perOwner:      cfg.MaxKernelsPerOwner,
+		idleExit:      cfg.IdleExit,
 	}
 	// A base that outlives the engine would keep spares starting and
 	// compiles running after Close; Close cancels it.
@@ -267,9 +275,71 @@ func New(cfg Config) (*Engine, error) {
 	e.wg.Add(1)
 	go e.sweep()
 	for _, b := range cfg.Backends {
-		e.refillSpares(b)
+		kept := ""
+		if e.loadRunnerCache(b) {
+			kept = e.python(b)
+		}
+		first := make(chan struct{})
+		e.firstSpawns[b.URI()] = first
+		// Nothing that can wait runs beside the first kernel's spawn: the
+		// spares start once it is done (or after firstSpawnWait), and so
+		// does the check that the kept interpreter is still the host's,
+		// which Close waits for (a one-shot engine's next run must not keep
+		// a stale one).
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			t := time.NewTimer(firstSpawnWait)
+			defer t.Stop()
+			select {
+			case <-first:
+			case <-t.C:
+			case <-e.base.Done():
+				return
+			}
+			e.refillSpares(b)
+			if kept != "" {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(e.base), spawnTimeout)
+				defer cancel()
+				e.recheckPython(ctx, b, kept)
+			}
+		}()
 	}
 	return e, nil
+}
+
+// firstSpawnWait is how long spares and checks wait for the first kernel's
+// spawn before they start anyway.
+const firstSpawnWait = 250 * time.Millisecond
+
+// firstSpawnEnded tells that a kernel's spawn on uri has ended.
+func (e *Engine) firstSpawnEnded(uri string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ch, ok := e.firstSpawns[uri]; ok {
+		select {
+		case <-ch:
+		default:
+			close(ch)
+		}
+	}
+}
+
+// firstSpawnOver tells whether a kernel's spawn on uri has ended (true for
+// a backend that is not configured).
+func (e *Engine) firstSpawnOver(uri string) bool {
+	e.mu.Lock()
+	ch, ok := e.firstSpawns[uri]
+	e.mu.Unlock()
+	if !ok {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // Subscribe returns a subscription to lifecycle events with the given buffer.

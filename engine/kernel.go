@@ -340,7 +340,9 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 		r = spare.runner
 		id = spare.id
 	} else {
-		if r, err = e.startRunner(ctx, k.env, id, k.key.ToolList(), k.transient); err != nil {
+		r, err = e.startRunner(ctx, k.env, id, k.key.ToolList(), k.transient)
+		e.firstSpawnEnded(k.backendEnv().URI())
+		if err != nil {
 			e.abandonSpawn(k.env, k.key, id, err)
 			return err
 		}
@@ -540,6 +542,9 @@ func (e *Engine) noteConfinementLocked(k *Kernel, confinement string) {
 	if strings.HasPrefix(confinement, "landlock:") {
 		e.unconfined[uri] = ""
 		return
+	}
+	if _, local := backends.Find[*backends.Local](k.env); local {
+		e.dropRunnerCacheLocked(k.env)
 	}
 	why := strings.TrimPrefix(confinement, "none:")
 	if old, seen := e.unconfined[uri]; seen && old != "" {

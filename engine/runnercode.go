@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -95,6 +96,15 @@ func (rc *runnerCodes) result(c *runnerCode) (code []byte, exe string) {
 	return c.code, c.exe
 }
 
+// preset makes the entry for key a compile that ended with code by exe.
+func (rc *runnerCodes) preset(key string, code []byte, exe string) {
+	c := &runnerCode{code: code, exe: exe, done: make(chan struct{})}
+	close(c.done)
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.m[key] = c
+}
+
 // set stores what c's compile made.
 func (rc *runnerCodes) set(c *runnerCode, code []byte, exe string) {
 	rc.mu.Lock()
@@ -136,6 +146,9 @@ func (e *Engine) shippedRunner(ctx context.Context, env backends.Env, python str
 // learns the interpreter compiles again.
 func (e *Engine) forgetRunnerCode(env backends.Env, python string) {
 	e.codes.forget(codeKey(env, python))
+	if path := e.runnerCachePath(env); path != "" {
+		os.Remove(path)
+	}
 }
 
 // compileRunner starts, in the background, python compiling the runner on
@@ -170,6 +183,7 @@ func (e *Engine) compileRunner(env backends.Env, python string) {
 			<-onPath.done // a compile ends within spawnTimeout
 			if code, exe := e.codes.result(onPath); code != nil && exe == python {
 				e.codes.set(c, code, exe)
+				e.saveRunnerCache(env, python, code)
 				return
 			}
 		}
@@ -185,6 +199,9 @@ func (e *Engine) compileRunner(env backends.Env, python string) {
 			return
 		}
 		e.codes.set(c, code, exe)
+		if python != "" && (exe == "" || exe == python) {
+			e.saveRunnerCache(env, python, code)
+		}
 	}()
 }
 

@@ -417,6 +417,18 @@ func fetchScript(path string, max int) string {
 // path) and without site (-S: nothing of the host's packages runs). It
 // prints "KD:CODE <base64>" and "KD:EXE <path>" (runner.CompileProgram) or
 // "KD:ERR <reason>".
+// resolveScript prints "KD:EXE <path>": the interpreter that python (""
+// for python3 on PATH) runs, a shim's own resolved.
+func resolveScript(python string) string {
+	return fmt.Sprintf(`# kerneldeck:resolve
+export LC_ALL=C
+py=%s
+[ -n "$py" ] || py=python3
+case $py in /*) ;; *) py=$(command -v "$py") || { printf 'KD:ERR %%s was not found on PATH\n' "$py"; exit 3; } ;; esac
+exec "$py" -I -S -c 'import sys; sys.stdout.write("KD:EXE %%s\n" %% sys.executable)'
+`, shq(python))
+}
+
 func compileScript(python string) string {
 	return fmt.Sprintf(`# kerneldeck:compile
 export LC_ALL=C

@@ -26,7 +26,7 @@ type spareBackend struct {
 // takeSpare hands k a spare runner of its backend, when k can use one: a
 // new kernel (not a respawn, not per-call) on a backend that is not
 // provisioned per kernel. Taken or not, the backend's spares are then made
-// up again in the background.
+// up again in the background (but before its first spawn has ended).
 func (e *Engine) takeSpare(k *Kernel) (*spare, bool) {
 	if k.pid != 0 || k.transient || e.cfg.SpareKernels[k.env.URI()] <= 0 {
 		return nil, false
@@ -34,7 +34,6 @@ func (e *Engine) takeSpare(k *Kernel) (*spare, bool) {
 	if _, ok := backends.Find[backends.Provisioner](k.env); ok {
 		return nil, false
 	}
-	defer e.refillSpares(k.env)
 	e.mu.Lock()
 	stale := e.dropStaleSparesLocked()
 	var got *spare
@@ -43,18 +42,25 @@ func (e *Engine) takeSpare(k *Kernel) (*spare, bool) {
 	}
 	e.mu.Unlock()
 	e.killAsync(stale)
+	// Before the backend's first spawn has ended, its spares wait for it
+	// (see New): they would only slow it down.
+	if got != nil || e.firstSpawnOver(k.env.URI()) {
+		e.refillSpares(k.env)
+	}
 	return got, got != nil
 }
 
 // dropStaleSparesLocked takes out, for the caller to kill, the spares
 // older than half the idle exit: their runners would soon end by
-// themselves.
+// themselves; and those on an interpreter the backend no longer runs (see
+// recheckPython).
 func (e *Engine) dropStaleSparesLocked() []*Kernel {
 	var stale []*Kernel
-	for _, sb := range e.spareSets {
+	for uri, sb := range e.spareSets {
 		kept := sb.ready[:0]
 		for _, s := range sb.ready {
-			if e.cfg.Now().Sub(s.readySince) > e.idleExit/2 {
+			moved := s.runner.python != "" && e.pythons[uri] != "" && s.runner.python != e.pythons[uri]
+			if moved || e.cfg.Now().Sub(s.readySince) > e.idleExit/2 {
 				stale = append(stale, s.kernel())
 			} else {
 				kept = append(kept, s)

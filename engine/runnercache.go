@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/engine/runner"
+)
+
+// A fresh engine's first result waited for the host's interpreter to be
+// found (through a pyenv shim, some 60 ms a time) and for the runner to be
+// compiled (30-100 ms) before its spawn. So what the first spawn learns,
+// the interpreter it ran, and the runner that interpreter compiled are
+// kept in the state dir (runners/, 0700; a 0600 file per backend and
+// configured interpreter, for this runner's source) for the next engine,
+// which spawns with them at once and checks in the background that the
+// host's interpreter is still the one kept.
+//
+// The file is code every later kernel runs, so it is trusted only where no
+// kernel can write it: remote hosts and containers cannot reach this
+// machine's state dir, and local runners are kept from it by Landlock
+// (runnerConfig.Deny). Without Landlock here, or with confinement off, the
+// local backend keeps nothing on disk; a local runner that says it is not
+// confined removes its backend's file.
+
+// cachedRunner is what a runners/ file holds.
+type cachedRunner struct {
+	URI  string `json:"uri"`
+	Want string `json:"want"`
+	Exe  string `json:"exe"`
+	Code []byte `json:"code"`
+}
+
+// maxCachedRunner bounds a runners/ file: the code, in base64, and a little.
+const maxCachedRunner = maxRunnerCode*4/3 + 4096
+
+// runnerCacheDir is where the runners are kept, or "".
+func (e *Engine) runnerCacheDir() string {
+	if e.cfg.StateDir == "" {
+		return ""
+	}
+	return filepath.Join(e.cfg.StateDir, "runners")
+}
+
+// runnerCachePath is env's file for the interpreter configured for it, or
+// "" where nothing is kept for env.
+func (e *Engine) runnerCachePath(env backends.Env) string {
+	e.mu.Lock()
+	off := e.noRunnerCache[env.URI()]
+	e.mu.Unlock()
+	if off {
+		return ""
+	}
+	return e.runnerCacheFile(env)
+}
+
+// runnerCacheFile is env's file, or "" where nothing is ever kept for env.
+func (e *Engine) runnerCacheFile(env backends.Env) string {
+	dir := e.runnerCacheDir()
+	if dir == "" {
+		return ""
+	}
+	if _, own := backends.Find[backends.Provisioner](env); own {
+		return "" // a container made for one kernel: nothing to reuse
+	}
+	if _, local := backends.Find[*backends.Local](env); local && (e.cfg.NoConfine || landlockABI() < 1) {
+		return ""
+	}
+	sum := sha256.New()
+	for _, s := range []string{env.URI(), e.wantPython(env), string(runner.Source)} {
+		sum.Write([]byte(s))
+		sum.Write([]byte{0})
+	}
+	return filepath.Join(dir, "runner-"+hex.EncodeToString(sum.Sum(nil))[:24]+".json")
+}
+
+// landlockABI is the Landlock ABI of this machine's kernel, 0 without it.
+func landlockABI() int {
+	const sysLandlockCreateRuleset, versionFlag = 444, 1
+	abi, _, errno := syscall.Syscall(sysLandlockCreateRuleset, 0, 0, versionFlag)
+	if errno != 0 {
+		return 0
+	}
+	return int(abi)
+}
+
+// loadRunnerCache takes what an earlier engine kept for env: its
+// interpreter for the next spawns, and its compiled runner. It reports
+// whether there was something to take.
+func (e *Engine) loadRunnerCache(env backends.Env) bool {
+	path := e.runnerCachePath(env)
+	if path == "" {
+		return false
+	}
+	data, err := readPrivateFile(path, maxCachedRunner)
+	if err != nil {
+		if !os.IsNotExist(err) {
+			e.emit(Event{Type: EventNotice, Detail: fmt.Sprintf("%s: the kept runner is not used: %v", env.URI(), err)})
+		}
+		return false
+	}
+	var c cachedRunner
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil || c.URI != env.URI() || c.Want != e.wantPython(env) ||
+		!strings.HasPrefix(c.Exe, "/") || strings.ContainsFunc(c.Exe, func(r rune) bool { return r <= ' ' }) ||
+		len(c.Code) < 8 || len(c.Code) > maxRunnerCode {
+		os.Remove(path)
+		return false
+	}
+	e.mu.Lock()
+	e.pythons[env.URI()] = c.Exe
+	e.mu.Unlock()
+	e.codes.preset(codeKey(env, c.Exe), c.Code, c.Exe)
+	return true
+}
+
+// saveRunnerCache keeps env's interpreter and the runner it compiled for
+// the next engine; a failure only costs that engine the compile.
+func (e *Engine) saveRunnerCache(env backends.Env, exe string, code []byte) {
+	path := e.runnerCachePath(env)
+	if path == "" {
+		return
+	}
+	data, err := json.Marshal(cachedRunner{URI: env.URI(), Want: e.wantPython(env), Exe: exe, Code: code})
+	if err != nil {
+		return
+	}
+	if err := EnsurePrivateDir(filepath.Dir(path)); err != nil {
+		return
+	}
+	WritePrivateFile(path, data)
+}
+
+// dropRunnerCacheLocked removes env's kept runner and keeps nothing more
+// for it in this engine: a local runner was not confined, so kernels could
+// have written the file.
+func (e *Engine) dropRunnerCacheLocked(env backends.Env) {
+	e.noRunnerCache[env.URI()] = true
+	if path := e.runnerCacheFile(env); path != "" {
+		os.Remove(path)
+	}
+}
+
+// readPrivateFile reads path if it is a regular file of this user, mode
+// 0600 or stricter, of at most max bytes, without following a link.
+func readPrivateFile(path string, max int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o077 != 0 || !ownedByMe(st) || st.Size() > max {
+		return nil, fmt.Errorf("%s must be a regular file of yours, mode 0600, of at most %d bytes (found %v, %d bytes)", path, max, st.Mode(), st.Size())
+	}
+	data := make([]byte, st.Size())
+	if _, err := f.ReadAt(data, 0); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// recheckPython finds the interpreter env's spawns run now (a pyenv shim
+// may point elsewhere since the kept one was found) and, if it changed,
+// spawns with it from now on and says so.
+func (e *Engine) recheckPython(ctx context.Context, env backends.Env, kept string) {
+	res, err := env.Execute(ctx, resolveScript(e.wantPython(env)), backends.ExecOptions{Timeout: spawnTimeout})
+	if err != nil {
+		return
+	}
+	exe, ok := findLine(res.Output, markExe)
+	if !ok || !strings.HasPrefix(exe, "/") || exe == kept {
+		return
+	}
+	e.mu.Lock()
+	e.pythons[env.URI()] = exe
+	e.mu.Unlock()
+	if path := e.runnerCachePath(env); path != "" {
+		os.Remove(path)
+	}
+	e.emit(Event{Type: EventNotice, Detail: fmt.Sprintf("%s: python3 now runs %s (this engine's first kernels ran %s, as the last engine found it); new kernels run %s",
+		env.URI(), exe, kept, exe)})
+	e.compileRunner(env, exe)
+}
