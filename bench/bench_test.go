@@ -101,6 +101,8 @@ func TestQuickBench(t *testing.T) {
 		"| kerneldeck, local backend |",
 		"| nothing changes, the editor focused",
 		"| floor: a Python loop reading a JSON line", // its cold start too
+		"| a fresh `kerneldeck headless` process to its first result",
+		"| a fresh `kerneldeck mcp` process to its first python_exec result",
 		"| kerneldeck local cold start without a spare ÷ the Python exec loop's cold start",
 		"| the exec loop's cold start through a spawn's bash and watcher ÷ started from Go",
 		"| kerneldeck local cold start without a spare ÷ the exec loop's through a spawn's bash and watcher",

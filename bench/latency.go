@@ -152,6 +152,7 @@ func latencyPhase(ctx context.Context, cfg config, env *setupEnv, res *results, 
 		}
 		ratio("ratio.local_jupyter.warm", "local.warm.p50", "jupyter.warm.p50")
 		ratio("ratio.local_jupyter.cold", "local.cold", "jupyter.cold")
+		ratio("ratio.freshheadless_jupyter.cold", "fresh.headless.cold", "jupyter.cold")
 		ratio("ratio.local_bash.warm", "local.warm.p50", "floor.bash.warm.p50")
 		ratio("ratio.local_pyloop.warm", "local.warm.p50", "floor.pyloop.warm.p50")
 		ratio("ratio.local_pyloop.cold", "local.cold", "floor.pyloop.cold")

@@ -169,6 +169,27 @@ func (e *setupEnv) setup(ctx context.Context, t *tb, cfg config, log io.Writer) 
 	}
 	e.subjects = append(e.subjects, floor, spawnChainFloor{python: cfg.Python})
 
+	// A fresh process to its first result, with the bench's python3 first on
+	// PATH, with the PATH the bench was started with (a pyenv shim, say),
+	// and as an MCP server.
+	bin, err := buildKerneldeck(t)
+	if err != nil {
+		return err
+	}
+	benchPath := os.Environ()
+	withUserPath := append(os.Environ(), "PATH="+userPath)
+	for _, f := range []struct {
+		name string
+		env  []string
+		mcp  bool
+	}{{"fresh.headless", benchPath, false}, {"fresh.headless.userpath", withUserPath, false}, {"fresh.mcp", benchPath, true}} {
+		s, err := newFreshProcess(ctx, t, f.name, bin, f.env, f.mcp)
+		if err != nil {
+			return err
+		}
+		e.subjects = append(e.subjects, s)
+	}
+
 	if !cfg.SkipSSH {
 		if err := e.setupSSH(ctx, t, log); err != nil {
 			return fmt.Errorf("%w\n(pass -skip-ssh to go on without the ssh rows)", err)

@@ -187,7 +187,13 @@ func (e *Engine) compileRunner(env backends.Env, python string) {
 				return
 			}
 		}
-		ctx, cancel := context.WithTimeout(e.base, spawnTimeout)
+		// A compile whose code the next engine keeps is let finish, Close
+		// waiting for it: a one-shot engine ends long before its compile.
+		base := e.base
+		if python != "" && e.runnerCachePath(env) != "" {
+			base = context.WithoutCancel(e.base)
+		}
+		ctx, cancel := context.WithTimeout(base, spawnTimeout)
 		defer cancel()
 		code, exe, err := compileOn(ctx, env, python)
 		if err != nil && e.base.Err() != nil {
