@@ -250,3 +250,62 @@ func TestDockerImageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDockerImageWarmPool: with spare_kernels on a docker-image backend,
+// containers are made, started and hold a runner before anyone asks; a new
+// owner's kernel is handed one (no container made, no spawn on its way)
+// with its limits, its replacement comes in the background, the pool
+// counts toward the cap, and Close removes every container.
+func TestDockerImageWarmPool(t *testing.T) {
+	b := imageSandbox(t, "?memory=256m")
+	c := backendtest.NewCounting(b)
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{c}, StateDir: t.TempDir(), MaxKernels: 3,
+		SpareKernels: map[string]int{b.URI(): 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rtClose(t, eng) })
+	waitSpares := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); eng.Spares() != n; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d containers in the pool, want %d", eng.Spares(), n)
+			}
+		}
+	}
+	waitSpares(1)
+	pool := dockertest.Managed(t)
+	if len(pool) != 1 || !strings.HasPrefix(pool[0].Labels[backends.LabelKey], "spare-") {
+		t.Fatalf("the pool's containers: %+v, want one labelled as a spare", pool)
+	}
+	provisions, spawns, dials := backendtest.Provisions(c), rtSnapshot(c).Spawns, c.Dials()
+	// Docker names a container's host by its short id. The kernel's stream
+	// runs over the relay the pool dialed ahead (the replacement, which
+	// comes next, takes a container's start first).
+	res := rtExec(t, eng, engine.Request{Owner: "alice", Code: "import socket\nprint(socket.gethostname())"})
+	if got := c.Dials() - dials; got != 0 {
+		t.Errorf("alice's first cell opened %d relays, want none: the pool's was dialed ahead", got)
+	}
+	if want := pool[0].ID[:12] + "\n"; res.Stdout != want {
+		t.Fatalf("alice's cell ran on %q, want the pool's container %q", res.Stdout, want)
+	}
+	// The replacement may have started already: it is the only new one.
+	if got := backendtest.Provisions(c) - provisions; got > 1 || rtSnapshot(c).Spawns-spawns > 1 {
+		t.Errorf("alice's kernel made %d containers and %d spawns, want the pool's replacement at most", got, rtSnapshot(c).Spawns-spawns)
+	}
+	waitSpares(1) // the replacement
+	if n := len(dockertest.Managed(t)); n != 2 {
+		t.Errorf("%d containers, want alice's and the pool's", n)
+	}
+	// The pool counts toward the cap: two more owners fill it (the second
+	// takes the pool's container, and no replacement fits).
+	rtExec(t, eng, engine.Request{Owner: "bob", Code: "1"})
+	rtExec(t, eng, engine.Request{Owner: "carol", Code: "1"})
+	if n, sp := len(eng.Kernels()), eng.Spares(); n+sp > 3 {
+		t.Errorf("%d kernels and %d in the pool, over the cap of 3", n, sp)
+	}
+	rtClose(t, eng)
+	if left := dockertest.Managed(t); len(left) != 0 {
+		t.Errorf("containers left after Close: %+v", left)
+	}
+}

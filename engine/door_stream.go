@@ -137,16 +137,22 @@ type cellFrame struct {
 func (s *streamDoor) open(ctx context.Context) (conn *runnerConn, fresh bool) {
 	e, k := s.e, s.k
 	e.mu.Lock()
-	conn, dir, token := k.conn, k.dir, k.token
+	conn, dir, token, nc := k.conn, k.dir, k.token, k.dialed
+	k.dialed = nil
 	e.mu.Unlock()
 	if conn != nil && !conn.closed() && !conn.broken() {
+		if nc != nil {
+			nc.Close()
+		}
 		return conn, false
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	nc, err := s.d.DialUnix(dctx, dir+"/sock")
-	if err != nil {
-		return nil, false
+	if nc == nil {
+		var err error
+		if nc, err = s.d.DialUnix(dctx, dir+"/sock"); err != nil {
+			return nil, false
+		}
 	}
 	opened, err := dialRunner(dctx, nc, token, func(n int64) {
 		e.emit(kernelEvent(EventRunnerFlood, k, fmt.Sprintf(

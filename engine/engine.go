@@ -934,11 +934,14 @@ func (e *Engine) killOnHost(ctx context.Context, k *Kernel) {
 func (e *Engine) detach(k *Kernel) *pendingKill {
 	e.mu.Lock()
 	r := runnerRef{key: k.key, env: k.env, id: k.id, dir: k.dir, pid: k.pid, reason: k.goneReasonSafe(), spare: k.spare}
-	conn := k.conn
-	k.conn = nil
+	conn, dialed := k.conn, k.dialed
+	k.conn, k.dialed = nil, nil
 	e.mu.Unlock()
 	if conn != nil {
 		conn.close()
+	}
+	if dialed != nil {
+		dialed.Close()
 	}
 	return &pendingKill{runner: r}
 }
@@ -1004,7 +1007,9 @@ func (e *Engine) killBatch(ctx context.Context, batch []*pendingKill) {
 				e.killFailed(p.runner, p.retry, err)
 				continue
 			}
-			e.emit(p.runner.event(EventKilled, fmt.Sprintf("%s (pid %d; its container removed)", p.runner.reason, p.runner.pid)))
+			if !p.runner.spare {
+				e.emit(p.runner.event(EventKilled, fmt.Sprintf("%s (pid %d; its container removed)", p.runner.reason, p.runner.pid)))
+			}
 		}
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"path"
 	"path/filepath"
 	"slices"
@@ -58,6 +59,10 @@ type Kernel struct {
 	lastUsed     time.Time
 	execCount    int
 	conn         *runnerConn
+	// dialed is a connection to the runner's socket made before the kernel
+	// had it (a warm pool's spare: a relay through the Docker daemon costs
+	// tens of ms), for its stream to authenticate over.
+	dialed net.Conn
 	// rpcSeen holds every authenticated tool-call seq of the current runner,
 	// so a replayed request is refused.
 	rpcSeen map[int64]struct{}
@@ -302,7 +307,17 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 	if k.pid != 0 {
 		id = newKernelID() // a respawn is a new kernel
 	}
-	if p, ok := backends.Find[backends.Provisioner](k.backendEnv()); ok {
+	// A spare runner, when one is ready, is this kernel at once: it was
+	// started the same way, with a secret of its own and no tools (on a
+	// backend that makes a container per kernel, in a container of its
+	// own, which becomes the kernel's); a kernel with tools gives it their
+	// stubs first (one command, no spawn).
+	spare, fromSpare := e.takeSpare(k)
+	if p, ok := backends.Find[backends.Provisioner](k.backendEnv()); ok && fromSpare {
+		e.mu.Lock()
+		k.env = spare.env
+		e.mu.Unlock()
+	} else if ok {
 		// A host of its own: the old one (a respawn) goes, a new one comes.
 		e.mu.Lock()
 		old := k.env
@@ -325,11 +340,7 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 			}
 		}()
 	}
-	// A spare runner, when one is ready, is this kernel at once: it was
-	// started the same way, with a secret of its own and no tools; a kernel
-	// with tools gives it their stubs first (one command, no spawn).
 	var r spawnedRunner
-	spare, fromSpare := e.takeSpare(k)
 	if tools := k.key.ToolList(); fromSpare && len(tools) > 0 {
 		if serr := e.installStubs(ctx, k.env, spare.runner.dir, toolModule(tools, e.cfg.Tools)); serr != nil {
 			e.killAsync([]*Kernel{spare.kernel()})
@@ -339,6 +350,9 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 	if fromSpare {
 		r = spare.runner
 		id = spare.id
+		e.mu.Lock()
+		k.dialed = spare.dialed
+		e.mu.Unlock()
 	} else {
 		r, err = e.startRunner(ctx, k.env, id, k.key.ToolList(), k.transient)
 		e.firstSpawnEnded(k.backendEnv().URI())

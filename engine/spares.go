@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"cmp"
 	"context"
+	"net"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
@@ -11,8 +13,13 @@ import (
 // the next new kernel on its backend takes it, binding it at that moment
 // (the secret is its own, made at its start; it never served another key).
 type spare struct {
-	id         string
-	env        backends.Env
+	id  string
+	env backends.Env // where its runner runs: the backend, or a container of its own
+	// backend is the configured backend it serves.
+	backend backends.Env
+	// dialed, in a warm pool, is a connection to its runner's socket made
+	// ahead: the kernel that takes it skips the relay's start.
+	dialed     net.Conn
 	runner     spawnedRunner
 	readySince time.Time
 }
@@ -24,28 +31,30 @@ type spareBackend struct {
 }
 
 // takeSpare hands k a spare runner of its backend, when k can use one: a
-// new kernel (not a respawn, not per-call) on a backend that is not
-// provisioned per kernel. Taken or not, the backend's spares are then made
+// new kernel (not a respawn, not per-call). On a backend that makes a
+// container per kernel, the spare comes in a container of its own (a warm
+// pool), which becomes the kernel's. Taken or not, the backend's spares are then made
 // up again in the background (but before its first spawn has ended).
 func (e *Engine) takeSpare(k *Kernel) (*spare, bool) {
-	if k.pid != 0 || k.transient || e.cfg.SpareKernels[k.env.URI()] <= 0 {
+	b := k.backendEnv()
+	if k.pid != 0 || k.transient || e.cfg.SpareKernels[b.URI()] <= 0 {
 		return nil, false
 	}
-	if _, ok := backends.Find[backends.Provisioner](k.env); ok {
-		return nil, false
+	if _, own := backends.Find[backends.Provisioner](b); own && len(k.key.ToolList()) > 0 {
+		return nil, false // its stubs could not be put in again if they failed
 	}
 	e.mu.Lock()
 	stale := e.dropStaleSparesLocked()
 	var got *spare
-	if sb := e.spareSets[k.env.URI()]; sb != nil && len(sb.ready) > 0 {
+	if sb := e.spareSets[b.URI()]; sb != nil && len(sb.ready) > 0 {
 		got, sb.ready = sb.ready[0], sb.ready[1:]
 	}
 	e.mu.Unlock()
 	e.killAsync(stale)
 	// Before the backend's first spawn has ended, its spares wait for it
 	// (see New): they would only slow it down.
-	if got != nil || e.firstSpawnOver(k.env.URI()) {
-		e.refillSpares(k.env)
+	if got != nil || e.firstSpawnOver(b.URI()) {
+		e.refillSpares(b)
 	}
 	return got, got != nil
 }
@@ -71,9 +80,18 @@ func (e *Engine) dropStaleSparesLocked() []*Kernel {
 	return stale
 }
 
+// disposeHost removes a host made for one runner, if it is one.
+func disposeHost(ctx context.Context, host backends.Env) {
+	if d, ok := backends.Find[backends.Disposer](host); ok {
+		ctx, cancel := context.WithTimeout(ctx, killTimeout)
+		defer cancel()
+		d.Dispose(ctx)
+	}
+}
+
 // kernel is the spare as a kernel record, for the kill path.
 func (s *spare) kernel() *Kernel {
-	return &Kernel{env: s.env, backend: s.env, id: s.id, pid: s.runner.pid, dir: s.runner.dir, token: s.runner.token, state: phaseGone, goneReason: "a spare runner no longer needed", spare: true}
+	return &Kernel{env: s.env, backend: cmp.Or[backends.Env](s.backend, s.env), dialed: s.dialed, id: s.id, pid: s.runner.pid, dir: s.runner.dir, token: s.runner.token, state: phaseGone, goneReason: "a spare runner no longer needed", spare: true}
 }
 
 // sparesLocked counts the spares ready and starting on every backend.
@@ -116,7 +134,8 @@ func (e *Engine) refillSpares(env backends.Env) {
 	n := min(want-len(sb.ready)-sb.starting, e.max-len(e.kernels)-e.sparesLocked())
 	sb.starting += max(0, n)
 	e.mu.Unlock()
-	if n > 0 && e.python(env) == "" {
+	prov, own := backends.Find[backends.Provisioner](env)
+	if n > 0 && e.python(env) == "" && !own {
 		// The first spares: no spawn has told the interpreter yet, so the
 		// python3 on PATH compiles the runner (the spawns wait for it), or
 		// they and the kernels of the first moments would run from source
@@ -129,14 +148,30 @@ func (e *Engine) refillSpares(env backends.Env) {
 			defer e.wg.Done()
 			id := newKernelID()
 			ctx, cancel := context.WithTimeout(e.base, spawnTimeout+10*time.Second)
-			r, err := e.startRunner(ctx, env, id, nil, false)
+			host, err := env, error(nil)
+			if own {
+				// A warm pool: the container is made, started and holds a
+				// runner before anyone asks; a kernel then costs a hand-over.
+				host, err = prov.Provision(ctx, "spare-"+id)
+			}
+			var r spawnedRunner
+			var dialed net.Conn
+			if err == nil {
+				r, err = e.startRunner(ctx, host, id, nil, false)
+				if err != nil && own {
+					disposeHost(context.WithoutCancel(ctx), host)
+				}
+			}
+			if d := backends.StreamsOf(host); err == nil && own && d != nil {
+				dialed, _ = d.DialUnix(ctx, r.dir+"/sock") // without it, the kernel dials as any does
+			}
 			cancel()
 			if err != nil {
-				e.abandonSpawn(env, Key{}, id, err)
+				e.abandonSpawn(host, Key{}, id, err)
 			}
 			e.mu.Lock()
 			sb.starting--
-			s := &spare{id: id, env: env, runner: r, readySince: e.cfg.Now()}
+			s := &spare{id: id, env: host, backend: env, runner: r, dialed: dialed, readySince: e.cfg.Now()}
 			keep := err == nil && !e.closed && len(e.kernels)+e.sparesLocked() < e.max
 			if keep {
 				sb.ready = append(sb.ready, s)
