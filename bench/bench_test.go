@@ -102,6 +102,8 @@ func TestQuickBench(t *testing.T) {
 		"| nothing changes, the editor focused",
 		"| floor: a Python loop reading a JSON line", // its cold start too
 		"| a fresh `kerneldeck headless` process to its first result",
+		"| 20 new owners at once: until every one has its first result",
+		"| the engine's CPU while they idle",
 		"| a fresh `kerneldeck mcp` process to its first python_exec result",
 		"| kerneldeck local cold start without a spare ÷ the Python exec loop's cold start",
 		"| the exec loop's cold start through a spawn's bash and watcher ÷ started from Go",

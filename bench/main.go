@@ -41,6 +41,9 @@ type config struct {
 	Owners     int // owners running cells at once on one ssh host
 	OwnerCells int // warm cells per owner per round in the concurrent burst
 	Kernels    int // registered kernels for the engine overhead figures
+	// HostKernels are the real local kernels held idle, Storm the new
+	// owners that come at once (the host phase).
+	HostKernels, Storm int
 	// RestartKernels are the kernels a killed serve leaves to the next.
 	RestartKernels int
 	ScaleCells     int // warm cell pairs (with and without the kernels) per round
@@ -59,16 +62,16 @@ type config struct {
 }
 
 // phaseNames are the phases, in run order.
-var phaseNames = []string{"latency", "tools", "displays", "rss", "owners", "scale", "serve", "restart", "dashboard"}
+var phaseNames = []string{"latency", "tools", "displays", "rss", "owners", "host", "scale", "serve", "restart", "dashboard"}
 
 func fullConfig() config {
 	return config{Rounds: 7, Warmup: 20, Warm: 200, Blocks: 8, Cold: 3, HeavyFloor: 16, ToolCells: 3, Owners: 50, OwnerCells: 10,
-		Kernels: 10_000, RestartKernels: 100, ScaleCells: 200, Views: 20, CPUSettle: 2 * time.Second, CPUWindow: 10 * time.Second, Python: "/usr/bin/python3"}
+		Kernels: 10_000, HostKernels: 1_000, Storm: 200, RestartKernels: 100, ScaleCells: 200, Views: 20, CPUSettle: 2 * time.Second, CPUWindow: 10 * time.Second, Python: "/usr/bin/python3"}
 }
 
 func quickConfig() config {
 	return config{Quick: true, Rounds: 2, Warmup: 5, Warm: 20, Blocks: 2, Cold: 1, HeavyFloor: 2, ToolCells: 1, Owners: 50, OwnerCells: 2,
-		Kernels: 1_000, RestartKernels: 20, ScaleCells: 20, Views: 3, CPUSettle: time.Second, CPUWindow: time.Second, Python: "/usr/bin/python3"}
+		Kernels: 1_000, HostKernels: 40, Storm: 20, RestartKernels: 20, ScaleCells: 20, Views: 3, CPUSettle: time.Second, CPUWindow: time.Second, Python: "/usr/bin/python3"}
 }
 
 func main() {
@@ -188,6 +191,7 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		{"displays", displaysPhase},
 		{"rss", rssPhase},
 		{"owners", ownersPhase},
+		{"host", hostPhase},
 		{"scale", scalePhase},
 		{"serve", servePhase},
 		{"restart", restartPhase},

@@ -202,6 +202,22 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 		fig(res, "owners.warm.tput"), fig(res, "owners.warm.p50"), fig(res, "owners.warm.p99"), fig(res, "owners.warm.fail"))
 	p("")
 
+	p("#### Scale on one host: real local kernels")
+	p("")
+	p("| figure | value |")
+	p("| --- | --- |")
+	p("| %d new owners at once: until every one has its first result (ms) | %s |", cfg.Storm, fig(res, "host.storm.wall"))
+	p("| the same, one owner's first result (p50, ms) | %s |", fig(res, "host.storm.p50"))
+	p("| %d owners × 10 warm cells at once (cells/s) | %s |", cfg.Storm, fig(res, "host.warm.per_s"))
+	p("| the same, a cell's round trip (p50 / p99, ms) | %s / %s |", fig(res, "host.warm.p50"), fig(res, "host.warm.p99"))
+	p("| failed cells per round (storm, warm) | %s, %s |", fig(res, "host.storm.fail"), fig(res, "host.warm.fail"))
+	p("| kernels then held idle | %s |", fig(res, "host.idle.kernels"))
+	p("| the engine's CPU while they idle (%% of a core) | %s |", fig(res, "host.idle.engine_cpu_pct"))
+	p("| the engine's resident memory (the bench's process, MB) | %s |", fig(res, "host.idle.engine_rss_mb"))
+	p("| one idle runner's resident memory (median, MB) | %s |", fig(res, "host.idle.runner_rss_mb"))
+	p("| processes of the kernels left after Close | %s |", fig(res, "host.left"))
+	p("")
+
 	p("#### Engine overhead with %s registered kernels (idle, on a fake host: no processes)", thousands(cfg.Kernels))
 	p("")
 	p("| figure | ms |")
@@ -362,6 +378,25 @@ func targets(cfg config, env *setupEnv, res *results) []target {
 			fig(res, "dashboard.cpu.idle"), verdict(res, "dashboard.cpu.idle", 0.5)},
 		target{"a dashboard showing 1,000 kernels with one cell streaming uses under 5% of a core",
 			fig(res, "dashboard.cpu.stream"), verdict(res, "dashboard.cpu.stream", 5)})
+	if _, ok := res.get("host.idle.kernels"); ok {
+		out = append(out, target{fmt.Sprintf("the engine idles at ≤ 1%% of a core with %s real local kernels", thousands(cfg.HostKernels)),
+			fig(res, "host.idle.engine_cpu_pct"), verdict(res, "host.idle.engine_cpu_pct", 1)})
+		limit := "not measured (no local cold start)"
+		if cold, ok := res.get("local.cold"); ok {
+			bound := 2 * float64(cfg.Storm) * cold.Med / float64(runtime.NumCPU())
+			limit = verdict(res, "host.storm.wall", bound)
+			limit += fmt.Sprintf(" (bound %s ms: 2 × %d × %s ms ÷ %d cores)", num(bound), cfg.Storm, num(cold.Med), runtime.NumCPU())
+		}
+		out = append(out, target{fmt.Sprintf("%d new owners at once done within 2 × (%d × a cold start ÷ cores)", cfg.Storm, cfg.Storm),
+			fig(res, "host.storm.wall"), limit})
+		bad := sum(res, "host.storm.fail") + sum(res, "host.warm.fail") + sum(res, "host.idle.fail") + sum(res, "host.left")
+		v := "met"
+		if bad > 0 {
+			v = "**missed**"
+		}
+		out = append(out, target{"on one host: no failed cell, no runner left after Close",
+			fmt.Sprintf("%s failed or left", num(bad)), v})
+	}
 	if _, ok := res.get("owners.cold.fail"); ok {
 		fails := sum(res, "owners.cold.fail") + sum(res, "owners.warm.fail")
 		v := "met"
