@@ -35,33 +35,8 @@ func hostPhase(ctx context.Context, cfg config, env *setupEnv, res *results, log
 			closeEngine(eng)
 		}
 	}()
-	burst := func(owners, cells int, owner func(int) string) (lat []float64, wall time.Duration, fails int, firstErr string) {
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		gate := make(chan struct{})
-		for i := range owners {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-gate
-				for range cells {
-					start := time.Now()
-					_, err := kdRun(ctx, eng, engine.Request{Owner: owner(i), Code: "1"}, "1\n")
-					d := time.Since(start)
-					mu.Lock()
-					lat = append(lat, ms(d))
-					if err != nil {
-						fails++
-						firstErr = cmpOr(firstErr, fmt.Sprintf("%s: %v", owner(i), err))
-					}
-					mu.Unlock()
-				}
-			}()
-		}
-		start := time.Now()
-		close(gate)
-		wg.Wait()
-		return lat, time.Since(start), fails, firstErr
+	burst := func(owners, cells int, owner func(int) string) ([]float64, time.Duration, int, string) {
+		return ownersAtOnce(ctx, eng, owners, cells, owner)
 	}
 	storm := func(i int) string { return fmt.Sprintf("storm-%03d", i) }
 	for r := range cfg.Rounds {
@@ -143,11 +118,4 @@ func runnersUnder(dir string) int {
 		}
 	}
 	return n
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

@@ -84,6 +84,40 @@ func describe(r *engine.Result) string {
 // backend, so one shared connection): first all their spawns together
 // (each owner's first cell), then cfg.OwnerCells warm cells each, all at
 // once, after one unmeasured cell each. Every round starts from no kernels.
+// ownersAtOnce has owners owner(0) … owner(owners-1) each run cells
+// trivial cells one after another, all owners at once: every cell's round
+// trip, the wall time until the last, the failures and the first of them.
+func ownersAtOnce(ctx context.Context, eng *engine.Engine, owners, cells int, owner func(int) string) (lat []float64, wall time.Duration, fails int, firstErr string) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range owners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			for range cells {
+				start := time.Now()
+				_, err := kdRun(ctx, eng, engine.Request{Owner: owner(i), Code: "1"}, "1\n")
+				d := time.Since(start)
+				mu.Lock()
+				lat = append(lat, ms(d))
+				if err != nil {
+					fails++
+					if firstErr == "" {
+						firstErr = fmt.Sprintf("%s: %v", owner(i), err)
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	start := time.Now()
+	close(gate)
+	wg.Wait()
+	return lat, time.Since(start), fails, firstErr
+}
+
 func ownersPhase(ctx context.Context, cfg config, env *setupEnv, res *results, log io.Writer) {
 	if env.srv == nil {
 		res.note("owners", "skipped: "+env.skipped["ssh"])
@@ -101,34 +135,7 @@ func ownersPhase(ctx context.Context, cfg config, env *setupEnv, res *results, l
 	owner := func(i int) string { return fmt.Sprintf("owner-%02d", i) }
 	for r := range cfg.Rounds {
 		burst := func(cells int) (lat []float64, wall time.Duration, fails int, firstErr string) {
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			gate := make(chan struct{})
-			for i := range cfg.Owners {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-gate
-					for range cells {
-						start := time.Now()
-						_, err := kdRun(ctx, s.eng, engine.Request{Owner: owner(i), Code: "1"}, "1\n")
-						d := time.Since(start)
-						mu.Lock()
-						lat = append(lat, ms(d))
-						if err != nil {
-							fails++
-							if firstErr == "" {
-								firstErr = fmt.Sprintf("%s: %v", owner(i), err)
-							}
-						}
-						mu.Unlock()
-					}
-				}()
-			}
-			start := time.Now()
-			close(gate)
-			wg.Wait()
-			return lat, time.Since(start), fails, firstErr
+			return ownersAtOnce(ctx, s.eng, cfg.Owners, cells, owner)
 		}
 		lat, coldWall, fails, firstErr := burst(1)
 		res.add("owners.cold.wall", ms(coldWall))
