@@ -86,6 +86,8 @@ func main() {
 	fs.IntVar(&over.Cold, "cold", 0, "cold starts per subject per round (default 3, quick 1)")
 	fs.IntVar(&over.Owners, "owners", 0, "owners running cells at once on one ssh host (default 50)")
 	fs.IntVar(&over.Kernels, "kernels", 0, "registered kernels for the engine overhead figures (default 10000, quick 1000)")
+	fs.IntVar(&over.HostKernels, "host-kernels", 0, "real local kernels held idle in the host phase (default 1000, quick 40)")
+	fs.IntVar(&over.Storm, "storm", 0, "new owners at once in the host phase (default 200, quick 20)")
 	fs.BoolVar(&over.SkipSSH, "skip-ssh", false, "leave out the ssh rows (they need root and /usr/sbin/sshd)")
 	fs.BoolVar(&over.SkipDocker, "skip-docker", false, "leave out the container rows (they need a Docker Engine)")
 	fs.BoolVar(&over.SkipJupyter, "skip-jupyter", false, "leave out the Jupyter rows and the ratios against them")
@@ -132,6 +134,8 @@ func merge(base, over config) config {
 	base.Cold = pick(base.Cold, over.Cold)
 	base.Owners = pick(base.Owners, over.Owners)
 	base.Kernels = pick(base.Kernels, over.Kernels)
+	base.HostKernels = pick(base.HostKernels, over.HostKernels)
+	base.Storm = pick(base.Storm, over.Storm)
 	base.SkipSSH = base.SkipSSH || over.SkipSSH
 	base.SkipDocker = base.SkipDocker || over.SkipDocker
 	base.SkipJupyter = base.SkipJupyter || over.SkipJupyter
