@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/chzyer/readline"
 
@@ -218,9 +219,24 @@ func (e *lineEditor) ReadInput(prompt string, password bool) (string, error) {
 }
 
 // Close gives the terminal back.
+// The editor's reader may be in a read of the terminal that nothing ends
+// (readline reads on after ctrl+d), and closing a terminal in blocking mode
+// waits for that read: the REPL's exit never waits for it more than
+// closeWait (the terminal is back to normal once a line has been read).
 func (e *lineEditor) Close() {
-	e.rl.Close()
 	if e.hist != nil {
 		e.hist.Close()
 	}
+	done := make(chan struct{})
+	go func() {
+		e.rl.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+	}
 }
+
+// closeWait bounds the line editor's Close.
+const closeWait = time.Second
