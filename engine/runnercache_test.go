@@ -14,31 +14,18 @@ import (
 	"github.com/kerneldeck/kerneldeck/internal/enginetest"
 )
 
-// cacheEngine is an engine on the local backend with state dir state and a
-// trace of its backend calls, closed when the test ends.
-func cacheEngine(t *testing.T, state string, noConfine bool) (*engine.Engine, *eventWatch, string) {
+// cacheEngine is the enginetest harness on the local backend, with state
+// dir state and a spare kept, and a watch of its events from its start.
+func cacheEngine(t *testing.T, state string, noConfine bool) (*enginetest.Harness, *eventWatch) {
 	t.Helper()
-	trace := filepath.Join(t.TempDir(), "trace.jsonl")
-	tracer, err := backends.OpenTracer(trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.New(engine.Config{Backends: []backends.Env{backends.Traced(backends.NewLocal(enginetest.ShortTempDir(t)), tracer)},
-		StateDir: state, NoConfine: noConfine, SpareKernels: map[string]int{"local": 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &eventWatch{sub: eng.SubscribeWith(engine.SubscribeOptions{Buffer: 1 << 12, Since: time.Now().Add(-time.Hour)})}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		eng.Close(ctx, false)
-		tracer.Close()
+	h := enginetest.New(t, backends.NewLocal(enginetest.ShortTempDir(t)), func(c *engine.Config) {
+		c.StateDir, c.NoConfine, c.SpareKernels = state, noConfine, map[string]int{"local": 1}
 	})
-	return eng, log, trace
+	return h, &eventWatch{sub: h.Eng.SubscribeWith(engine.SubscribeOptions{Buffer: 1 << 12, Since: time.Now().Add(-time.Hour)})}
 }
 
-// eventWatch sees an engine's events from its start (New's included).
+// eventWatch sees an engine's events from its start: New's are history by
+// the time a harness's log subscribes.
 type eventWatch struct{ sub *engine.Subscription }
 
 func (w *eventWatch) WaitFor(t *testing.T, what string, within time.Duration, match func(engine.Event) bool) {
@@ -61,13 +48,11 @@ func (w *eventWatch) WaitFor(t *testing.T, what string, within time.Duration, ma
 	}
 }
 
-func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(within); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-	}
+// compiled says whether the harness's backend has run a compile of the
+// runner to its end.
+func compiled(h *enginetest.Harness) bool {
+	tr, _ := os.ReadFile(h.Trace)
+	return strings.Contains(string(tr), "kerneldeck:compile")
 }
 
 func pythonOf(t *testing.T, eng *engine.Engine, owner string) string {
@@ -86,14 +71,14 @@ func pythonOf(t *testing.T, eng *engine.Engine, owner string) string {
 // private is not used.
 func TestAFreshEngineSpawnsWithTheKeptRunner(t *testing.T) {
 	state := t.TempDir()
-	first, _, _ := cacheEngine(t, state, false)
-	exe := pythonOf(t, first, "a")
-	if first.Kernels()[0].Confinement == "" || !strings.HasPrefix(first.Kernels()[0].Confinement, "landlock:") {
-		t.Skipf("runners here are not confined (%q): the local backend keeps no runner on disk", first.Kernels()[0].Confinement)
+	first, _ := cacheEngine(t, state, false)
+	exe := pythonOf(t, first.Eng, "a")
+	if c := first.Eng.Kernels()[0].Confinement; !strings.HasPrefix(c, "landlock:") {
+		t.Skipf("runners here are not confined (%q): the local backend keeps no runner on disk", c)
 	}
 	dir := filepath.Join(state, "runners")
 	var files []string
-	waitUntil(t, "the runner kept", 20*time.Second, func() bool {
+	first.WaitFor("the runner kept", 20*time.Second, func() bool {
 		files, _ = filepath.Glob(filepath.Join(dir, "runner-*.json"))
 		return len(files) == 1
 	})
@@ -119,27 +104,27 @@ func TestAFreshEngineSpawnsWithTheKeptRunner(t *testing.T) {
 	if err := engine.WritePrivateFile(files[0], data); err != nil {
 		t.Fatal(err)
 	}
-	second, log, trace := cacheEngine(t, state, false)
-	if got := pythonOf(t, second, "b"); got != link {
+	second, log := cacheEngine(t, state, false)
+	if got := pythonOf(t, second.Eng, "b"); got != link {
 		t.Fatalf("the next engine's first kernel ran %s, want the kept %s", got, link)
 	}
-	if tr, _ := os.ReadFile(trace); strings.Contains(string(tr), "kerneldeck:compile") {
-		t.Errorf("the next engine compiled the runner though it was kept:\n%.400s", tr)
+	if compiled(second) {
+		t.Error("the next engine compiled the runner though it was kept")
 	}
 	log.WaitFor(t, "the check that the interpreter moved", 30*time.Second, func(ev engine.Event) bool {
 		return ev.Type == engine.EventNotice && strings.Contains(ev.Detail, "python3 now runs "+exe)
 	})
-	if got := pythonOf(t, second, "c"); got != exe {
+	if got := pythonOf(t, second.Eng, "c"); got != exe {
 		t.Errorf("after the check a new kernel ran %s, want %s", got, exe)
 	}
 
 	// A kept file others may read is not used, and says why.
-	waitUntil(t, "the runner kept again", 20*time.Second, func() bool {
+	second.WaitFor("the runner kept again", 20*time.Second, func() bool {
 		files, _ = filepath.Glob(filepath.Join(dir, "runner-*.json"))
 		return len(files) == 1
 	})
 	os.Chmod(files[0], 0o644)
-	_, log, _ = cacheEngine(t, state, false)
+	_, log = cacheEngine(t, state, false)
 	log.WaitFor(t, "the refusal", 10*time.Second, func(ev engine.Event) bool {
 		return ev.Type == engine.EventNotice && strings.Contains(ev.Detail, "the kept runner is not used") && strings.Contains(ev.Detail, "0600")
 	})
@@ -149,9 +134,10 @@ func TestAFreshEngineSpawnsWithTheKeptRunner(t *testing.T) {
 // kept there.
 func TestNoRunnerKeptForUnconfinedLocalKernels(t *testing.T) {
 	state := t.TempDir()
-	eng, _, _ := cacheEngine(t, state, true)
-	pythonOf(t, eng, "a")
-	time.Sleep(500 * time.Millisecond) // a compile's save would be done by now
+	h, _ := cacheEngine(t, state, true)
+	pythonOf(t, h.Eng, "a")
+	h.WaitFor("the runner compiled", 20*time.Second, func() bool { return compiled(h) })
+	h.Eng.Close(context.Background(), false) // waits for a save the compile would make
 	if files, _ := filepath.Glob(filepath.Join(state, "runners", "*")); len(files) != 0 {
 		t.Fatalf("kept for unconfined kernels: %v", files)
 	}
