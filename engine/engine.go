@@ -179,9 +179,9 @@ type Engine struct {
 	codes *runnerCodes
 	// spareSets are the spare runners of each backend (Config.SpareKernels).
 	spareSets map[string]*spareBackend
-	// noRunnerCache marks the backends whose runner is not kept on disk any
-	// more (see runnercache.go).
-	noRunnerCache map[string]bool
+	// runnerFiles are the files the configured backends' runners are kept
+	// in (see runnercache.go), by URI; none for a backend that keeps none.
+	runnerFiles map[string]string
 	// firstSpawns are closed, per configured backend, when its first
 	// kernel's spawn has ended (read-only after New; closed once, under mu).
 	firstSpawns map[string]chan struct{}
@@ -226,26 +226,26 @@ func New(cfg Config) (*Engine, error) {
 			cfg.MaxKernels, cfg.IdleExit, cfg.CellTimeout)
 	}
 	e := &Engine{
-		cfg:           cfg,
-		backends:      map[string]backends.Env{},
-		bus:           newBus(cmp.Or(cfg.History, DefaultHistory), cfg.Preload),
-		cells:         newCellLog(),
-		kernels:       map[Key]*Kernel{},
-		byID:          map[string]*Kernel{},
-		pythons:       map[string]string{},
-		roots:         map[string]string{},
-		codes:         newRunnerCodes(),
-		unconfined:    map[string]string{},
-		noUserNS:      map[string]bool{},
-		lost:          map[Key]string{},
-		unkilled:      map[string]*pendingKill{},
-		approvals:     newApprovalDesk(),
-		spareSets:     map[string]*spareBackend{},
-		noRunnerCache: map[string]bool{},
-		firstSpawns:   map[string]chan struct{}{},
-		max:           cfg.MaxKernels,
-		perOwner:      cfg.MaxKernelsPerOwner,
-		idleExit:      cfg.IdleExit,
+		cfg:         cfg,
+		backends:    map[string]backends.Env{},
+		bus:         newBus(cmp.Or(cfg.History, DefaultHistory), cfg.Preload),
+		cells:       newCellLog(),
+		kernels:     map[Key]*Kernel{},
+		byID:        map[string]*Kernel{},
+		pythons:     map[string]string{},
+		roots:       map[string]string{},
+		codes:       newRunnerCodes(),
+		unconfined:  map[string]string{},
+		noUserNS:    map[string]bool{},
+		lost:        map[Key]string{},
+		unkilled:    map[string]*pendingKill{},
+		approvals:   newApprovalDesk(),
+		spareSets:   map[string]*spareBackend{},
+		runnerFiles: map[string]string{},
+		firstSpawns: map[string]chan struct{}{},
+		max:         cfg.MaxKernels,
+		perOwner:    cfg.MaxKernelsPerOwner,
+		idleExit:    cfg.IdleExit,
 	}
 	// A base that outlives the engine would keep spares starting and
 	// compiles running after Close; Close cancels it.
@@ -275,6 +275,9 @@ func New(cfg Config) (*Engine, error) {
 	e.wg.Add(1)
 	go e.sweep()
 	for _, b := range cfg.Backends {
+		if path := e.runnerCacheFile(b); path != "" {
+			e.runnerFiles[b.URI()] = path
+		}
 		kept := ""
 		if e.loadRunnerCache(b) {
 			kept = e.python(b)

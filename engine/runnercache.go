@@ -52,18 +52,15 @@ func (e *Engine) runnerCacheDir() string {
 }
 
 // runnerCachePath is env's file for the interpreter configured for it, or
-// "" where nothing is kept for env.
+// "" where nothing is kept for env (any more).
 func (e *Engine) runnerCachePath(env backends.Env) string {
 	e.mu.Lock()
-	off := e.noRunnerCache[env.URI()]
-	e.mu.Unlock()
-	if off {
-		return ""
-	}
-	return e.runnerCacheFile(env)
+	defer e.mu.Unlock()
+	return e.runnerFiles[env.URI()]
 }
 
-// runnerCacheFile is env's file, or "" where nothing is ever kept for env.
+// runnerCacheFile is the file a configured backend's runner is kept in, or
+// "" where nothing is kept for it; New finds it once per backend.
 func (e *Engine) runnerCacheFile(env backends.Env) string {
 	dir := e.runnerCacheDir()
 	if dir == "" {
@@ -145,8 +142,8 @@ func (e *Engine) saveRunnerCache(env backends.Env, exe string, code []byte) {
 // for it in this engine: a local runner was not confined, so kernels could
 // have written the file.
 func (e *Engine) dropRunnerCacheLocked(env backends.Env) {
-	e.noRunnerCache[env.URI()] = true
-	if path := e.runnerCacheFile(env); path != "" {
+	if path := e.runnerFiles[env.URI()]; path != "" {
+		delete(e.runnerFiles, env.URI())
 		os.Remove(path)
 	}
 }
