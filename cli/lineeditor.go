@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/chzyer/readline"
 
@@ -73,7 +72,8 @@ func (e *lineEditor) SetCompletion(f func(line []rune, pos int) (int, []string))
 // a private regular file of this user is not used (a warning says why).
 func newLineEditor(stateDir string, stdin *os.File, out, errOut io.Writer) (*lineEditor, error) {
 	tab := &tabCompleter{}
-	paste := newPasteReader(stdin)
+	// Cancelable: a read the line editor left pending ends at Close.
+	paste := newPasteReader(readline.NewCancelableStdin(stdin))
 	rl, err := readline.NewEx(&readline.Config{
 		Stdin: paste, Stdout: out, Stderr: errOut, AutoComplete: tab,
 		HistoryLimit: historyMax, DisableAutoSaveHistory: true, HistorySearchFold: true,
@@ -219,24 +219,13 @@ func (e *lineEditor) ReadInput(prompt string, password bool) (string, error) {
 }
 
 // Close gives the terminal back.
-// The editor's reader may be in a read of the terminal that nothing ends
-// (readline reads on after ctrl+d), and closing a terminal in blocking mode
-// waits for that read: the REPL's exit never waits for it more than
-// closeWait (the terminal is back to normal once a line has been read).
+// readline reads on after ctrl+d, and its Close waits for that read, which
+// a terminal in blocking mode ends only with the next key: the paste
+// reader's own Close ends it first.
 func (e *lineEditor) Close() {
+	e.paste.Close()
+	e.rl.Close()
 	if e.hist != nil {
 		e.hist.Close()
 	}
-	done := make(chan struct{})
-	go func() {
-		e.rl.Close()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(closeWait):
-	}
 }
-
-// closeWait bounds the line editor's Close.
-const closeWait = time.Second

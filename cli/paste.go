@@ -57,7 +57,7 @@ func (p *pasteReader) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-// Close closes the terminal's input when it can be closed.
+// Close ends a pending read (the terminal's reader is cancelable).
 func (p *pasteReader) Close() error {
 	if c, ok := p.in.(io.Closer); ok {
 		return c.Close()
