@@ -334,9 +334,7 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 		e.mu.Unlock()
 		defer func() {
 			if err != nil {
-				if d, ok := backends.Find[backends.Disposer](env); ok {
-					d.Dispose(context.WithoutCancel(ctx))
-				}
+				disposeHost(context.WithoutCancel(ctx), env)
 			}
 		}()
 	}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"context"
 	"net"
 	"time"
@@ -33,8 +32,8 @@ type spareBackend struct {
 // takeSpare hands k a spare runner of its backend, when k can use one: a
 // new kernel (not a respawn, not per-call). On a backend that makes a
 // container per kernel, the spare comes in a container of its own (a warm
-// pool), which becomes the kernel's. Taken or not, the backend's spares are then made
-// up again in the background (but before its first spawn has ended).
+// pool), which becomes the kernel's. Taken or not, the backend's spares are
+// then made up again in the background (not before its first spawn ended).
 func (e *Engine) takeSpare(k *Kernel) (*spare, bool) {
 	b := k.backendEnv()
 	if k.pid != 0 || k.transient || e.cfg.SpareKernels[b.URI()] <= 0 {
@@ -80,7 +79,8 @@ func (e *Engine) dropStaleSparesLocked() []*Kernel {
 	return stale
 }
 
-// disposeHost removes a host made for one runner, if it is one.
+// disposeHost removes a host made for one runner, if it is one, within
+// killTimeout.
 func disposeHost(ctx context.Context, host backends.Env) {
 	if d, ok := backends.Find[backends.Disposer](host); ok {
 		ctx, cancel := context.WithTimeout(ctx, killTimeout)
@@ -91,7 +91,7 @@ func disposeHost(ctx context.Context, host backends.Env) {
 
 // kernel is the spare as a kernel record, for the kill path.
 func (s *spare) kernel() *Kernel {
-	return &Kernel{env: s.env, backend: cmp.Or[backends.Env](s.backend, s.env), dialed: s.dialed, id: s.id, pid: s.runner.pid, dir: s.runner.dir, token: s.runner.token, state: phaseGone, goneReason: "a spare runner no longer needed", spare: true}
+	return &Kernel{env: s.env, backend: s.backend, dialed: s.dialed, id: s.id, pid: s.runner.pid, dir: s.runner.dir, token: s.runner.token, state: phaseGone, goneReason: "a spare runner no longer needed", spare: true}
 }
 
 // sparesLocked counts the spares ready and starting on every backend.
