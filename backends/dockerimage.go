@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"regexp"
@@ -58,10 +59,17 @@ type ImageSandbox struct {
 }
 
 // sandboxBox is one kernel's own container: a Docker host that can be
-// disposed of and that can tell why its kernel died.
+// disposed of and that can tell why its kernel died. Its streams go
+// straight to the runner's socket through the container's root (this
+// engine made the container, so it knows it is on this machine) and fall
+// back to the relay exec where that root cannot be reached.
 type sandboxBox struct {
 	*Docker
 	sandbox *ImageSandbox
+
+	found  chan struct{}      // closed once root is settled
+	root   *containerRoot     // nil: streams go through the relay
+	cancel context.CancelFunc // ends the search for root
 }
 
 var (
@@ -275,11 +283,46 @@ func (b *ImageSandbox) Provision(ctx context.Context, key string) (Env, error) {
 		return nil, fmt.Errorf("docker-image %s: start the container for %s: %w", b.uri, key, err)
 	}
 	d := &sandboxBox{Docker: &Docker{uri: b.uri + "#" + res.ID[:12], container: name, id: res.ID, user: b.user, tempDir: "/tmp",
-		cli: b.cli, relays: map[*relayConn]struct{}{}}, sandbox: b}
+		cli: b.cli, relays: map[*relayConn]struct{}{}}, sandbox: b, found: make(chan struct{})}
 	b.mu.Lock()
 	b.boxes[d] = struct{}{}
 	b.mu.Unlock()
+	// The container's pid is asked for while the caller spawns in it.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultDockerTimeout)
+	d.cancel = cancel
+	go d.findRoot(fctx)
 	return d, nil
+}
+
+// findRoot opens the container's root through its first process, or
+// leaves root nil (another machine's daemon, a process this user may not
+// look into).
+func (d *sandboxBox) findRoot(ctx context.Context) {
+	defer close(d.found)
+	defer d.cancel()
+	info, err := d.cli.ContainerInspect(ctx, d.id, client.ContainerInspectOptions{})
+	if err != nil || info.Container.State == nil || !info.Container.State.Running {
+		return
+	}
+	if r, err := openContainerRoot(info.Container.State.Pid, d.id); err == nil {
+		d.root = r
+	}
+}
+
+// DialUnix implements StreamDialer: straight to the socket through the
+// container's root, else through a relay exec.
+func (d *sandboxBox) DialUnix(ctx context.Context, path string) (net.Conn, error) {
+	select {
+	case <-d.found:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("docker-image %s: open stream to %s: %w", d.uri, path, ctx.Err())
+	}
+	if d.root != nil {
+		if c, err := d.root.DialUnix(ctx, path); err == nil {
+			return c, nil
+		}
+	}
+	return d.Docker.DialUnix(ctx, path)
 }
 
 // Containers are the ids of the containers of kernels now (for tests that
@@ -317,6 +360,11 @@ func (b *ImageSandbox) Close() error {
 // with everything running in it.
 func (d *sandboxBox) Dispose(ctx context.Context) error {
 	d.Close()
+	d.cancel()
+	<-d.found
+	if d.root != nil {
+		d.root.Close()
+	}
 	_, err := d.cli.ContainerRemove(ctx, d.id, client.ContainerRemoveOptions{Force: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("docker-image %s: remove container %s: %w", d.sandbox.uri, d.container, err)
