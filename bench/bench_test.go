@@ -113,6 +113,10 @@ func TestQuickBench(t *testing.T) {
 	if !cfg.SkipSSH {
 		complete = append(complete, "| the same ratio from cells run back to back, one run per subject and round (no pause") // ssh ÷ streamlocal
 	}
+	if !cfg.SkipDocker {
+		complete = append(complete, "| through one `kerneldeck headless` process: ", "| floor: a docker-image:// kernel's container made and started",
+			"| through headless: docker-image:// warm p50 ÷ local warm p50", "| through headless, a new owner's docker-image:// kernel with a pool")
+	}
 	for _, line := range strings.Split(table, "\n") {
 		for _, c := range complete {
 			if strings.HasPrefix(line, c) && strings.Contains(line, "—") {

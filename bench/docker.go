@@ -47,7 +47,20 @@ func (e *setupEnv) setupDocker(ctx context.Context, t *tb, log io.Writer) error 
 		return err
 	}
 	di.roots = none
-	e.subjects = append(e.subjects, dk, &dockerFloor{cli: dockertest.Client(t), container: name}, di)
+	e.subjects = append(e.subjects, dk, &dockerFloor{cli: dockertest.Client(t), container: name}, di, &containerFloor{sandbox: sandbox})
+
+	// As an agent meets them: through `kerneldeck headless`, a sandboxed
+	// kernel without a pool and with one, beside the local backend.
+	for _, h := range []struct {
+		name, backend string
+		spares        int
+	}{{"headless.local", "local", 0}, {"headless.docker-image", "docker-image://" + image, 0}, {"headless.docker-image.pool", "docker-image://" + image, 1}} {
+		s, err := newHeadless(ctx, t, h.name, e.bin, h.backend, h.spares)
+		if err != nil {
+			return err
+		}
+		e.subjects = append(e.subjects, s)
+	}
 	return nil
 }
 
@@ -98,4 +111,29 @@ func (f *dockerFloor) once(ctx context.Context) error {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// containerFloor is what a docker-image:// kernel's container costs before
+// anything runs in it: its create and start through the API, with the
+// backend's own options (its removal is not timed). A cold start only.
+type containerFloor struct {
+	floor
+	sandbox *backends.ImageSandbox
+	seq     int
+}
+
+func (f *containerFloor) key() string     { return "floor.docker.container" }
+func (f *containerFloor) cpuRoots() []int { return nil }
+
+func (f *containerFloor) warm(context.Context, int) ([]time.Duration, error) { return nil, nil }
+
+func (f *containerFloor) cold(ctx context.Context) (time.Duration, tripCount, error) {
+	f.seq++
+	start := time.Now()
+	env, err := f.sandbox.Provision(ctx, fmt.Sprintf("floor/%d", f.seq))
+	d := time.Since(start)
+	if err != nil {
+		return d, tripCount{}, err
+	}
+	return d, tripCount{}, env.(backends.Disposer).Dispose(ctx)
 }

@@ -45,6 +45,9 @@ func (a *latencyAcc) addCold(res *results, k string) {
 		return
 	}
 	res.add(k+".cold", median(a.colds))
+	if len(a.colds) >= 3 {
+		res.add(k+".cold.p95", quantile(a.colds, 0.95))
+	}
 	if a.hasTrips {
 		n := float64(len(a.colds))
 		res.add(k+".trips.cold", float64(a.coldTrips.Commands+a.coldTrips.Exchanges)/n)
@@ -170,6 +173,12 @@ func latencyPhase(ctx context.Context, cfg config, env *setupEnv, res *results, 
 		ratio("ratio.docker_floor.warm", "docker.warm.p50", "floor.docker.warm.p50")
 		ratio("ratio.dockerimage_jupyter.cold", "docker-image.cold", "jupyter.cold")
 		ratio("ratio.docker_jupyter.cold", "docker.cold", "jupyter.cold")
+		ratio("ratio.headless_dockerimage_local.warm", "headless.docker-image.warm.p50", "headless.local.warm.p50")
+		if roundHas(res, r, "headless.docker-image.cold") && roundHas(res, r, "floor.docker.container.cold") {
+			a, _ := lastOf(res, "headless.docker-image.cold")
+			b, _ := lastOf(res, "floor.docker.container.cold")
+			res.add("diff.headless_dockerimage_container.cold", a-b)
+		}
 		for _, pr := range backToBackPairs {
 			ratio(pr.ratio, pr.num+".b2b.p50", pr.den+".b2b.p50")
 		}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -109,6 +110,10 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 		{"docker", "kerneldeck, docker:// (a running container, /tmp on a tmpfs)", "docker"},
 		{"floor.docker", "floor: one exec of `true` through the Docker Engine API", "docker"},
 		{"docker-image", "kerneldeck, docker-image:// (a container per kernel; cold start creates it)", "docker"},
+		{"floor.docker.container", "floor: a docker-image:// kernel's container made and started through the API, with the backend's options; a cold start only", "docker"},
+		{"headless.local", "through one `kerneldeck headless` process: local backend", "docker"},
+		{"headless.docker-image", "through one `kerneldeck headless` process: docker-image:// (a new owner's cold start creates its container)", "docker"},
+		{"headless.docker-image.pool", "through one `kerneldeck headless` process: docker-image:// with a pool (`--spare-kernels 1`; a new owner is handed a pool container)", "docker"},
 	}
 	for _, r := range rows {
 		if why, skipped := env.skipped[r.skip]; skipped && r.skip != "" {
@@ -116,15 +121,15 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 			continue
 		}
 		cold := fig(res, r.key+".cold")
-		if strings.HasPrefix(r.key, "floor.") && r.key != "floor.pyloop" && r.key != "floor.spawnchain" {
+		if strings.HasPrefix(r.key, "floor.") && !slices.Contains([]string{"floor.pyloop", "floor.spawnchain", "floor.docker.container"}, r.key) {
 			cold = "n/a"
 		}
 		trips := [2]string{tripsFig(res, r.key, "warm"), tripsFig(res, r.key, "cold")}
-		if !strings.HasPrefix(r.key, "local") && !strings.HasPrefix(r.key, "ssh.") && !strings.HasPrefix(r.key, "docker") {
+		if !strings.HasPrefix(r.key, "local") && !strings.HasPrefix(r.key, "ssh.") && !strings.HasPrefix(r.key, "docker") || strings.HasPrefix(r.key, "headless.") {
 			trips = [2]string{"n/a", "n/a"}
 		}
 		warm := [4]string{fig(res, r.key+".warm.p50"), fig(res, r.key+".warm.p90"), fig(res, r.key+".warm.p99"), fig(res, r.key+".cpu")}
-		if strings.HasPrefix(r.key, "fresh.") {
+		if strings.HasPrefix(r.key, "fresh.") || r.key == "floor.docker.container" {
 			warm = [4]string{"n/a", "n/a", "n/a", "n/a"} // a cold start only
 		}
 		p("| %s | %s | %s | %s | %s | %s | %s | %s |", r.label, warm[0], warm[1], warm[2], cold, trips[0], trips[1], warm[3])
@@ -158,6 +163,8 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 		{"ratio.docker_floor.warm", "kerneldeck docker:// warm p50 ÷ one `docker exec true` through the API"},
 		{"ratio.dockerimage_jupyter.cold", "kerneldeck docker-image:// cold start (container create + spawn + first result) ÷ Jupyter cold start"},
 		{"ratio.docker_jupyter.cold", "kerneldeck docker:// cold start ÷ Jupyter cold start"},
+		{"ratio.headless_dockerimage_local.warm", "through headless: docker-image:// warm p50 ÷ local warm p50"},
+		{"diff.headless_dockerimage_container.cold", "through headless: a new owner's docker-image:// first result without a pool − the container's create and start alone (ms: kerneldeck's own share, the spawn in the container and the first cell)"},
 	} {
 		p("| %s | %s |", r[1], fig(res, r[0]))
 	}
@@ -348,6 +355,12 @@ func targets(cfg config, env *setupEnv, res *results) []target {
 			heavySleep, num(mustMed(res, "ratio.floorheavy_light.warm"))), fig(res, "ratio.sshheavy_light.warm"), verdict(res, "ratio.sshheavy_light.warm", 1.5)},
 		target{"docker:// warm cell within 1.5× the local backend's", fig(res, "ratio.docker_local.warm"), verdict(res, "ratio.docker_local.warm", 1.5)},
 		target{"docker:// warm cell under 0.3× one `docker exec true` through the API", fig(res, "ratio.docker_floor.warm"), verdict(res, "ratio.docker_floor.warm", 0.3)},
+		target{"through headless, a docker-image:// warm cell ≤ 1.5× a local one", fig(res, "ratio.headless_dockerimage_local.warm"), verdict(res, "ratio.headless_dockerimage_local.warm", 1.5)},
+		target{fmt.Sprintf("through headless, a new owner's docker-image:// kernel without a pool: first result ≤ 400 ms (its container's create and start alone: %s ms here)", num(mustMed(res, "floor.docker.container.cold"))),
+			fig(res, "headless.docker-image.cold"), verdict(res, "headless.docker-image.cold", 400)},
+		target{"through headless, a new owner's docker-image:// kernel with a pool: first result ≤ 25 ms p50, ≤ 60 ms p95 (published, not measured here: Daytona 110 ms p50 / 280 ms p95, E2B 440 / 850 ms, Modal 2.66 / 11.8 s, ComputeSDK April 2026)",
+			fig(res, "headless.docker-image.pool.cold") + "; p95 " + fig(res, "headless.docker-image.pool.cold.p95"),
+			worse(verdict(res, "headless.docker-image.pool.cold", 25), verdict(res, "headless.docker-image.pool.cold.p95", 60))},
 	)
 	var trips []string
 	worst := math.NaN()

@@ -33,6 +33,7 @@ const (
 type setupEnv struct {
 	dir    string
 	binDir string // holds python3 -> cfg.Python, first on PATH
+	bin    string // the kerneldeck binary, built for the fresh-process rows
 
 	local    *kdSubject
 	jupyter  *jupyterSubject
@@ -176,6 +177,7 @@ func (e *setupEnv) setup(ctx context.Context, t *tb, cfg config, log io.Writer) 
 	if err != nil {
 		return err
 	}
+	e.bin = bin
 	benchPath := os.Environ()
 	withUserPath := append(os.Environ(), "PATH="+userPath)
 	for _, f := range []struct {
