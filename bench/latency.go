@@ -45,9 +45,7 @@ func (a *latencyAcc) addCold(res *results, k string) {
 		return
 	}
 	res.add(k+".cold", median(a.colds))
-	if len(a.colds) >= 3 {
-		res.add(k+".cold.p95", quantile(a.colds, 0.95))
-	}
+	res.add(k+".cold.p95", quantile(a.colds, 0.95)) // of this round's: few, so near its slowest
 	if a.hasTrips {
 		n := float64(len(a.colds))
 		res.add(k+".trips.cold", float64(a.coldTrips.Commands+a.coldTrips.Exchanges)/n)
