@@ -602,8 +602,14 @@ func validKernelDir(tempDir, dir, id string, transient bool) bool {
 	if path.Clean(dir) != dir || path.Base(dir) != id {
 		return false
 	}
-	root := path.Dir(dir)
-	return path.Dir(root) == path.Clean(tempDir) && strings.HasPrefix(path.Base(root), "kerneldeck-")
+	return validKernelRoot(tempDir, path.Dir(dir))
+}
+
+// validKernelRoot reports whether root has the shape of a kernel root,
+// <temp dir>/kerneldeck-<login>.
+func validKernelRoot(tempDir, root string) bool {
+	return path.Clean(root) == root && path.Dir(root) == path.Clean(tempDir) && strings.HasPrefix(path.Base(root), "kerneldeck-") &&
+		path.Base(root) != "kerneldeck-"
 }
 
 // redactRPC drops forwarded tool requests from host output, trimmed: they

@@ -38,6 +38,10 @@ type cachedRunner struct {
 	Want string `json:"want"`
 	Exe  string `json:"exe"`
 	Code []byte `json:"code"`
+	// Root is the host's kernel root, so that the next engine's first
+	// spawn need not ask id(1) for the login (a fork and an exec, 10-25 ms
+	// on a slow host); the spawn checks it as it checks a new one.
+	Root string `json:"root,omitempty"`
 }
 
 // maxCachedRunner bounds a runners/ file: the code, in base64, and a little.
@@ -116,6 +120,9 @@ func (e *Engine) loadRunnerCache(env backends.Env) bool {
 	}
 	e.mu.Lock()
 	e.pythons[env.URI()] = c.Exe
+	if validKernelRoot(env.TempDir(), c.Root) { // not if the temp dir moved since
+		e.roots[env.URI()] = c.Root
+	}
 	e.mu.Unlock()
 	e.codes.preset(codeKey(env, c.Exe), c.Code, c.Exe)
 	return true
@@ -128,7 +135,7 @@ func (e *Engine) saveRunnerCache(env backends.Env, exe string, code []byte) {
 	if path == "" {
 		return
 	}
-	data, err := json.Marshal(cachedRunner{URI: env.URI(), Want: e.wantPython(env), Exe: exe, Code: code})
+	data, err := json.Marshal(cachedRunner{URI: env.URI(), Want: e.wantPython(env), Exe: exe, Code: code, Root: e.kernelRoot(env)})
 	if err != nil {
 		return
 	}

@@ -14,11 +14,12 @@ import (
 	"github.com/kerneldeck/kerneldeck/internal/enginetest"
 )
 
-// cacheEngine is the enginetest harness on the local backend, with state
-// dir state and a spare kept, and a watch of its events from its start.
-func cacheEngine(t *testing.T, state string, noConfine bool) (*enginetest.Harness, *eventWatch) {
+// cacheEngine is the enginetest harness on the local backend (kernels
+// under tmp), with state dir state and a spare kept, and a watch of its
+// events from its start.
+func cacheEngine(t *testing.T, tmp, state string, noConfine bool) (*enginetest.Harness, *eventWatch) {
 	t.Helper()
-	h := enginetest.New(t, backends.NewLocal(enginetest.ShortTempDir(t)), func(c *engine.Config) {
+	h := enginetest.New(t, backends.NewLocal(tmp), func(c *engine.Config) {
 		c.StateDir, c.NoConfine, c.SpareKernels = state, noConfine, map[string]int{"local": 1}
 	})
 	return h, &eventWatch{sub: h.Eng.SubscribeWith(engine.SubscribeOptions{Buffer: 1 << 12, Since: time.Now().Add(-time.Hour)})}
@@ -71,7 +72,8 @@ func pythonOf(t *testing.T, eng *engine.Engine, owner string) string {
 // private is not used.
 func TestAFreshEngineSpawnsWithTheKeptRunner(t *testing.T) {
 	state := t.TempDir()
-	first, _ := cacheEngine(t, state, false)
+	tmp := enginetest.ShortTempDir(t)
+	first, _ := cacheEngine(t, tmp, state, false)
 	exe := pythonOf(t, first.Eng, "a")
 	if c := first.Eng.Kernels()[0].Confinement; !strings.HasPrefix(c, "landlock:") {
 		t.Skipf("runners here are not confined (%q): the local backend keeps no runner on disk", c)
@@ -100,16 +102,24 @@ func TestAFreshEngineSpawnsWithTheKeptRunner(t *testing.T) {
 	data, _ := os.ReadFile(files[0])
 	json.Unmarshal(data, &kept)
 	kept["exe"] = link
+	root, _ := kept["root"].(string)
+	if !strings.Contains(root, "/kerneldeck-") {
+		t.Fatalf("the kept runner holds kernel root %q, want the host's", root)
+	}
 	data, _ = json.Marshal(kept)
 	if err := engine.WritePrivateFile(files[0], data); err != nil {
 		t.Fatal(err)
 	}
-	second, log := cacheEngine(t, state, false)
+	second, log := cacheEngine(t, tmp, state, false)
 	if got := pythonOf(t, second.Eng, "b"); got != link {
 		t.Fatalf("the next engine's first kernel ran %s, want the kept %s", got, link)
 	}
 	if compiled(second) {
 		t.Error("the next engine compiled the runner though it was kept")
+	}
+	// Nor did its first spawn ask id(1) for the login: it had the root.
+	if tr, _ := os.ReadFile(second.Trace); !strings.Contains(string(tr), "root='"+root+"'") {
+		t.Errorf("the next engine's first spawn did not start from the kept root %s", root)
 	}
 	log.WaitFor(t, "the check that the interpreter moved", 30*time.Second, func(ev engine.Event) bool {
 		return ev.Type == engine.EventNotice && strings.Contains(ev.Detail, "python3 now runs "+exe)
@@ -124,7 +134,7 @@ func TestAFreshEngineSpawnsWithTheKeptRunner(t *testing.T) {
 		return len(files) == 1
 	})
 	os.Chmod(files[0], 0o644)
-	_, log = cacheEngine(t, state, false)
+	_, log = cacheEngine(t, tmp, state, false)
 	log.WaitFor(t, "the refusal", 10*time.Second, func(ev engine.Event) bool {
 		return ev.Type == engine.EventNotice && strings.Contains(ev.Detail, "the kept runner is not used") && strings.Contains(ev.Detail, "0600")
 	})
@@ -134,7 +144,7 @@ func TestAFreshEngineSpawnsWithTheKeptRunner(t *testing.T) {
 // kept there.
 func TestNoRunnerKeptForUnconfinedLocalKernels(t *testing.T) {
 	state := t.TempDir()
-	h, _ := cacheEngine(t, state, true)
+	h, _ := cacheEngine(t, enginetest.ShortTempDir(t), state, true)
 	pythonOf(t, h.Eng, "a")
 	h.WaitFor("the runner compiled", 20*time.Second, func() bool { return compiled(h) })
 	h.Eng.Close(context.Background(), false) // waits for a save the compile would make
