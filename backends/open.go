@@ -33,9 +33,13 @@ type Options struct {
 	// DockerTimeout bounds reaching the Docker Engine and the checks made
 	// when a docker backend is opened (default DefaultDockerTimeout).
 	DockerTimeout time.Duration
-	// DockerTempDir is where kernel roots go in containers (default the
-	// user's $TMPDIR there, else /tmp).
+	// DockerTempDir is where kernel roots go in containers, docker's and
+	// pods' (default the user's $TMPDIR there, else /tmp).
 	DockerTempDir string
+
+	// K8sTimeout bounds reaching the Kubernetes API and the checks made
+	// when a k8s backend is opened (default DefaultK8sTimeout).
+	K8sTimeout time.Duration
 }
 
 // Open builds the backend a URI names: "local", "ssh://[user@]host[:port]"
@@ -62,7 +66,13 @@ func Open(uri string, opts Options) (Env, error) {
 			return nil, err
 		}
 		return d, nil
+	case strings.HasPrefix(uri, "k8s://"):
+		k, err := NewK8s(uri, opts)
+		if err != nil {
+			return nil, err
+		}
+		return k, nil
 	default:
-		return nil, fmt.Errorf("backend %q: unknown backend URI; use local, ssh://[user@]host[:port], docker://CONTAINER[?user=USER] or docker-image://IMAGE[?memory=512m&…]", uri)
+		return nil, fmt.Errorf("backend %q: unknown backend URI; use local, ssh://[user@]host[:port], docker://CONTAINER[?user=USER], docker-image://IMAGE[?memory=512m&…] or k8s://[CONTEXT/]NAMESPACE/POD[?container=NAME]", uri)
 	}
 }
