@@ -180,7 +180,8 @@ func (k *K8s) Execute(ctx context.Context, command string, opts ExecOptions) (Re
 	return runShell(ctx, k8sShell{k}, command, opts)
 }
 
-// Close ends the streams still open (their relays exit with them).
+// Close ends the streams still open (their relays exit with them) and
+// waits a moment for their execs to end.
 func (k *K8s) Close() error {
 	k.mu.Lock()
 	k.closed = true
@@ -191,6 +192,12 @@ func (k *K8s) Close() error {
 	k.mu.Unlock()
 	for _, r := range relays {
 		r.Close()
+	}
+	for _, r := range relays {
+		select {
+		case <-r.done:
+		case <-time.After(5 * time.Second):
+		}
 	}
 	return nil
 }
@@ -354,7 +361,8 @@ func (r *k8sRelay) Write(p []byte) (int, error) { return r.in.Write(p) }
 // answer.
 func (r *k8sRelay) CloseWrite() error { return r.in.Close() }
 
-// Close ends the relay: its stdin closes and it exits; the exec ends.
+// Close ends the relay: its stdin closes and it exits; the exec ends
+// (waited for a moment, so that no stream outlives its kernel).
 func (r *k8sRelay) Close() error {
 	r.once.Do(func() {
 		r.in.Close()
@@ -363,6 +371,10 @@ func (r *k8sRelay) Close() error {
 		r.k.mu.Lock()
 		delete(r.k.relays, r)
 		r.k.mu.Unlock()
+		select {
+		case <-r.done:
+		case <-time.After(5 * time.Second):
+		}
 	})
 	return nil
 }

@@ -1,14 +1,10 @@
 package backends_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/internal/backendtest"
@@ -16,34 +12,11 @@ import (
 	"github.com/kerneldeck/kerneldeck/internal/k8stest"
 )
 
-// cluster starts a real single-node cluster with the test image loaded, or
-// skips the test where this machine cannot run one.
-func cluster(t *testing.T) (*k8stest.Cluster, string) {
-	t.Helper()
-	image := dockertest.Image(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var log bytes.Buffer
-	c, err := k8stest.Start(ctx, k8stest.Options{Images: []string{image}, Log: &log})
-	if errors.Is(err, k8stest.ErrUnavailable) && os.Getenv(k8stest.RequireEnv) != "1" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("cluster Close: %v", err)
-		}
-	})
-	t.Setenv("KUBECONFIG", c.Kubeconfig)
-	return c, image
-}
-
 // The backend contract in a running pod (k8s://NAMESPACE/POD), through the
 // Kubernetes API's exec.
 func TestK8sContract(t *testing.T) {
-	c, image := cluster(t)
+	image := dockertest.Image(t)
+	c := k8stest.ForTest(t, image)
 	ctx := context.Background()
 	if err := c.Namespace(ctx, "kd"); err != nil {
 		t.Fatal(err)

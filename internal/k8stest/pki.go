@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -120,20 +121,31 @@ func writePEM(path, typ string, der []byte) error {
 	return nil
 }
 
-// kubeconfig writes a kubeconfig for server with a client certificate.
-func kubeconfig(path, server, ca, crt, key string) error {
+// kubeconfig writes a kubeconfig for server with a client certificate,
+// the certificates in it: client-go starts a goroutine that never ends to
+// watch certificate files for rotation, which would outlive every test.
+func kubeconfig(path, server, caFile, crtFile, keyFile string) error {
+	var enc [3]string
+	for i, f := range []string{caFile, crtFile, keyFile} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		enc[i] = base64.StdEncoding.EncodeToString(b)
+	}
+	ca, crt, key := enc[0], enc[1], enc[2]
 	data := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: kd
   cluster:
     server: %s
-    certificate-authority: %s
+    certificate-authority-data: %s
 users:
 - name: kd
   user:
-    client-certificate: %s
-    client-key: %s
+    client-certificate-data: %s
+    client-key-data: %s
 contexts:
 - name: kd
   context:
