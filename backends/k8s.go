@@ -14,15 +14,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/httpstream"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
+	"k8s.io/klog/v2"
 )
 
 // DefaultK8sTimeout bounds reaching the Kubernetes API and the checks made
@@ -40,7 +41,8 @@ type K8s struct {
 	container string
 	tempDir   string
 	cfg       *rest.Config
-	cli       kubernetes.Interface
+	core      *rest.RESTClient // the core/v1 API
+	params    runtime.ParameterCodec
 
 	mu     sync.Mutex
 	relays map[*k8sRelay]struct{}
@@ -105,9 +107,15 @@ func k8sConfig(kubeContext string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// quietClientGo sends client-go's own log nowhere: it prints errors it
+// handles itself (a stream closed from this side, a ping after it) on
+// stderr, across a dashboard's screen. kerneldeck reports what fails.
+var quietClientGo = sync.OnceFunc(func() { klog.SetLogger(logr.Discard()) })
+
 // NewK8s opens k8s://[CONTEXT/]NAMESPACE/POD[?container=C]: it checks the
 // pod runs and reads the container's temp dir ($TMPDIR, else /tmp).
 func NewK8s(uri string, opts Options) (*K8s, error) {
+	quietClientGo()
 	kubeContext, namespace, pod, container, err := parseK8sURI(uri)
 	if err != nil {
 		return nil, err
@@ -116,18 +124,38 @@ func NewK8s(uri string, opts Options) (*K8s, error) {
 	if err != nil {
 		return nil, fmt.Errorf("k8s %s: %w", uri, err)
 	}
-	cli, err := kubernetes.NewForConfig(cfg)
+	core, params, err := coreClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("k8s %s: %w", uri, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(opts.K8sTimeout, DefaultK8sTimeout))
 	defer cancel()
-	return openPod(ctx, cfg, cli, uri, namespace, pod, container, opts.DockerTempDir)
+	return openPod(ctx, cfg, core, params, uri, namespace, pod, container, opts.DockerTempDir)
+}
+
+// coreClient is a client of the core/v1 API alone. client-go's clientset
+// registers every API group of Kubernetes when the program starts (with
+// the rest of client-go's, some 16 ms before anything runs, in every
+// kerneldeck process, a k8s backend or not): only core/v1 is needed.
+func coreClient(cfg *rest.Config) (*rest.RESTClient, runtime.ParameterCodec, error) {
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, nil, err
+	}
+	c := rest.CopyConfig(cfg)
+	c.APIPath, c.GroupVersion = "/api", &corev1.SchemeGroupVersion
+	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	rc, err := rest.RESTClientFor(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rc, runtime.NewParameterCodec(scheme), nil
 }
 
 // openPod is NewK8s on a client the caller has.
-func openPod(ctx context.Context, cfg *rest.Config, cli kubernetes.Interface, uri, namespace, pod, container, tempDir string) (*K8s, error) {
-	p, err := cli.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+func openPod(ctx context.Context, cfg *rest.Config, core *rest.RESTClient, params runtime.ParameterCodec, uri, namespace, pod, container, tempDir string) (*K8s, error) {
+	p := &corev1.Pod{}
+	err := core.Get().Namespace(namespace).Resource("pods").Name(pod).Do(ctx).Into(p)
 	if err != nil {
 		return nil, fmt.Errorf("k8s %s: pod %s/%s: %w (kubectl get pods -n %s lists them)", uri, namespace, pod, err, namespace)
 	}
@@ -139,7 +167,7 @@ func openPod(ctx context.Context, cfg *rest.Config, cli kubernetes.Interface, ur
 	} else if !hasContainer(p, container) {
 		return nil, fmt.Errorf("k8s %s: pod %s/%s has no container %q", uri, namespace, pod, container)
 	}
-	k := &K8s{uri: uri, namespace: namespace, pod: pod, container: container, cfg: cfg, cli: cli, relays: map[*k8sRelay]struct{}{}}
+	k := &K8s{uri: uri, namespace: namespace, pod: pod, container: container, cfg: cfg, core: core, params: params, relays: map[*k8sRelay]struct{}{}}
 	probe := `printf 'KDTMP %s\n' "${TMPDIR:-/tmp}"`
 	if tempDir != "" {
 		probe = `printf 'KDTMP %s\n' ` + ShellQuote(tempDir)
@@ -205,8 +233,8 @@ func (k *K8s) Close() error {
 // executor is one exec of cmd in the container, over WebSocket where the
 // apiserver speaks it and SPDY where it does not (as kubectl does).
 func (k *K8s) executor(cmd []string, stdin bool) (remotecommand.Executor, error) {
-	req := k.cli.CoreV1().RESTClient().Post().Resource("pods").Namespace(k.namespace).Name(k.pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: k.container, Command: cmd, Stdin: stdin, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	req := k.core.Post().Resource("pods").Namespace(k.namespace).Name(k.pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: k.container, Command: cmd, Stdin: stdin, Stdout: true, Stderr: true}, k.params)
 	spdy, err := remotecommand.NewSPDYExecutor(k.cfg, "POST", req.URL())
 	if err != nil {
 		return nil, fmt.Errorf("k8s %s: exec: %w", k.uri, err)
@@ -226,10 +254,13 @@ type k8sShell struct{ k *K8s }
 func (t k8sShell) name() string { return "k8s " + t.k.uri }
 
 func (t k8sShell) start(ctx context.Context, cmdline string, stdin []byte, stdout, stderr io.Writer) (shellProcess, error) {
-	// An exec's output ends only once its stdin was all taken (the
-	// runtime's copy into the command waits on a full pipe): what the
-	// command left unread is read to its end after it.
-	cmdline = strings.TrimPrefix(cmdline, "exec ") + "\nrc=$?; cat >/dev/null 2>&1; exit $rc"
+	// The command gets exactly the stdin bytes through head: the end of
+	// an exec's stdin does not always reach the command (seen here once
+	// in a few runs: a sha256sum waiting for it). And an exec's output
+	// ends only once its stdin was all taken (the runtime's copy into the
+	// command waits on a full pipe), so what the command leaves unread is
+	// read to its end after it.
+	cmdline = fmt.Sprintf("head -c %d | ( %s\nrc=$?; cat >/dev/null; exit $rc ); exit ${PIPESTATUS[1]}", len(stdin), strings.TrimPrefix(cmdline, "exec "))
 	ex, err := t.k.executor([]string{"bash", "--norc", "--noprofile", "-c", cmdline}, true)
 	if err != nil {
 		return nil, err
