@@ -185,6 +185,9 @@ type Engine struct {
 	// firstSpawns are closed, per configured backend, when its first
 	// kernel's spawn has ended (read-only after New; closed once, under mu).
 	firstSpawns map[string]chan struct{}
+	// firstBegun are closed, per configured backend, when a kernel's
+	// spawn on it begins.
+	firstBegun map[string]chan struct{}
 	// journal records the kernels for an engine after this one (nil: no
 	// Config.JournalDir).
 	journal *journal
@@ -243,6 +246,7 @@ func New(cfg Config) (*Engine, error) {
 		spareSets:   map[string]*spareBackend{},
 		runnerFiles: map[string]string{},
 		firstSpawns: map[string]chan struct{}{},
+		firstBegun:  map[string]chan struct{}{},
 		max:         cfg.MaxKernels,
 		perOwner:    cfg.MaxKernelsPerOwner,
 		idleExit:    cfg.IdleExit,
@@ -282,8 +286,8 @@ func New(cfg Config) (*Engine, error) {
 		if e.loadRunnerCache(b) {
 			kept = e.python(b)
 		}
-		first := make(chan struct{})
-		e.firstSpawns[b.URI()] = first
+		first, begun := make(chan struct{}), make(chan struct{})
+		e.firstSpawns[b.URI()], e.firstBegun[b.URI()] = first, begun
 		// Nothing that can wait runs beside the first kernel's spawn: the
 		// spares start once it is done (or after firstSpawnWait), and so
 		// does the check that the kept interpreter is still the host's,
@@ -297,6 +301,19 @@ func New(cfg Config) (*Engine, error) {
 			select {
 			case <-first:
 			case <-t.C:
+				// A first spawn that began is let end, however slow (a
+				// pyenv shim where starting a process is slow): spares and
+				// checks beside it would only slow it down more.
+				select {
+				case <-begun:
+					select {
+					case <-first:
+					case <-time.After(spawnTimeout):
+					case <-e.base.Done():
+						return
+					}
+				default:
+				}
 			case <-e.base.Done():
 				return
 			}
@@ -314,6 +331,19 @@ func New(cfg Config) (*Engine, error) {
 // firstSpawnWait is how long spares and checks wait for the first kernel's
 // spawn before they start anyway.
 const firstSpawnWait = 250 * time.Millisecond
+
+// firstSpawnBegun tells that a kernel's spawn on uri has begun.
+func (e *Engine) firstSpawnBegun(uri string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ch, ok := e.firstBegun[uri]; ok {
+		select {
+		case <-ch:
+		default:
+			close(ch)
+		}
+	}
+}
 
 // firstSpawnEnded tells that a kernel's spawn on uri has ended.
 func (e *Engine) firstSpawnEnded(uri string) {

@@ -352,6 +352,7 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 		k.dialed = spare.dialed
 		e.mu.Unlock()
 	} else {
+		e.firstSpawnBegun(k.backendEnv().URI())
 		r, err = e.startRunner(ctx, k.env, id, k.key.ToolList(), k.transient)
 		e.firstSpawnEnded(k.backendEnv().URI())
 		if err != nil {
