@@ -2,6 +2,7 @@ package backends
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -270,14 +271,10 @@ func (t k8sShell) start(ctx context.Context, cmdline string, stdin []byte, stdou
 	p.cancel = cancel
 	go func() {
 		defer close(p.done)
-		p.err = ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: bytesReader(stdin), Stdout: stdout, Stderr: stderr})
+		p.err = ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: bytes.NewReader(stdin), Stdout: stdout, Stderr: stderr})
 	}()
 	return p, nil
 }
-
-// bytesReader is stdin for an exec: the bytes, then EOF (which closes the
-// command's stdin).
-func bytesReader(b []byte) io.Reader { return strings.NewReader(string(b)) }
 
 // k8sProcess is one exec.
 type k8sProcess struct {

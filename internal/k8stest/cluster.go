@@ -26,10 +26,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// Packages are the Debian packages the cluster needs besides the built
-// binaries.
-var Packages = []string{"containerd", "runc", "containernetworking-plugins", "etcd-server", "iproute2"}
-
 // tools are the commands those packages give, checked before a start.
 var tools = map[string]string{
 	"/usr/bin/etcd": "etcd-server", "/usr/bin/containerd": "containerd", "/usr/bin/ctr": "containerd",
