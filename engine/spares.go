@@ -133,6 +133,10 @@ func (e *Engine) refillSpares(env backends.Env) {
 	}
 	n := min(want-len(sb.ready)-sb.starting, e.max-len(e.kernels)-e.sparesLocked())
 	sb.starting += max(0, n)
+	// Counted while closed is known false: Close's wait may begin as soon
+	// as the lock is let go, and a spawn counted after it would outlive
+	// the engine (the runner compile below can take seconds).
+	e.wg.Add(max(0, n))
 	e.mu.Unlock()
 	prov, own := backends.Find[backends.Provisioner](env)
 	if n > 0 && e.python(env) == "" && !own {
@@ -143,7 +147,6 @@ func (e *Engine) refillSpares(env backends.Env) {
 		e.compileRunner(env, "")
 	}
 	for range n {
-		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
 			id := newKernelID()
