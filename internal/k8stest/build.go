@@ -1,5 +1,5 @@
 // Package k8stest runs a real single-node Kubernetes cluster on this
-// machine for tests: etcd, kube-apiserver, a private containerd and a
+// machine for tests: etcd, kube-apiserver, kube-scheduler, a private containerd and a
 // kubelet, with every address the cluster uses on this machine. The
 // cluster's own binaries are built once from the Go module proxy and kept
 // in a cache dir; Debian's packages give the rest.
@@ -28,7 +28,7 @@ const Version = "v1.35.4"
 const stagingVersion = "v0.35.4"
 
 // binaries are what is built; the rest comes from Debian's packages.
-var binaries = []string{"kube-apiserver", "kubelet"}
+var binaries = []string{"kube-apiserver", "kube-scheduler", "kubelet"}
 
 // BinDirEnv names a dir holding the built binaries, instead of the cache.
 const BinDirEnv = "KERNELDECK_K8S_BIN"
@@ -57,7 +57,7 @@ func built(dir string) bool {
 	return true
 }
 
-// Build builds kube-apiserver and kubelet of Version into BinDir, unless
+// Build builds kube-apiserver, kube-scheduler and kubelet of Version into BinDir, unless
 // they are there already, and returns the dir. It takes some 20 CPU
 // minutes the first time (a module of its own that requires
 // k8s.io/kubernetes, its staging modules replaced by their released
@@ -89,7 +89,7 @@ func Build(ctx context.Context, log io.Writer) (string, error) {
 		return out, nil
 	}
 	start := time.Now()
-	fmt.Fprintf(log, "k8stest: building kube-apiserver and kubelet %s into %s (once; some minutes)\n", Version, dir)
+	fmt.Fprintf(log, "k8stest: building kube-apiserver, kube-scheduler and kubelet %s into %s (once; some minutes)\n", Version, dir)
 	if err := os.WriteFile(filepath.Join(work, "go.mod"), []byte("module kerneldeck.local/k8sbuild\n\ngo 1.26\n"), 0o644); err != nil {
 		return "", err
 	}

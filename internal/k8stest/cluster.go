@@ -73,7 +73,7 @@ type Cluster struct {
 	log     io.Writer
 }
 
-// Start brings a cluster up: etcd, the apiserver, a private containerd
+// Start brings a cluster up: etcd, the apiserver, the scheduler, a private containerd
 // (the images loaded) and a kubelet, until the node is Ready. Only one
 // cluster runs on a machine at a time: a second Start waits.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
@@ -92,7 +92,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	bins := BinDir()
 	if !built(bins) {
-		return nil, fmt.Errorf("%w: kube-apiserver and kubelet %s are not built in %s (go run ./internal/k8stest/k8sbuild)", ErrUnavailable, Version, bins)
+		return nil, fmt.Errorf("%w: kube-apiserver, kube-scheduler and kubelet %s are not built in %s (go run ./internal/k8stest/k8sbuild)", ErrUnavailable, Version, bins)
 	}
 	log := opts.Log
 	if log == nil {
@@ -152,6 +152,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return c, err
 	}
+	schedCrt, schedKey, err := ca.issue("scheduler", "system:kube-scheduler", nil)
+	if err != nil {
+		return c, err
+	}
 	nodeCrt, nodeKey, err := ca.issue("node", "system:node:"+c.Node, []string{"system:nodes"})
 	if err != nil {
 		return c, err
@@ -166,7 +170,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	caFile := filepath.Join(pki, "ca.crt")
 
-	ports, err := freePorts(4)
+	ports, err := freePorts(5)
 	if err != nil {
 		return c, err
 	}
@@ -207,6 +211,18 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	step("apiserver ready")
 
+	// Pods that name no node are placed by the real scheduler (node
+	// selectors, resources, "Unschedulable" in its own words).
+	schedKubeconfig := filepath.Join(dir, "scheduler.kubeconfig")
+	if err := kubeconfig(schedKubeconfig, server, caFile, schedCrt, schedKey); err != nil {
+		return c, err
+	}
+	if err := c.run("kube-scheduler", filepath.Join(bins, "kube-scheduler"), "--kubeconfig", schedKubeconfig,
+		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[4]),
+		"--profiling=false", "--v=1"); err != nil {
+		return c, err
+	}
+
 	if err := c.startContainerd(ctx); err != nil {
 		return c, err
 	}
@@ -239,6 +255,28 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			}
 		}
 		return false, nil
+	}); err != nil {
+		return c, err
+	}
+	// The node lifecycle controller lifts the not-ready taint the kubelet
+	// registers with; no controller-manager runs here.
+	if err := c.waitFor(ctx, "the node untainted", time.Minute, func() (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, c.Node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		kept := n.Spec.Taints[:0]
+		for _, t := range n.Spec.Taints {
+			if t.Key != corev1.TaintNodeNotReady {
+				kept = append(kept, t)
+			}
+		}
+		if len(kept) == len(n.Spec.Taints) {
+			return true, nil
+		}
+		n.Spec.Taints = kept
+		_, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err == nil, nil
 	}); err != nil {
 		return c, err
 	}
@@ -351,17 +389,21 @@ func command(ctx context.Context, stdin io.Reader, name string, args ...string) 
 // account token, the test image's own user) and waits until it runs.
 func (c *Cluster) RunPod(ctx context.Context, namespace, name, image string) (*corev1.Pod, error) {
 	no := false
-	pod := &corev1.Pod{
+	return c.StartPod(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: corev1.PodSpec{
-			NodeName:                      c.Node,
 			AutomountServiceAccountToken:  &no,
 			TerminationGracePeriodSeconds: new(int64),
 			Containers: []corev1.Container{{
 				Name: "box", Image: image, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "infinity"},
 			}},
 		},
-	}
+	})
+}
+
+// StartPod creates pod and waits until it runs.
+func (c *Cluster) StartPod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	namespace, name := pod.Namespace, pod.Name
 	if _, err := c.Client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("k8stest: create pod %s/%s: %w", namespace, name, err)
 	}

@@ -222,6 +222,9 @@ func (c *Cluster) Close() error {
 		}
 		fmt.Fprintf(c.log, "k8stest: %s stopped (%v)\n", name, time.Since(t0).Round(time.Millisecond))
 	}
+	// The scheduler first: the apiserver's shutdown would wait on its
+	// watches.
+	stop("kube-scheduler", syscall.SIGKILL)
 	stop("kubelet", syscall.SIGTERM)
 	// Nothing of the node's is kept: containerd goes at once, and its
 	// shims (which outlive it by design) with every process they started.
