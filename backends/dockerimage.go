@@ -213,7 +213,7 @@ func (b *ImageSandbox) sweep(ctx context.Context) error {
 			return fmt.Errorf("docker-image %s: remove the container %.12s left by a gone engine: %w", b.uri, s.ID, err)
 		}
 		name := strings.TrimPrefix(strings.Join(s.Names, ","), "/")
-		b.orphan = append(b.orphan, fmt.Sprintf("%s (kernel %s)", cmp.Or(name, s.ID[:12]), s.Labels[LabelKey]))
+		b.orphan = append(b.orphan, fmt.Sprintf("container %s (kernel %s)", cmp.Or(name, s.ID[:12]), s.Labels[LabelKey]))
 	}
 	return nil
 }
@@ -375,6 +375,9 @@ func (d *sandboxBox) Dispose(ctx context.Context) error {
 	return nil
 }
 
+// Place implements Placement: the container, by name.
+func (d *sandboxBox) Place() Place { return Place{Kind: "container", Name: d.container} }
+
 // DeathCause implements DeathExplainer for a kernel's own container: the
 // kernel OOM killer's work, or the container's end.
 func (d *sandboxBox) DeathCause(ctx context.Context) string {
@@ -391,17 +394,8 @@ func (d *sandboxBox) DeathCause(ctx context.Context) string {
 	case !info.Container.State.Running:
 		return fmt.Sprintf("its container stopped (%s, exit %d)", info.Container.State.Status, info.Container.State.ExitCode)
 	}
-	// Docker marks OOMKilled only when the container's first process is the
-	// one killed; the cgroup counts every kill (v2 memory.events, v1
-	// memory.oom_control), and the container is this kernel's alone.
-	res, err := d.Execute(ctx, `cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null`, ExecOptions{Timeout: DefaultDockerTimeout})
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(res.Output, "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill" && f[1] != "0" {
-			return fmt.Sprintf("out of memory: killed for exceeding its container's memory limit of %dm", d.sandbox.memory>>20)
-		}
+	if cgroupOOMKilled(ctx, d) {
+		return fmt.Sprintf("out of memory: killed for exceeding its container's memory limit of %dm", d.sandbox.memory>>20)
 	}
 	return ""
 }

@@ -118,6 +118,31 @@ type DeathExplainer interface {
 	DeathCause(ctx context.Context) string
 }
 
+// Placement is a kernel's own host that can say where it is.
+type Placement interface {
+	Place() Place
+}
+
+// Place is where a kernel's own host is: its kind ("pod", "container"),
+// its name, and the node it runs on where known.
+type Place struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	Node string `json:"node,omitempty"`
+}
+
+// String says it in words: "pod agents/kd-bob-5bc92f on node n1".
+func (p Place) String() string {
+	if p.Kind == "" {
+		return ""
+	}
+	s := p.Kind + " " + p.Name
+	if p.Node != "" {
+		s += " on node " + p.Node
+	}
+	return s
+}
+
 // OrphanReporter is a backend that, when opened, removed what an engine
 // that is gone left behind; the engine reports it once as an event.
 type OrphanReporter interface {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/httpstream"
@@ -44,6 +45,9 @@ type K8s struct {
 	cfg       *rest.Config
 	core      *rest.RESTClient // the core/v1 API
 	params    runtime.ParameterCodec
+	// gone says, without asking the API, why the pod is gone or going
+	// ("" while it runs); nil where nothing follows the pod.
+	gone func() string
 
 	mu     sync.Mutex
 	relays map[*k8sRelay]struct{}
@@ -158,7 +162,11 @@ func openPod(ctx context.Context, cfg *rest.Config, core *rest.RESTClient, param
 	p := &corev1.Pod{}
 	err := core.Get().Namespace(namespace).Resource("pods").Name(pod).Do(ctx).Into(p)
 	if err != nil {
-		return nil, fmt.Errorf("k8s %s: pod %s/%s: %w (kubectl get pods -n %s lists them)", uri, namespace, pod, err, namespace)
+		hint := apiHint(err, namespace)
+		if apierrors.IsNotFound(err) {
+			hint = fmt.Sprintf(" (kubectl get pods -n %s lists them)", namespace)
+		}
+		return nil, fmt.Errorf("k8s %s: pod %s/%s: %w%s", uri, namespace, pod, err, hint)
 	}
 	if p.Status.Phase != corev1.PodRunning {
 		return nil, fmt.Errorf("k8s %s: pod %s/%s is %s, not Running", uri, namespace, pod, p.Status.Phase)
@@ -255,6 +263,9 @@ type k8sShell struct{ k *K8s }
 func (t k8sShell) name() string { return "k8s " + t.k.uri }
 
 func (t k8sShell) start(ctx context.Context, cmdline string, stdin []byte, stdout, stderr io.Writer) (shellProcess, error) {
+	if err := t.k.goneErr(); err != nil {
+		return nil, notStarted{err}
+	}
 	// The command gets exactly the stdin bytes through head: the end of
 	// an exec's stdin does not always reach the command (seen here once
 	// in a few runs: a sha256sum waiting for it). And an exec's output
@@ -293,7 +304,63 @@ func (p *k8sProcess) wait() (int, error) {
 	case errors.As(p.err, &exit):
 		return exit.ExitStatus(), nil
 	}
-	return 0, fmt.Errorf("k8s %s: exec: %w", p.k.uri, p.err)
+	return 0, p.k.execErr(p.err)
+}
+
+// goneErr is ErrHostGone, wrapped with why, when the pod is known to be
+// gone or going without asking the API; else nil.
+func (k *K8s) goneErr() error {
+	if k.gone == nil {
+		return nil
+	}
+	if why := k.gone(); why != "" {
+		return fmt.Errorf("k8s %s: pod %s/%s %s (%w)", k.uri, k.namespace, k.pod, why, ErrHostGone)
+	}
+	return nil
+}
+
+// execErr says why an exec failed, naming a pod that is gone, going or
+// ended: the engine reports its kernels' state as lost instead of trying
+// again until a cell's timeout.
+func (k *K8s) execErr(err error) error {
+	why := ""
+	if k.gone != nil {
+		why = k.gone()
+	}
+	if why == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultK8sTimeout)
+		p := &corev1.Pod{}
+		gerr := k.core.Get().Namespace(k.namespace).Resource("pods").Name(k.pod).Do(ctx).Into(p)
+		cancel()
+		why = podGone(p, gerr, k.container)
+	}
+	if why != "" {
+		return fmt.Errorf("k8s %s: pod %s/%s %s (%w): %v", k.uri, k.namespace, k.pod, why, ErrHostGone, err)
+	}
+	return fmt.Errorf("k8s %s: exec: %w", k.uri, err)
+}
+
+// podGone says why a pod (or the error getting it) means it is gone for
+// good, or "" while it runs.
+func podGone(p *corev1.Pod, err error, container string) string {
+	switch {
+	case apierrors.IsNotFound(err):
+		return "is gone"
+	case err != nil:
+		return ""
+	case p.DeletionTimestamp != nil:
+		return "is being deleted"
+	case p.Status.Reason == "Evicted":
+		return "was evicted: " + p.Status.Message
+	case p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:
+		return fmt.Sprintf("has ended (%s)", p.Status.Phase)
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if t := cs.State.Terminated; cs.Name == container && t != nil {
+			return fmt.Sprintf("has its container %s ended (%s, exit %d)", container, cmp.Or(t.Reason, "terminated"), t.ExitCode)
+		}
+	}
+	return ""
 }
 
 func (p *k8sProcess) close() { p.cancel() }
@@ -316,6 +383,9 @@ func (k *K8s) DialUnix(ctx context.Context, path string) (net.Conn, error) {
 	k.mu.Unlock()
 	if closed {
 		return nil, fmt.Errorf("k8s %s: closed", k.uri)
+	}
+	if err := k.goneErr(); err != nil {
+		return nil, err
 	}
 	ex, err := k.executor([]string{"python3", "-I", "-S", "-c", relaySource, path}, true)
 	if err != nil {

@@ -43,7 +43,8 @@ type Options struct {
 }
 
 // Open builds the backend a URI names: "local", "ssh://[user@]host[:port]"
-// "docker://CONTAINER[?user=U]" or "docker-image://IMAGE[?memory=…]".
+// "docker://CONTAINER[?user=U]", "docker-image://IMAGE[?memory=…]",
+// "k8s://[CONTEXT/]NAMESPACE/POD" or "k8s-image://IMAGE?namespace=…".
 func Open(uri string, opts Options) (Env, error) {
 	switch {
 	case uri == "local" || uri == "local://":
@@ -66,6 +67,12 @@ func Open(uri string, opts Options) (Env, error) {
 			return nil, err
 		}
 		return d, nil
+	case strings.HasPrefix(uri, "k8s-image://"):
+		b, err := NewPodSandbox(uri, opts)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
 	case strings.HasPrefix(uri, "k8s://"):
 		k, err := NewK8s(uri, opts)
 		if err != nil {
@@ -73,6 +80,6 @@ func Open(uri string, opts Options) (Env, error) {
 		}
 		return k, nil
 	default:
-		return nil, fmt.Errorf("backend %q: unknown backend URI; use local, ssh://[user@]host[:port], docker://CONTAINER[?user=USER], docker-image://IMAGE[?memory=512m&…] or k8s://[CONTEXT/]NAMESPACE/POD[?container=NAME]", uri)
+		return nil, fmt.Errorf("backend %q: unknown backend URI; use local, ssh://[user@]host[:port], docker://CONTAINER[?user=USER], docker-image://IMAGE[?memory=512m&…], k8s://[CONTEXT/]NAMESPACE/POD[?container=NAME] or k8s-image://IMAGE?namespace=NS[&memory=512Mi&…]", uri)
 	}
 }
