@@ -309,9 +309,10 @@ func (e *Engine) failOpen(ctx context.Context, k *Kernel, req Request, call cell
 	e.removeLocked(k, "spawn failed")
 	e.mu.Unlock()
 	e.emit(kernelEvent(EventSpawnFailed, k, cause.Error()))
-	if te := (*transportError)(nil); errors.As(cause, &te) {
-		// A per-call run needs the same transport: trying it would only
-		// repeat the error.
+	te, pe := (*transportError)(nil), (*provisionError)(nil)
+	if errors.As(cause, &te) || errors.As(cause, &pe) {
+		// A per-call run needs the same transport, or a host made the same
+		// way: trying it would only repeat the error.
 		return nil, cause
 	}
 	e.emit(kernelEvent(EventFallbackPerCall, k, "running the cell once in a private dir"))

@@ -225,7 +225,7 @@ func TestDockerImageOrphans(t *testing.T) {
 	defer sub.Close()
 	found := false
 	for _, ev := range sub.History {
-		found = found || (ev.Type == engine.EventNotice && strings.Contains(ev.Detail, "removed 1 containers left by an engine that is gone") &&
+		found = found || (ev.Type == engine.EventNotice && strings.Contains(ev.Detail, "removed 1 kernels' own hosts left by an engine that is gone: container ") &&
 			strings.Contains(ev.Detail, "ghost/default"))
 	}
 	if !found {

@@ -261,7 +261,7 @@ func New(cfg Config) (*Engine, error) {
 		e.backends[b.URI()] = b
 		if r, ok := backends.Find[backends.OrphanReporter](b); ok {
 			if gone := r.OrphansRemoved(); len(gone) > 0 {
-				e.emit(Event{Type: EventNotice, Detail: fmt.Sprintf("%s: removed %d containers left by an engine that is gone: %s",
+				e.emit(Event{Type: EventNotice, Detail: fmt.Sprintf("%s: removed %d kernels' own hosts left by an engine that is gone: %s",
 					b.URI(), len(gone), strings.Join(gone, ", "))})
 			}
 		}
@@ -1034,6 +1034,10 @@ func (e *Engine) killBatch(ctx context.Context, batch []*pendingKill) {
 	}
 	if d, ok := backends.Find[backends.Disposer](batch[0].runner.env); ok {
 		// A kernel's own host: removing it kills everything in it.
+		what := "its own host"
+		if pl, ok := backends.Find[backends.Placement](batch[0].runner.env); ok && pl.Place().Kind != "" {
+			what = "its " + pl.Place().String()
+		}
 		err := d.Dispose(ctx)
 		for _, p := range batch {
 			if err != nil {
@@ -1041,7 +1045,7 @@ func (e *Engine) killBatch(ctx context.Context, batch []*pendingKill) {
 				continue
 			}
 			if !p.runner.spare {
-				e.emit(p.runner.event(EventKilled, fmt.Sprintf("%s (pid %d; its container removed)", p.runner.reason, p.runner.pid)))
+				e.emit(p.runner.event(EventKilled, fmt.Sprintf("%s (pid %d; %s removed)", p.runner.reason, p.runner.pid, what)))
 			}
 		}
 		return

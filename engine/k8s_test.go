@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/backendtest"
@@ -86,5 +89,44 @@ func TestK8sPodKernels(t *testing.T) {
 		if cnt.Dials() != 1 {
 			t.Errorf("%d relays for one kernel, want 1", cnt.Dials())
 		}
+	})
+
+	// Two users' containers in one pod share its processes and its /tmp:
+	// bob cannot list, read, write, signal, read the environ of or connect
+	// to alice's kernel; her kernel's secret is in no exec's arguments and
+	// no event.
+	t.Run("lockdown in a shared pod", func(t *testing.T) {
+		yes := true
+		ctr := func(name string, id int64) corev1.Container {
+			return corev1.Container{Name: name, Image: image, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "infinity"},
+				SecurityContext: &corev1.SecurityContext{RunAsUser: &id, RunAsGroup: &id},
+				VolumeMounts:    []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}}
+		}
+		no := false
+		if _, err := c.StartPod(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: "kd"},
+			Spec: corev1.PodSpec{AutomountServiceAccountToken: &no, ShareProcessNamespace: &yes, TerminationGracePeriodSeconds: new(int64),
+				Containers: []corev1.Container{ctr("alice", int64(dockertest.Users["alice"])), ctr("bob", int64(dockertest.Users["bob"]))},
+				Volumes:    []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		open := func(container string) *backends.K8s {
+			env, err := backends.NewK8s("k8s://kd/shared?container="+container, backends.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { env.Close() })
+			return env
+		}
+		cnt := backendtest.NewCounting(open("alice"))
+		h := enginetest.New(t, cnt, nil)
+		res := h.Run("a", "print('hi')", 0)
+		token := ""
+		for _, k := range h.Eng.Kept() {
+			token = k.Token
+		}
+		requireLockedOut(t, open("bob"), "bob", res.Kernel.Dir, res.Kernel.PID)
+		requireSecretHidden(t, cnt, h, token)
 	})
 }

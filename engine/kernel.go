@@ -130,6 +130,9 @@ type KernelInfo struct {
 	// Python is the interpreter the kernel runs on, as its runner said
 	// ("" where it did not: a kernel taken over).
 	Python string `json:"python,omitempty"`
+	// Host is where the kernel's own host is (its pod, its container);
+	// zero for a kernel on a shared host.
+	Host backends.Place `json:"host,omitzero"`
 }
 
 func (k *Kernel) infoLocked(now time.Time, next bool) KernelInfo {
@@ -158,6 +161,9 @@ func (k *Kernel) fillInfoLocked(info *KernelInfo, now time.Time, next bool) {
 	info.Tools, info.PID, info.Dir, info.State, info.Attached = k.toolList(), k.pid, k.dir, state, attached
 	info.Queued, info.RunningCell, info.RunningSince, info.LastUsed = len(k.waiters), k.runningCell, k.runningSince, k.lastUsed
 	info.ExecutionCount, info.NextEvict, info.Confinement, info.Python = k.execCount, next, k.confinement, k.python
+	if p, ok := backends.Find[backends.Placement](k.env); ok && k.env != k.backendEnv() {
+		info.Host = p.Place()
+	}
 }
 
 // backendEnv is the backend the kernel's key names.
@@ -299,6 +305,13 @@ func (e *Engine) release(k *Kernel) {
 	k.holding = false
 }
 
+// provisionError is a spawn whose own host (its container, its pod) could
+// not be made: a per-call run would need a host made the same way.
+type provisionError struct{ err error }
+
+func (p *provisionError) Error() string { return p.err.Error() }
+func (p *provisionError) Unwrap() error { return p.err }
+
 // spawn starts a fresh runner for k in one backend round trip (setup dirs,
 // ship files on stdin, start detached, wait for READY) and installs it in
 // place, under a new id.
@@ -327,7 +340,7 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 		}
 		env, perr := p.Provision(ctx, k.key.String())
 		if perr != nil {
-			return fmt.Errorf("spawn kernel %s on %s: %w", id, k.backendEnv().URI(), perr)
+			return &provisionError{fmt.Errorf("spawn kernel %s on %s: %w", id, k.backendEnv().URI(), perr)}
 		}
 		e.mu.Lock()
 		k.env = env
