@@ -101,6 +101,9 @@ func (m *Model) detailLines(d *kernelDetail, w int) []string {
 			add("LRU", "not evictable while busy")
 		}
 	}
+	if h := k.Host.String(); h != "" {
+		add("host", plain(h))
+	}
 	add("pid", fmt.Sprint(k.PID))
 	add("dir", plain(k.Dir))
 	add("cells run", fmt.Sprint(k.ExecutionCount))

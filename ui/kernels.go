@@ -108,6 +108,10 @@ var kernelColumns = []kernelColumn{
 		return fmt.Sprint(k.PID), nil
 	}},
 	{"BACKEND", 14, func(_ *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
+		if k.Host.Kind == "pod" { // one pod per kernel: the pod says which
+			_, pod, _ := strings.Cut(k.Host.Name, "/")
+			return shortBackend(plain("pod:"+strings.TrimPrefix(pod, "kd-")), 13), nil
+		}
 		return shortBackend(plain(k.Backend), 13), nil
 	}},
 	{"TOOLS", 0, func(_ *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {

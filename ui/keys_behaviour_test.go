@@ -16,6 +16,7 @@ import (
 
 	tea "github.com/charmbracelet/bubbletea"
 
+	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/uitest"
 )
@@ -1695,4 +1696,24 @@ func TestInputPrompt(t *testing.T) {
 func helpLine(view string) string {
 	lines := strings.Split(strings.TrimRight(view, "\n"), "\n")
 	return lines[len(lines)-1]
+}
+
+// TestPodKernels: a kernel in a pod of its own shows the pod in the
+// BACKEND column, beside local and ssh kernels, and its detail says where
+// the pod runs.
+func TestPodKernels(t *testing.T) {
+	ks := twoOwnerKernels()
+	ks = append(ks, engine.KernelInfo{ID: "k-c1", Owner: "carol", Task: "default", Backend: "k8s-image://python-sandbox?namespace=agents", PID: 23,
+		State: "idle", LastUsed: t0.Add(-time.Minute), ExecutionCount: 2,
+		Host: backends.Place{Kind: "pod", Name: "agents/kd-carol-default-5bc92f", Node: "node-7"}})
+	f := sized(t, fixtureOpts{kernels: ks})
+	mustContain(t, f.m.View(), "pod:ca…5bc92f", "ssh://gpu1")
+	for range 6 {
+		f.keys(runes("j"))
+	}
+	f.run(t, f.update(runes("d")))
+	if f.m.detail() == nil || f.m.detail().id != "k-c1" {
+		t.Fatalf("d opened %+v, want the detail of k-c1", f.m.detail())
+	}
+	mustContain(t, f.m.View(), "pod agents/kd-carol-default-5bc92f on node node-7")
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
 )
 
@@ -166,6 +167,7 @@ type Kernel struct {
 	NextEvict      bool               `json:"next_evict"`
 	Confinement    string             `json:"confinement"`
 	Python         string             `json:"python,omitempty"`
+	Host           backends.Place     `json:"host,omitzero"`
 }
 
 // KernelOf is k as a listing shows it.
@@ -179,7 +181,7 @@ func KernelOf(k engine.KernelInfo) Kernel {
 		Tools: tools, PID: k.PID, Dir: k.Dir, Attached: k.Attached, Queued: k.Queued,
 		IdleS: math.Round(k.Idle.Seconds()*1000) / 1000, ExecutionCount: k.ExecutionCount,
 		State: k.State, RunningCell: k.RunningCell, LastUsed: k.LastUsed, NextEvict: k.NextEvict, Confinement: k.Confinement,
-		Python: k.Python,
+		Python: k.Python, Host: k.Host,
 	}
 	if k.RunningCell != "" {
 		since := k.RunningSince
@@ -194,7 +196,7 @@ func (k Kernel) Info(skew time.Duration) engine.KernelInfo {
 	out := engine.KernelInfo{ID: k.ID, Owner: k.Owner, Task: k.Task, Backend: k.Backend, Child: k.Child,
 		Tools: k.Tools, PID: k.PID, Dir: k.Dir, Attached: k.Attached, Queued: k.Queued,
 		Idle: FromSeconds(k.IdleS), ExecutionCount: k.ExecutionCount, State: k.State, RunningCell: k.RunningCell,
-		LastUsed: k.LastUsed.Add(skew), NextEvict: k.NextEvict, Confinement: k.Confinement, Python: k.Python}
+		LastUsed: k.LastUsed.Add(skew), NextEvict: k.NextEvict, Confinement: k.Confinement, Python: k.Python, Host: k.Host}
 	if k.RunningSince != nil {
 		out.RunningSince = k.RunningSince.Add(skew)
 	}
