@@ -26,7 +26,7 @@ import (
 // The cluster runs a pod of the test image with a memory limit, a command
 // runs in it over an exec stream with stdin, and Close leaves nothing
 // behind: no process of the node's, no mount, no link.
-func TestAPodRunsAndNothingIsLeft(t *testing.T) {
+func TestK8sAPodRunsAndNothingIsLeft(t *testing.T) {
 	image := dockertest.Image(t)
 	before := hostState()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
