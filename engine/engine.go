@@ -123,6 +123,10 @@ type Config struct {
 	// memory at start, e.g. from the event log of an earlier engine.
 	History int
 	Preload []Event
+
+	// firstSpawnWait overrides firstSpawnWait (tests whose first spawn
+	// must begin before the spares start, however loaded the machine).
+	firstSpawnWait time.Duration
 }
 
 // Engine is the in-process kernel host. All its methods are safe for
@@ -296,7 +300,7 @@ func New(cfg Config) (*Engine, error) {
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
-			t := time.NewTimer(firstSpawnWait)
+			t := time.NewTimer(cmp.Or(e.cfg.firstSpawnWait, firstSpawnWait))
 			defer t.Stop()
 			select {
 			case <-first:

@@ -24,7 +24,10 @@ func compiledRunnerEngine(t *testing.T, spares int) (*Engine, backends.Env) {
 	}
 	t.Cleanup(func() { os.RemoveAll(tmp) })
 	env := backends.NewLocal(tmp)
-	eng, err := New(Config{Backends: []backends.Env{env}, StateDir: t.TempDir(), SpareKernels: map[string]int{env.URI(): spares}})
+	// The spares wait for the test's first spawn to begin: past 250 ms (a
+	// loaded machine) they would start first, with the python3 on PATH.
+	eng, err := New(Config{Backends: []backends.Env{env}, StateDir: t.TempDir(), SpareKernels: map[string]int{env.URI(): spares},
+		firstSpawnWait: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
