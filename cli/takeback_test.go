@@ -61,13 +61,16 @@ func TestAKilledEngineLosesNothing(t *testing.T) {
 	}
 	for _, k := range kernels[:3] {
 		a.send(map[string]any{"id": "mid" + k.owner, "op": "execute", "owner": k.owner, "backend": k.backend,
-			"code": "import time; time.sleep(4); x += 100; print('mid', x)"})
+			"code": "import time; time.sleep(8); x += 100; print('mid', x)"})
 	}
 	waitUntil(t, "a cell to run on every backend", func() bool {
 		a.send(map[string]any{"id": "list", "op": "kernels"})
 		time.Sleep(100 * time.Millisecond)
 		return runningKernels(a) == 3
 	})
+	// The listing says running once the engine sends a cell; its runner
+	// has it a moment later (on a loaded machine, more than a moment).
+	time.Sleep(time.Second)
 	se.cmd.Process.Kill()
 	se.cmd.Wait()
 

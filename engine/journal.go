@@ -9,10 +9,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kerneldeck/kerneldeck/backends"
 )
 
 // The journal is how kernels outlive an engine that dies without closing
@@ -225,6 +228,10 @@ func (e *Engine) TakeBack(ctx context.Context) (TakenBack, error) {
 	return tb, errors.Join(errs...)
 }
 
+// spawnID is the shape of the ids newKernelID makes: a journal's id goes
+// into a kill script's patterns.
+var spawnID = regexp.MustCompile(`^k[0-9a-f]{12}$`)
+
 // takeBackAtOnce bounds the kernels taken back at the same time.
 const takeBackAtOnce = 8
 
@@ -234,7 +241,16 @@ func (e *Engine) takeBackOne(ctx context.Context, from journalFile, kk KeptKerne
 	gone := &Kernel{env: env, backend: env, id: kk.ID, pid: kk.PID, dir: kk.Dir, token: kk.Token, state: phaseGone, spare: kk.Spare}
 	if kk.Spare {
 		gone.goneReason = "a spare runner of an engine that is gone"
-		if ok {
+		switch {
+		case ok && kk.PID == 0 && kk.Dir == "" && spawnID.MatchString(kk.ID):
+			// Still starting when its engine died: found by its id (a host
+			// of its own is the backend's sweep's to remove).
+			if _, own := backends.Find[backends.Provisioner](env); own {
+				return
+			}
+			e.killRunner(ctx, runnerRef{env: env, id: kk.ID, reason: gone.goneReason, abandoned: true, spare: true}, nil)
+			count(func() { tb.SparesKilled++ })
+		case ok:
 			e.killOnHost(ctx, gone)
 			count(func() { tb.SparesKilled++ })
 		}
@@ -284,10 +300,13 @@ func (e *Engine) journalRecords() []KeptKernel {
 	out := e.Kept()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, sb := range e.spareSets {
+	for uri, sb := range e.spareSets {
 		for _, s := range sb.ready {
 			out = append(out, KeptKernel{ID: s.id, Backend: s.env.URI(), PID: s.runner.pid, Dir: s.runner.dir,
 				Token: s.runner.token, Spare: true})
+		}
+		for id := range sb.pending {
+			out = append(out, KeptKernel{ID: id, Backend: uri, Spare: true})
 		}
 	}
 	return out

@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/enginetest"
 )
 
 // journalKernels reads the kernel ids in dir's journals, checking that each
@@ -39,13 +43,14 @@ func journalKernels(t *testing.T, dir string) []string {
 				ID    string
 				Token string
 				Spare bool
+				PID   int
 			}
 		}
 		if err := json.Unmarshal(data, &j); err != nil {
 			t.Fatalf("journal %s: %v", f, err)
 		}
 		for _, k := range j.Kernels {
-			if k.Token == "" {
+			if k.Token == "" && !(k.Spare && k.PID == 0) { // a spare still starting has none yet
 				t.Fatalf("journal %s: kernel %s without its secret: no engine could take it back", f, k.ID)
 			}
 			if !k.Spare {
@@ -135,4 +140,63 @@ func TestALooseJournalIsRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "mode 0600") || tb.Kernels != 0 || len(r.eng.Kernels()) != 0 {
 		t.Fatalf("TakeBack of a loose journal: %+v, %v", tb, err)
 	}
+}
+
+// A spare still starting when its engine died (SIGKILL mid-spawn) is in the
+// journal by its id alone; the next engine finds its processes by that id
+// and kills them.
+func TestAStartingSpareOfADeadEngineIsKilled(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "journal")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tmp := enginetest.ShortTempDir(t)
+	const id = "k0123456789ab"
+	kd := filepath.Join(tmp, "kerneldeck-"+currentLogin(t), id)
+	if err := os.MkdirAll(kd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// What the spawn had started: a process whose argv names the runner.
+	runner := exec.Command("/usr/bin/python3", "-c", "import time; time.sleep(120)", filepath.Join(kd, "runner.py"))
+	if err := runner.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- runner.Wait() }()
+	t.Cleanup(func() { runner.Process.Kill() })
+	// The dead engine's journal and its lock, which nobody holds.
+	dead := "engine-999999-abcd1234"
+	if err := os.WriteFile(filepath.Join(dir, dead+".lock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	journal := `{"pid":999999,"started":"2026-01-01T00:00:00Z","kernels":[{"id":"` + id + `","backend":"local","spare":true}]}`
+	if err := os.WriteFile(filepath.Join(dir, dead+".json"), []byte(journal), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{backends.NewLocal(tmp)}, StateDir: t.TempDir(), JournalDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(context.Background(), false)
+	tb, err := eng.TakeBack(context.Background())
+	if err != nil || tb.SparesKilled != 1 {
+		t.Fatalf("TakeBack: %+v, %v; want the starting spare killed", tb, err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the starting spare's runner still runs after the take-back")
+	}
+	if _, err := os.Stat(kd); !os.IsNotExist(err) {
+		t.Errorf("its kernel dir is still there: %v", err)
+	}
+}
+
+func currentLogin(t *testing.T) string {
+	t.Helper()
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Username
 }

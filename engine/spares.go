@@ -27,6 +27,10 @@ type spare struct {
 type spareBackend struct {
 	ready    []*spare
 	starting int
+	// pending are the ids of the spares starting, in the journal: an
+	// engine killed mid-spawn leaves a runner no record names, which the
+	// next engine finds by its id.
+	pending map[string]bool
 }
 
 // takeSpare hands k a spare runner of its backend, when k can use one: a
@@ -133,6 +137,17 @@ func (e *Engine) refillSpares(env backends.Env) {
 	}
 	n := min(want-len(sb.ready)-sb.starting, e.max-len(e.kernels)-e.sparesLocked())
 	sb.starting += max(0, n)
+	ids := make([]string, max(0, n))
+	for i := range ids {
+		ids[i] = newKernelID()
+		if sb.pending == nil {
+			sb.pending = map[string]bool{}
+		}
+		sb.pending[ids[i]] = true
+	}
+	if n > 0 {
+		e.journalTouch()
+	}
 	// Counted while closed is known false: Close's wait may begin as soon
 	// as the lock is let go, and a spawn counted after it would outlive
 	// the engine (the runner compile below can take seconds).
@@ -146,10 +161,9 @@ func (e *Engine) refillSpares(env backends.Env) {
 		// (about 4.7 MB more each, for their whole life).
 		e.compileRunner(env, "")
 	}
-	for range n {
+	for _, id := range ids {
 		go func() {
 			defer e.wg.Done()
-			id := newKernelID()
 			ctx, cancel := context.WithTimeout(e.base, spawnTimeout+10*time.Second)
 			host, err := env, error(nil)
 			if own {
@@ -174,6 +188,7 @@ func (e *Engine) refillSpares(env backends.Env) {
 			}
 			e.mu.Lock()
 			sb.starting--
+			delete(sb.pending, id)
 			s := &spare{id: id, env: host, backend: env, runner: r, dialed: dialed, readySince: e.cfg.Now()}
 			keep := err == nil && !e.closed && len(e.kernels)+e.sparesLocked() < e.max
 			if keep {
