@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/kerneldeck/kerneldeck/internal/dockertest"
+	"github.com/kerneldeck/kerneldeck/internal/k8stest"
 	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
 )
 
@@ -34,6 +36,7 @@ func TestQuickBench(t *testing.T) {
 	cfg := quickConfig()
 	cfg.NoInstall = true
 	cfg.Date = "test"
+	cfg.SkipK8s = true // TestK8sQuickBench: a cluster runs in the tests' second pass
 	if !hasJupyter(cfg.Python) {
 		t.Logf("jupyter rows skipped: %s cannot import jupyter_client and ipykernel (apt-get install %s)", cfg.Python, strings.Join(jupyterPackages, " "))
 		cfg.SkipJupyter = true
@@ -122,6 +125,54 @@ func TestQuickBench(t *testing.T) {
 			if strings.HasPrefix(line, c) && strings.Contains(line, "—") {
 				t.Errorf("a row with a missing figure: %s", line)
 			}
+		}
+	}
+	if t.Failed() {
+		t.Logf("table:\n%s", table)
+	}
+}
+
+// TestK8sQuickBench runs the latency phase of the quick bench with the
+// Kubernetes rows (a single-node cluster of its own), so a change that
+// breaks them fails CI: a k8s-image:// kernel's first result without a pool
+// and with one, its warm cell beside local and docker-image://, the pod's
+// floor and the ratios between them, every figure there.
+func TestK8sQuickBench(t *testing.T) {
+	cfg := quickConfig()
+	cfg.NoInstall, cfg.Date, cfg.SkipSSH, cfg.SkipJupyter, cfg.Phases = true, "test", true, true, "latency"
+	if os.Geteuid() != 0 && os.Getenv(k8stest.RequireEnv) != "1" {
+		t.Skip("the cluster needs root")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out, log bytes.Buffer
+	err := run(ctx, cfg, &out, &log)
+	if errors.Is(err, k8stest.ErrUnavailable) && os.Getenv(k8stest.RequireEnv) != "1" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatalf("bench: %v\nlog:\n%s\ntable:\n%s", err, log.String(), out.String())
+	}
+	table := out.String()
+	for _, c := range []string{
+		"| floor: a k8s-image:// kernel's pod created, scheduled and started",
+		"| through one `kerneldeck headless` process: k8s-image:// (a new owner's cold start creates its pod) |",
+		"| through one `kerneldeck headless` process: k8s-image:// with a pool",
+		"| through headless: k8s-image:// warm p50 ÷ local warm p50 |",
+		"| through headless: k8s-image:// warm p50 ÷ docker-image:// warm p50 |",
+		"| through headless: a new owner's k8s-image:// first result without a pool − the pod's",
+	} {
+		found := false
+		for _, line := range strings.Split(table, "\n") {
+			if strings.HasPrefix(line, c) {
+				found = true
+				if strings.Contains(line, "—") {
+					t.Errorf("a row with a missing figure: %s", line)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("table lacks %q", c)
 		}
 	}
 	if t.Failed() {

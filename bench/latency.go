@@ -177,6 +177,13 @@ func latencyPhase(ctx context.Context, cfg config, env *setupEnv, res *results, 
 			b, _ := lastOf(res, "floor.docker.container.cold")
 			res.add("diff.headless_dockerimage_container.cold", a-b)
 		}
+		ratio("ratio.headless_k8simage_local.warm", "headless.k8s-image.warm.p50", "headless.local.warm.p50")
+		ratio("ratio.headless_k8simage_dockerimage.warm", "headless.k8s-image.warm.p50", "headless.docker-image.warm.p50")
+		if roundHas(res, r, "headless.k8s-image.cold") && roundHas(res, r, "floor.k8s.pod.cold") {
+			a, _ := lastOf(res, "headless.k8s-image.cold")
+			b, _ := lastOf(res, "floor.k8s.pod.cold")
+			res.add("diff.headless_k8simage_pod.cold", a-b)
+		}
 		for _, pr := range backToBackPairs {
 			ratio(pr.ratio, pr.num+".b2b.p50", pr.den+".b2b.p50")
 		}

@@ -53,6 +53,7 @@ type config struct {
 	CPUSettle, CPUWindow time.Duration
 	SkipSSH              bool
 	SkipDocker           bool
+	SkipK8s              bool
 	SkipJupyter          bool
 	NoInstall            bool
 	Python               string // interpreter for the local runners and the Jupyter kernel
@@ -90,6 +91,7 @@ func main() {
 	fs.IntVar(&over.Storm, "storm", 0, "new owners at once in the host phase (default 200, quick 20)")
 	fs.BoolVar(&over.SkipSSH, "skip-ssh", false, "leave out the ssh rows (they need root and /usr/sbin/sshd)")
 	fs.BoolVar(&over.SkipDocker, "skip-docker", false, "leave out the container rows (they need a Docker Engine)")
+	fs.BoolVar(&over.SkipK8s, "skip-k8s", false, "leave out the Kubernetes pod rows (they start a single-node cluster: root, the Docker Engine, Debian's etcd-server, containerd, runc and containernetworking-plugins, and go run ./internal/k8stest/k8sbuild)")
 	fs.BoolVar(&over.SkipJupyter, "skip-jupyter", false, "leave out the Jupyter rows and the ratios against them")
 	fs.BoolVar(&over.NoInstall, "no-install", false, "never apt-get install missing packages (python3-jupyter-client, python3-ipykernel, openssh-server)")
 	fs.StringVar(&over.Python, "python", "", "interpreter for kerneldeck's local runners and the Jupyter kernel (default /usr/bin/python3, which the Debian packages serve)")
@@ -138,6 +140,7 @@ func merge(base, over config) config {
 	base.Storm = pick(base.Storm, over.Storm)
 	base.SkipSSH = base.SkipSSH || over.SkipSSH
 	base.SkipDocker = base.SkipDocker || over.SkipDocker
+	base.SkipK8s = base.SkipK8s || over.SkipK8s
 	base.SkipJupyter = base.SkipJupyter || over.SkipJupyter
 	base.NoInstall = base.NoInstall || over.NoInstall
 	if over.Python != "" {

@@ -114,6 +114,9 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 		{"headless.local", "through one `kerneldeck headless` process: local backend", "docker"},
 		{"headless.docker-image", "through one `kerneldeck headless` process: docker-image:// (a new owner's cold start creates its container)", "docker"},
 		{"headless.docker-image.pool", "through one `kerneldeck headless` process: docker-image:// with a pool (`--spare-kernels 1`; a new owner is handed a pool container)", "docker"},
+		{"floor.k8s.pod", "floor: a k8s-image:// kernel's pod created, scheduled and started through the API, with the backend's spec, until its container runs; a cold start only", "k8s"},
+		{"headless.k8s-image", "through one `kerneldeck headless` process: k8s-image:// (a new owner's cold start creates its pod)", "k8s"},
+		{"headless.k8s-image.pool", "through one `kerneldeck headless` process: k8s-image:// with a pool (`--spare-kernels 1`; a new owner is handed a pool pod)", "k8s"},
 	}
 	for _, r := range rows {
 		if why, skipped := env.skipped[r.skip]; skipped && r.skip != "" {
@@ -121,7 +124,7 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 			continue
 		}
 		cold := fig(res, r.key+".cold")
-		if strings.HasPrefix(r.key, "floor.") && !slices.Contains([]string{"floor.pyloop", "floor.spawnchain", "floor.docker.container"}, r.key) {
+		if strings.HasPrefix(r.key, "floor.") && !slices.Contains([]string{"floor.pyloop", "floor.spawnchain", "floor.docker.container", "floor.k8s.pod"}, r.key) {
 			cold = "n/a"
 		}
 		trips := [2]string{tripsFig(res, r.key, "warm"), tripsFig(res, r.key, "cold")}
@@ -129,7 +132,7 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 			trips = [2]string{"n/a", "n/a"}
 		}
 		warm := [4]string{fig(res, r.key+".warm.p50"), fig(res, r.key+".warm.p90"), fig(res, r.key+".warm.p99"), fig(res, r.key+".cpu")}
-		if strings.HasPrefix(r.key, "fresh.") || r.key == "floor.docker.container" {
+		if strings.HasPrefix(r.key, "fresh.") || r.key == "floor.docker.container" || r.key == "floor.k8s.pod" {
 			warm = [4]string{"n/a", "n/a", "n/a", "n/a"} // a cold start only
 		}
 		p("| %s | %s | %s | %s | %s | %s | %s | %s |", r.label, warm[0], warm[1], warm[2], cold, trips[0], trips[1], warm[3])
@@ -164,6 +167,9 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 		{"ratio.dockerimage_jupyter.cold", "kerneldeck docker-image:// cold start (container create + spawn + first result) ÷ Jupyter cold start"},
 		{"ratio.docker_jupyter.cold", "kerneldeck docker:// cold start ÷ Jupyter cold start"},
 		{"ratio.headless_dockerimage_local.warm", "through headless: docker-image:// warm p50 ÷ local warm p50"},
+		{"ratio.headless_k8simage_local.warm", "through headless: k8s-image:// warm p50 ÷ local warm p50"},
+		{"ratio.headless_k8simage_dockerimage.warm", "through headless: k8s-image:// warm p50 ÷ docker-image:// warm p50"},
+		{"diff.headless_k8simage_pod.cold", "through headless: a new owner's k8s-image:// first result without a pool − the pod's create, schedule and start alone (ms: kerneldeck's own share)"},
 		{"diff.headless_dockerimage_container.cold", "through headless: a new owner's docker-image:// first result without a pool − the container's create and start alone (ms: kerneldeck's own share, the spawn in the container and the first cell)"},
 	} {
 		p("| %s | %s |", r[1], fig(res, r[0]))

@@ -101,6 +101,9 @@ func (e *setupEnv) setup(ctx context.Context, t *tb, cfg config, log io.Writer) 
 	if cfg.SkipDocker {
 		e.skipped["docker"] = "-skip-docker"
 	}
+	if cfg.SkipK8s {
+		e.skipped["k8s"] = "-skip-k8s"
+	}
 	// Refuse early, before anything slow, when a requested part cannot run.
 	if !cfg.SkipSSH && os.Geteuid() != 0 {
 		return fmt.Errorf("the ssh rows create the OS users %s and %s, which needs root: run as root (sudo go run ./bench), or pass -skip-ssh", lightUser, heavyUser)
@@ -200,6 +203,14 @@ func (e *setupEnv) setup(ctx context.Context, t *tb, cfg config, log io.Writer) 
 	if !cfg.SkipDocker {
 		if err := e.setupDocker(ctx, t, log); err != nil {
 			return fmt.Errorf("%w\n(pass -skip-docker to go on without the docker rows)", err)
+		}
+	}
+	if !cfg.SkipK8s {
+		if cfg.SkipDocker {
+			return fmt.Errorf("the Kubernetes rows load their image from the Docker Engine: pass -skip-k8s with -skip-docker")
+		}
+		if err := e.setupK8s(ctx, t, log); err != nil {
+			return fmt.Errorf("%w\n(pass -skip-k8s to go on without the Kubernetes rows)", err)
 		}
 	}
 	return nil
