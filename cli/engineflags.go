@@ -65,7 +65,9 @@ func (f *engineFlags) register(fs *flagSet) {
 	fs.section("Engine flags (flags override the config file):")
 	fs.Func("backend", "the `URI` of a host kernels run on: local, ssh://[user@]host[:port] (host may be a Host alias from "+
 		"~/.ssh/config), docker://CONTAINER[?user=U] (a running container), docker-image://IMAGE[?memory=512m&cpus=1&"+
-		"pids=256&network=none&user=U] (a throwaway container per kernel, with those limits; nothing is pulled), or a "+
+		"pids=256&network=none&user=U] (a throwaway container per kernel, with those limits; nothing is pulled), "+
+		"k8s://[CONTEXT/]NAMESPACE/POD[?container=C] (a running pod), k8s-image://IMAGE?namespace=NS[&memory=512Mi&cpu=1&"+
+		"user=UID&node_selector=K=V,…&pull=IfNotPresent] (a pod per kernel, deleted when the kernel goes), or a "+
 		"name from [backends] in the config file. Repeat it to offer several; the first "+
 		"is used by requests that name none (default: default_backend from the config, else local)",
 		func(s string) error {
@@ -130,6 +132,9 @@ func (f *engineFlags) register(fs *flagSet) {
 	fs.section("Docker backends (docker://CONTAINER, docker-image://IMAGE) reach the Docker Engine API as the docker " +
 		"CLI does: DOCKER_HOST (default the local socket), with TLS from DOCKER_CERT_PATH when DOCKER_TLS_VERIFY is set; " +
 		"no docker command is needed on the PATH.")
+	fs.section("Kubernetes backends (k8s://, k8s-image://) reach the API as kubectl does: KUBECONFIG (else ~/.kube/config), " +
+		"the current context or the one named, and in a pod without one its own service account. The account needs get, " +
+		"list and watch on pods and create on pods/exec, and for k8s-image:// create and delete on pods; no kubectl needed.")
 }
 
 // parsed finishes the flags once fs parsed them: it records which were given

@@ -34,7 +34,8 @@ members of GROUP connect too, but each acts only as the owner named by its
 login: it cannot run cells in, list, interrupt, kill or watch another
 owner's kernels, change the limits or answer approvals. Its kernels never
 run as the engine's user: on local, a serve run as root runs them as the
-member's own OS user; docker-image:// gives each one a container; the
+member's own OS user; docker-image:// and k8s-image:// give each one a
+container or a pod of its own; the
 other backends refuse them. serve says at start where members may run
 them, and a member's owner has at most a quarter of --max-kernels unless
 --max-kernels-per-owner says otherwise. Anyone else is refused, and the

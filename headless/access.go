@@ -68,8 +68,8 @@ func (s *server) allowedOwner(r *request) bool {
 func MemberBackends(where []string) string {
 	if len(where) == 0 {
 		return "members of the engine's --allow-group may run kernels only as their own OS users (the engine must run as root) " +
-			"or on backends that give each kernel a container of its own, and this engine offers neither: " +
-			"run it as root, or start it with --backend docker-image://IMAGE as well"
+			"or on backends that give each kernel a container or pod of its own, and this engine offers neither: " +
+			"run it as root, or start it with --backend docker-image://IMAGE or k8s-image://IMAGE?namespace=NS as well"
 	}
 	return "members of the engine's --allow-group may run kernels only on " + strings.Join(where, ", ") +
 		" (give it as the request's backend); on local, a root engine runs them as the member's own OS user"
