@@ -47,7 +47,7 @@ func (e *setupEnv) setupDocker(ctx context.Context, t *tb, log io.Writer) error 
 		return err
 	}
 	di.roots = none
-	e.subjects = append(e.subjects, dk, &dockerFloor{cli: dockertest.Client(t), container: name}, di, &containerFloor{sandbox: sandbox})
+	e.subjects = append(e.subjects, dk, &dockerFloor{cli: dockertest.Client(t), container: name}, di, &hostFloor{name: "floor.docker.container", p: sandbox})
 
 	// As an agent meets them: through `kerneldeck headless`, a sandboxed
 	// kernel without a pool and with one, beside the local backend.
@@ -113,24 +113,26 @@ func (f *dockerFloor) once(ctx context.Context) error {
 	}
 }
 
-// containerFloor is what a docker-image:// kernel's container costs before
-// anything runs in it: its create and start through the API, with the
-// backend's own options (its removal is not timed). A cold start only.
-type containerFloor struct {
+// hostFloor is what a kernel's own host (a docker-image:// container, a
+// k8s-image:// pod) costs before anything runs in it: its making through
+// the API with the backend's own options, until it runs (its removal is
+// not timed). A cold start only.
+type hostFloor struct {
 	floor
-	sandbox *backends.ImageSandbox
-	seq     int
+	name string
+	p    backends.Provisioner
+	seq  int
 }
 
-func (f *containerFloor) key() string     { return "floor.docker.container" }
-func (f *containerFloor) cpuRoots() []int { return nil }
+func (f *hostFloor) key() string     { return f.name }
+func (f *hostFloor) cpuRoots() []int { return nil }
 
-func (f *containerFloor) warm(context.Context, int) ([]time.Duration, error) { return nil, nil }
+func (f *hostFloor) warm(context.Context, int) ([]time.Duration, error) { return nil, nil }
 
-func (f *containerFloor) cold(ctx context.Context) (time.Duration, tripCount, error) {
+func (f *hostFloor) cold(ctx context.Context) (time.Duration, tripCount, error) {
 	f.seq++
 	start := time.Now()
-	env, err := f.sandbox.Provision(ctx, fmt.Sprintf("floor/%d", f.seq))
+	env, err := f.p.Provision(ctx, fmt.Sprintf("floor/%d", f.seq))
 	d := time.Since(start)
 	if err != nil {
 		return d, tripCount{}, err

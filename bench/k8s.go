@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/internal/dockertest"
@@ -36,7 +35,7 @@ func (e *setupEnv) setupK8s(ctx context.Context, t *tb, log io.Writer) error {
 		return err
 	}
 	t.Cleanup(func() { sandbox.Close() })
-	e.subjects = append(e.subjects, &podFloor{sandbox: sandbox})
+	e.subjects = append(e.subjects, &hostFloor{name: "floor.k8s.pod", p: sandbox})
 	for _, h := range []struct {
 		name   string
 		spares int
@@ -48,29 +47,4 @@ func (e *setupEnv) setupK8s(ctx context.Context, t *tb, log io.Writer) error {
 		e.subjects = append(e.subjects, s)
 	}
 	return nil
-}
-
-// podFloor is what a k8s-image:// kernel's pod costs before anything runs
-// in it: its create, schedule and start, with the backend's own spec, until
-// its container runs (its deletion is not timed). A cold start only.
-type podFloor struct {
-	floor
-	sandbox *backends.PodSandbox
-	seq     int
-}
-
-func (f *podFloor) key() string     { return "floor.k8s.pod" }
-func (f *podFloor) cpuRoots() []int { return nil }
-
-func (f *podFloor) warm(context.Context, int) ([]time.Duration, error) { return nil, nil }
-
-func (f *podFloor) cold(ctx context.Context) (time.Duration, tripCount, error) {
-	f.seq++
-	start := time.Now()
-	env, err := f.sandbox.Provision(ctx, fmt.Sprintf("floor/%d", f.seq))
-	d := time.Since(start)
-	if err != nil {
-		return d, tripCount{}, err
-	}
-	return d, tripCount{}, env.(backends.Disposer).Dispose(ctx)
 }

@@ -172,18 +172,17 @@ func latencyPhase(ctx context.Context, cfg config, env *setupEnv, res *results, 
 		ratio("ratio.dockerimage_jupyter.cold", "docker-image.cold", "jupyter.cold")
 		ratio("ratio.docker_jupyter.cold", "docker.cold", "jupyter.cold")
 		ratio("ratio.headless_dockerimage_local.warm", "headless.docker-image.warm.p50", "headless.local.warm.p50")
-		if roundHas(res, r, "headless.docker-image.cold") && roundHas(res, r, "floor.docker.container.cold") {
-			a, _ := lastOf(res, "headless.docker-image.cold")
-			b, _ := lastOf(res, "floor.docker.container.cold")
-			res.add("diff.headless_dockerimage_container.cold", a-b)
+		diff := func(name, a, b string) {
+			if roundHas(res, r, a) && roundHas(res, r, b) {
+				av, _ := lastOf(res, a)
+				bv, _ := lastOf(res, b)
+				res.add(name, av-bv)
+			}
 		}
+		diff("diff.headless_dockerimage_container.cold", "headless.docker-image.cold", "floor.docker.container.cold")
 		ratio("ratio.headless_k8simage_local.warm", "headless.k8s-image.warm.p50", "headless.local.warm.p50")
 		ratio("ratio.headless_k8simage_dockerimage.warm", "headless.k8s-image.warm.p50", "headless.docker-image.warm.p50")
-		if roundHas(res, r, "headless.k8s-image.cold") && roundHas(res, r, "floor.k8s.pod.cold") {
-			a, _ := lastOf(res, "headless.k8s-image.cold")
-			b, _ := lastOf(res, "floor.k8s.pod.cold")
-			res.add("diff.headless_k8simage_pod.cold", a-b)
-		}
+		diff("diff.headless_k8simage_pod.cold", "headless.k8s-image.cold", "floor.k8s.pod.cold")
 		for _, pr := range backToBackPairs {
 			ratio(pr.ratio, pr.num+".b2b.p50", pr.den+".b2b.p50")
 		}
