@@ -243,6 +243,10 @@ func openEngine(f *engineFlags, s *resolved) (eng *engine.Engine, cleanup func()
 		Pythons:         s.pythons(),
 		KernelLimits:    engine.KernelLimits{Memory: s.cfg.KernelMemory, CPUTime: s.cfg.KernelCPUTime, MaxProcs: s.cfg.KernelMaxProcs},
 		SpareKernels:    spareKernels(s.cfg, envs),
+		ParkDir:         parkDir(s.cfg, s.stateDir),
+		ParkMaxBytes:    s.cfg.ParkMaxBytes,
+		ParkRetention:   s.cfg.ParkRetention,
+		ParkTotalBytes:  s.cfg.ParkTotalBytes,
 	})
 	if err != nil {
 		return fail(exitFail, err)
@@ -340,4 +344,13 @@ func spareKernels(cfg config.Config, envs []backends.Env) map[string]int {
 		}
 	}
 	return out
+}
+
+// parkDir is where the engine parks kernels' state: in the state dir,
+// unless parking is off.
+func parkDir(cfg config.Config, stateDir string) string {
+	if cfg.NoPark {
+		return ""
+	}
+	return filepath.Join(stateDir, "parked")
 }

@@ -100,7 +100,10 @@ type KernelResult struct {
 	ExecutionCount int
 	StateLost      bool
 	StateReset     bool
-	Note           string
+	// StateRestored: the key's earlier kernel was parked and this new one
+	// got its state back before the cell (Note names what did not come).
+	StateRestored bool
+	Note          string
 }
 
 // Execute runs req's code in its kernel, spawning, respawning or resetting
@@ -138,6 +141,14 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 		if v.key == key {
 			reaped = fmt.Sprintf("kernel %s was %s; state from earlier calls was lost", v.id, v.goneReason)
 		}
+	}
+	// A park of the key's kernel under way decides what the next kernel
+	// starts from: wait for it.
+	e.waitParked(ctx, key)
+	if reaped != "" {
+		e.mu.Lock()
+		reaped = e.lost[key] // "" once parked; why it was not, if it was not
+		e.mu.Unlock()
 	}
 	k, created, err := e.acquire(ctx, key, env, deadline, req.Member, req.OnQueued)
 	if errors.Is(err, ErrQueueTimeout) {
@@ -229,6 +240,9 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 		e.enforceCapFor(k)
 		if err := e.spawn(ctx, k); err != nil {
 			return e.failOpen(ctx, k, req, cellCall{cellID, userStream}, timeout, start, err)
+		}
+		if r := e.restore(ctx, k); r.note != "" {
+			kr.StateRestored, kr.StateLost, kr.Note = r.restored, !r.restored, r.note
 		}
 	case req.Reset && !e.knowsCell(ctx, k, req.Cell):
 		e.killOnHost(ctx, k)

@@ -74,6 +74,16 @@ type runnerFrame struct {
 	// then says why it could not be read.
 	Name string `json:"name"`
 	Data string `json:"data"`
+	// Chunk is a piece of a parked state (op "park_data"); the rest is
+	// what it holds (op "parked") or what came back (op "restored"), and
+	// Bytes how large a namespace over park_max_mb got (op "error").
+	Chunk   []byte     `json:"chunk"`
+	Pickler string     `json:"pickler"`
+	Names   []string   `json:"names"`
+	Modules [][]string `json:"modules"`
+	Skipped [][]string `json:"skipped"`
+	Failed  [][]string `json:"failed"`
+	Bytes   int64      `json:"bytes"`
 	// Nonce and MAC are the handshake (ops "hello", "auth_ok").
 	Nonce string `json:"nonce"`
 	MAC   string `json:"mac"`

@@ -124,6 +124,17 @@ type Config struct {
 	History int
 	Preload []Event
 
+	// ParkDir, when set, is where evicted and reaped kernels park their
+	// state for their key's next call (0700; see parking.go). ParkMaxBytes
+	// bounds one kernel's parked state, ParkTimeout how long a park or a
+	// restore may take, ParkRetention how long a parked state is kept and
+	// ParkTotalBytes all of them (the oldest go first).
+	ParkDir        string
+	ParkMaxBytes   int64
+	ParkTimeout    time.Duration
+	ParkRetention  time.Duration
+	ParkTotalBytes int64
+
 	// firstSpawnWait overrides firstSpawnWait (tests whose first spawn
 	// must begin before the spares start, however loaded the machine).
 	firstSpawnWait time.Duration
@@ -195,6 +206,12 @@ type Engine struct {
 	// journal records the kernels for an engine after this one (nil: no
 	// Config.JournalDir).
 	journal *journal
+	// parks keeps parked states (nil: no Config.ParkDir); parking holds,
+	// per key, the park under way, closed once it is over; parkPruned is
+	// when the parked states were last pruned.
+	parks      *parkStore
+	parking    map[Key]chan struct{}
+	parkPruned time.Time
 
 	wg sync.WaitGroup
 	// base is the context of the engine's own background work (spares,
@@ -225,6 +242,10 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	cfg.ParkMaxBytes = cmp.Or(cfg.ParkMaxBytes, DefaultParkMaxBytes)
+	cfg.ParkTimeout = cmp.Or(cfg.ParkTimeout, DefaultParkTimeout)
+	cfg.ParkRetention = cmp.Or(cfg.ParkRetention, DefaultParkRetention)
+	cfg.ParkTotalBytes = cmp.Or(cfg.ParkTotalBytes, DefaultParkTotalBytes)
 	if cfg.MaxKernelsPerOwner < 0 {
 		return nil, fmt.Errorf("engine: max_kernels_per_owner must be >= 0 (0: no bound), got %d", cfg.MaxKernelsPerOwner)
 	}
@@ -245,6 +266,7 @@ func New(cfg Config) (*Engine, error) {
 		unconfined:  map[string]string{},
 		noUserNS:    map[string]bool{},
 		lost:        map[Key]string{},
+		parking:     map[Key]chan struct{}{},
 		unkilled:    map[string]*pendingKill{},
 		approvals:   newApprovalDesk(),
 		spareSets:   map[string]*spareBackend{},
@@ -269,6 +291,13 @@ func New(cfg Config) (*Engine, error) {
 					b.URI(), len(gone), strings.Join(gone, ", "))})
 			}
 		}
+	}
+	if cfg.ParkDir != "" {
+		p, err := openParkStore(cfg.ParkDir)
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		e.parks = p
 	}
 	if cfg.JournalDir != "" {
 		j, err := openJournal(cfg.JournalDir)
@@ -630,6 +659,7 @@ func (e *Engine) sweep() {
 			e.reapIdle()
 			e.enforceCap("")
 			e.refreshSpares()
+			e.pruneParked(true)
 			if due := e.takeUnkilled(false); len(due) > 0 { // a retry that fails puts it back
 				e.goAsync(func(ctx context.Context) { e.killBatches(ctx, due) })
 			}
@@ -723,8 +753,8 @@ func (e *Engine) reapIdle() []*Kernel {
 		}
 	}
 	e.idleSince = oldest
+	e.retireLocked(victims)
 	e.mu.Unlock()
-	e.killAsync(victims)
 	return victims
 }
 
@@ -776,8 +806,8 @@ func (e *Engine) enforceCap(cause string) {
 	if len(e.kernels) <= e.max {
 		e.overCap, e.roomFor = false, nil
 	}
+	e.retireLocked(victims)
 	e.mu.Unlock()
-	e.killAsync(victims)
 }
 
 // enforceCapFor is enforceCap for new kernel k: the evictions it causes,

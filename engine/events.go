@@ -53,6 +53,19 @@ const (
 	// EventMissed tells a subscriber that Detail events were dropped because
 	// it fell behind.
 	EventMissed EventType = "missed"
+	// EventParked: an evicted, reaped or parked kernel's namespace was
+	// saved (Detail: what was and what was not); EventParkFailed: it could
+	// not be, and its state was lost.
+	EventParked     EventType = "parked"
+	EventParkFailed EventType = "park_failed"
+	// EventRestored: a key's new kernel got its parked state back;
+	// EventRestoreRefused: a parked state was not loaded (its MAC did not
+	// match, or the new runner could not take it).
+	EventRestored       EventType = "restored"
+	EventRestoreRefused EventType = "restore_refused"
+	// EventParkDropped: a parked state was discarded (its retention, the
+	// total cap, or on request).
+	EventParkDropped EventType = "park_dropped"
 )
 
 // EventTypes lists every event type the engine publishes, in the order
@@ -63,7 +76,7 @@ func EventTypes() []EventType {
 		EventReapedIdle, EventEvictedCap, EventEvictSkippedBusy, EventOwnerShutdown, EventRPCCall,
 		EventRPCRejected, EventFallbackPerCall, EventTransportError, EventReconnected, EventLimits,
 		EventAdopted, EventApprovalRequest, EventApprovalDecided, EventUnconfined, EventRunnerFlood, EventCellOutput,
-		EventNotice, EventMissed}
+		EventNotice, EventMissed, EventParked, EventParkFailed, EventRestored, EventRestoreRefused, EventParkDropped}
 }
 
 // Event is one lifecycle event. It never carries a token, key material or

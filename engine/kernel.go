@@ -226,7 +226,7 @@ func (e *Engine) acquire(ctx context.Context, key Key, env backends.Env, deadlin
 				return nil, false, err
 			}
 			if victim != nil {
-				e.killAsync([]*Kernel{victim})
+				e.retireLocked([]*Kernel{victim})
 			}
 			now := e.cfg.Now()
 			k = &Kernel{key: key, env: env, backend: env, id: newKernelID(), state: phaseStarting, holding: true, lastUsed: now, lostNote: e.lost[key]}

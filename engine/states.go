@@ -53,4 +53,6 @@ var (
 	ErrBadCellID = errors.New("invalid cell id")
 	// ErrCellOfAnother: a caller's cell id names a cell of another kernel.
 	ErrCellOfAnother = errors.New("the cell id names a cell of another kernel")
+	// ErrKernelBusy: the kernel has a cell running or queued.
+	ErrKernelBusy = errors.New("kernel is busy")
 )

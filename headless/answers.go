@@ -1,6 +1,7 @@
 package headless
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -96,6 +97,27 @@ func (s *server) handle(ctx context.Context, r *request) {
 		}
 	case wire.OpInputReply:
 		s.reply(r)
+	case wire.OpPark:
+		if s.ownsKernel(r, r.kernel, "park") {
+			p, err := s.eng.Park(ctx, r.kernel)
+			if err != nil {
+				s.w.writeError(&r.id, err.Error())
+				return
+			}
+			s.w.write(wire.ParkDone{Head: wire.Head{ID: r.id, Op: wire.OpOK}, Parked: p})
+		}
+	case wire.OpDropParked:
+		if restricted && r.owner != s.peer.Owner {
+			s.deny(r, fmt.Sprintf("drop a parked state of owner %q", r.owner))
+			return
+		}
+		d := r.exec
+		ok, err := s.eng.DropParked(d.Owner, d.Backend, cmp.Or(d.Task, "default"), d.Child, d.Tools)
+		if err != nil {
+			s.w.writeError(&r.id, err.Error())
+			return
+		}
+		s.w.write(wire.Dropped{Head: wire.Head{ID: r.id, Op: wire.OpOK}, Dropped: ok})
 	}
 }
 
@@ -137,8 +159,15 @@ func (s *server) kernels(r *request) {
 		infos = slices.DeleteFunc(infos, func(k engine.KernelInfo) bool { return k.Owner != s.peer.Owner })
 	}
 	spares := s.eng.Spares()
+	parked := s.eng.Parked()
+	if s.peer.restricted() {
+		parked = slices.DeleteFunc(parked, func(p engine.ParkedKernel) bool { return p.Owner != s.peer.Owner })
+	}
+	if parked == nil {
+		parked = []engine.ParkedKernel{}
+	}
 	line := wire.Kernels{Head: wire.Head{ID: r.id, Op: wire.OpKernels}, Cap: maxKernels, IdleExit: idleExit.Seconds(), Now: time.Now(),
-		Version: listingVersion(maxKernels, idleExit, spares, infos), Spares: spares}
+		Version: listingVersion(maxKernels, idleExit, spares, infos, parked), Spares: spares, Parked: parked}
 	if r.version != "" && r.version == line.Version {
 		line.Unchanged, line.Count, line.Kernels = true, len(infos), []wire.Kernel{}
 		s.w.write(line)
@@ -187,7 +216,7 @@ func (s *server) cells(r *request) {
 }
 
 // listingVersion hashes what a kernels listing says, but the idle times.
-func listingVersion(maxKernels int, idleExit time.Duration, spares int, infos []engine.KernelInfo) string {
+func listingVersion(maxKernels int, idleExit time.Duration, spares int, infos []engine.KernelInfo, parked []engine.ParkedKernel) string {
 	h := fnv.New64a()
 	var b []byte
 	field := func(s string) { b = append(append(b, s...), 0) }
@@ -215,6 +244,13 @@ func listingVersion(maxKernels int, idleExit time.Duration, spares int, infos []
 		if k.NextEvict {
 			field("n")
 		}
+		h.Write(b)
+	}
+	for _, p := range parked {
+		b = b[:0]
+		field(p.Key)
+		field(p.Kernel)
+		num(p.Parked.UnixNano())
 		h.Write(b)
 	}
 	return strconv.FormatUint(h.Sum64(), 36)

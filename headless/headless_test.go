@@ -256,7 +256,7 @@ func TestExecuteReuseResetAndResultShape(t *testing.T) {
 		"stderr_clipped", "spill_path", "stderr_spill_path", "tool_calls_made", "duration_ms", "fallback", "kernel", "cell")
 	k2 := kernelOf(t, second)
 	wantKeys(t, "result kernel", k2, "id", "pid", "dir", "backend", "reused", "execution_count",
-		"state_lost", "state_reset", "note")
+		"state_lost", "state_reset", "state_restored", "note")
 	if second["stdout"] != "42\n" || second["status"] != "success" || second["fallback"] != "" {
 		t.Errorf("second result: %v", second)
 	}
@@ -323,7 +323,7 @@ func TestKernelsListing(t *testing.T) {
 	a := h.call(execReq("a", "pass", "owner", "alice", "task", "t1", "tools", []string{"b_tool", "a_tool", "a_tool"}))
 	b := h.call(execReq("b", "pass", "owner", "bob", "child", "c1"))
 	l := h.call(line{"id": "k1", "op": "kernels"})
-	wantKeys(t, "kernels response", l, "id", "op", "count", "cap", "idle_exit", "kernels", "now", "version", "spares")
+	wantKeys(t, "kernels response", l, "id", "op", "count", "cap", "idle_exit", "kernels", "now", "version", "spares", "parked")
 	if l["op"] != "kernels" || l["count"] != 2.0 || l["cap"] != 3.0 || l["idle_exit"] != 90.0 || l["spares"] != 0.0 {
 		t.Errorf("kernels header: %v", l)
 	}

@@ -126,6 +126,12 @@ func (s *server) parse(line []byte) (*request, json.RawMessage, error) {
 		if r.kernel = msg.Kernel; r.kernel == "" {
 			err = fmt.Errorf(`%s needs "kernel": the kernel id (see the "kernels" op)`, r.op)
 		}
+	case *wire.DropParked:
+		r.owner = msg.Owner
+		r.exec = engine.Request{Owner: msg.Owner, Task: msg.Task, Backend: msg.Backend, Child: msg.Child, Tools: msg.Tools}
+		if r.owner == "" {
+			err = errors.New(`drop_parked needs "owner", and "task", "backend", "child" and "tools" as the execute gave them`)
+		}
 	case *wire.Complete:
 		r.kernel, r.code, r.cursor = msg.Kernel, msg.Code, msg.Cursor
 		if r.kernel == "" {

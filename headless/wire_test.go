@@ -50,6 +50,11 @@ func TestEveryRequestReachesTheServer(t *testing.T) {
 			c := r.(*wire.Complete)
 			c.Kernel, c.Code, c.Cursor = "k4", "os.pa", 5
 		}), request{kernel: "k4", code: "os.pa", cursor: 5}},
+		{req(wire.OpPark, func(r wire.Request) { r.(*wire.KernelOp).Kernel = "k5" }), request{kernel: "k5"}},
+		{req(wire.OpDropParked, func(r wire.Request) {
+			*r.(*wire.DropParked) = wire.DropParked{Head: r.(*wire.DropParked).Head, Owner: "ann", Task: "etl", Backend: "local",
+				Child: "c1", Tools: []string{"read_file"}}
+		}), request{owner: "ann", exec: engine.Request{Owner: "ann", Task: "etl", Backend: "local", Child: "c1", Tools: []string{"read_file"}}}},
 		{req(wire.OpShutdownOwner, func(r wire.Request) { r.(*wire.ShutdownOwner).Owner = "bob" }), request{owner: "bob"}},
 		{req(wire.OpShutdownAll, nil), request{}},
 		{req(wire.OpHello, nil), request{}},

@@ -51,6 +51,13 @@ type Values struct {
 	// Python is the interpreter kernels run with ("": python3 on each
 	// host's PATH).
 	Python string
+	// NoPark: evicted and reaped kernels lose their state instead of
+	// parking it; ParkMaxBytes, ParkRetention and ParkTotalBytes bound
+	// parked states (0: the engine's defaults).
+	NoPark         bool
+	ParkMaxBytes   int64
+	ParkRetention  time.Duration
+	ParkTotalBytes int64
 }
 
 // ToolCallLimit is MaxToolCalls as engine.Config takes it, where 0 is the
@@ -156,6 +163,16 @@ var table = []Setting{
 			"kernel cannot reach other kernels' dirs, nor files created directly in the temp dir after it started (its " +
 			"TMPDIR is a private dir); the other protections between kernels hold either way",
 		field: func(v *Values) any { return &v.NoConfine }},
+	{Key: "park_kernels", Flag: "no-park", Kind: Bool, Negated: true,
+		Help: "let kernels that the cap evicts or idle_exit reaps lose their state. Parked (the default), a kernel's " +
+			"namespace is saved in the state dir first, as far as it pickles, and its owner's next call gets it back",
+		field: func(v *Values) any { return &v.NoPark }},
+	{Key: "park_max_mb", Kind: Megabytes, Min: 1, Max: 1 << 20, Example: "256",
+		field: func(v *Values) any { return &v.ParkMaxBytes }},
+	{Key: "park_retention", Kind: Duration, Min: int64(time.Minute), Example: "24h",
+		field: func(v *Values) any { return &v.ParkRetention }},
+	{Key: "park_total_mb", Kind: Megabytes, Min: 1, Max: 1 << 30, Example: "2048",
+		field: func(v *Values) any { return &v.ParkTotalBytes }},
 	{Key: "python", Flag: "python", Kind: Program, Example: "/opt/venv/bin/python",
 		Help: "run kernels with this `PYTHON`: an absolute path, or a name looked up on each host's PATH (python3.12); " +
 			"a shim (pyenv) is resolved to the interpreter it runs, once per host",

@@ -61,6 +61,7 @@ type KernelResult struct {
 	ExecutionCount int    `json:"execution_count"`
 	StateLost      bool   `json:"state_lost"`
 	StateReset     bool   `json:"state_reset"`
+	StateRestored  bool   `json:"state_restored"`
 	Note           string `json:"note"`
 }
 
@@ -74,7 +75,7 @@ func ResultOf(id string, r *engine.Result) Result {
 	}
 	if k := r.Kernel; k != nil {
 		out.Kernel = &KernelResult{ID: k.ID, PID: k.PID, Dir: k.Dir, Backend: k.Backend, Reused: k.Reused,
-			ExecutionCount: k.ExecutionCount, StateLost: k.StateLost, StateReset: k.StateReset, Note: k.Note}
+			ExecutionCount: k.ExecutionCount, StateLost: k.StateLost, StateReset: k.StateReset, StateRestored: k.StateRestored, Note: k.Note}
 	}
 	return out
 }
@@ -87,7 +88,7 @@ func (r Result) Engine() *engine.Result {
 		Fallback: r.Fallback, Cell: r.Cell, Displays: r.Displays, DisplayNote: r.DisplayNote}
 	if k := r.Kernel; k != nil {
 		out.Kernel = &engine.KernelResult{ID: k.ID, PID: k.PID, Dir: k.Dir, Backend: k.Backend, Reused: k.Reused,
-			ExecutionCount: k.ExecutionCount, StateLost: k.StateLost, StateReset: k.StateReset, Note: k.Note}
+			ExecutionCount: k.ExecutionCount, StateLost: k.StateLost, StateReset: k.StateReset, StateRestored: k.StateRestored, Note: k.Note}
 	}
 	return out
 }
@@ -144,6 +145,21 @@ type Kernels struct {
 	// Spares counts the runners started and idle, keyed to no one yet,
 	// which count toward the cap.
 	Spares int `json:"spares"`
+	// Parked are the parked states, oldest first: each owner's next call
+	// for its key restores it.
+	Parked []engine.ParkedKernel `json:"parked"`
+}
+
+// ParkDone answers park: what was parked.
+type ParkDone struct {
+	Head
+	Parked engine.ParkedKernel `json:"parked"`
+}
+
+// Dropped answers drop_parked: whether there was a parked state.
+type Dropped struct {
+	Head
+	Dropped bool `json:"dropped"`
 }
 
 // Kernel is one kernel of a listing.

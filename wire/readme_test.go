@@ -269,6 +269,8 @@ var answerLines = []struct {
 }{
 	{wire.OpOK, reflect.TypeFor[wire.Subscribed](), func(ops []wire.Op, _ shape) bool { return slices.Contains(ops, wire.OpSubscribe) }},
 	{wire.OpOK, reflect.TypeFor[wire.Killed](), func(ops []wire.Op, _ shape) bool { return slices.Contains(ops, wire.OpShutdownAll) }},
+	{wire.OpOK, reflect.TypeFor[wire.ParkDone](), func(ops []wire.Op, _ shape) bool { return slices.Contains(ops, wire.OpPark) }},
+	{wire.OpOK, reflect.TypeFor[wire.Dropped](), func(ops []wire.Op, _ shape) bool { return slices.Contains(ops, wire.OpDropParked) }},
 	{wire.OpOK, reflect.TypeFor[wire.OK](), nil},
 	{wire.OpResult, reflect.TypeFor[wire.Result](), nil},
 	{wire.OpStarted, reflect.TypeFor[wire.Started](), nil},

@@ -78,6 +78,17 @@ type ShutdownOwner struct {
 	Owner string `json:"owner"`
 }
 
+// DropParked discards the parked state of the key it names, as an
+// execute names it.
+type DropParked struct {
+	Head
+	Owner   string   `json:"owner"`
+	Task    string   `json:"task,omitempty"`
+	Backend string   `json:"backend,omitempty"`
+	Child   string   `json:"child,omitempty"`
+	Tools   []string `json:"tools,omitempty"`
+}
+
 // Approve answers a tool call's approval request.
 type Approve struct {
 	Head
@@ -105,8 +116,10 @@ func NewRequest(op Op) Request {
 		r = &KernelsQuery{}
 	case OpLimits:
 		r = &Limits{}
-	case OpInterrupt, OpKill, OpCells:
+	case OpInterrupt, OpKill, OpCells, OpPark:
 		r = &KernelOp{}
+	case OpDropParked:
+		r = &DropParked{}
 	case OpComplete:
 		r = &Complete{}
 	case OpInputReply:

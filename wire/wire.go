@@ -31,6 +31,9 @@ const (
 	OpCells         Op = "cells"
 	OpComplete      Op = "complete"
 	OpInputReply    Op = "input_reply"
+	// OpPark parks a kernel now; OpDropParked discards a parked state.
+	OpPark       Op = "park"
+	OpDropParked Op = "drop_parked"
 )
 
 // The answers and unasked lines that are not also requests.
@@ -52,7 +55,7 @@ const (
 // Ops lists the requests in the order the README and hello list them.
 func Ops() []Op {
 	return []Op{OpExecute, OpKernels, OpLimits, OpInterrupt, OpKill, OpShutdownOwner, OpShutdownAll, OpApprove,
-		OpHello, OpSubscribe, OpCells, OpComplete, OpInputReply}
+		OpHello, OpSubscribe, OpCells, OpComplete, OpInputReply, OpPark, OpDropParked}
 }
 
 // Head begins every request and every answer to one: the id the client

@@ -6,7 +6,8 @@ engine's spawn command and takes cells from two doors:
 * the wake FIFO: a line "cell ID" after the engine wrote cells/ID.req
   (the portable path over plain Execute), "int ID" to interrupt, "cfg SECONDS"
   to change idle_exit;
-* a Unix socket (the fast path): JSON lines {"op": "cell"|"interrupt"|"config"|"ping"|"rpc_result"}.
+* a Unix socket (the fast path): JSON lines {"op": "cell"|"interrupt"|"config"|"ping"|"rpc_result"|
+  "park"|"restore_data"|"restore"}.
 
 Who reads the doors: the main thread while no cell runs, so that a cell it
 reads runs at once, with no hand-over between threads; the io thread while a
@@ -997,6 +998,7 @@ class Conn:
         self.authed = False
         self.nonce = os.urandom(16).hex()
         self.watch_next = None  # a cell id watched before it came
+        self.restoring = None  # a parked state the engine is sending (restore_data)
 
     def new_read_buffer(self, size):
         """A new read buffer of size bytes, and the view reads are cut from."""
@@ -1513,8 +1515,117 @@ class Runner:
             _thread.start_new_thread(self.complete, (cid, code, cursor, conn))
         elif op == "rpc_result":
             self.rpc.deliver(msg.get("seq"), msg.get("result"))
+        elif op == "park":
+            max_bytes = msg.get("max_bytes")
+            if not valid_name(msg.get("id"), ID_CHARS, 64) or not isinstance(max_bytes, int) or max_bytes <= 0:
+                conn.send({"op": "error", "id": msg.get("id"), "error": "park needs an id and max_bytes"})
+                return
+            self.park(msg["id"], max_bytes, conn)
+        elif op == "restore_data":
+            import binascii
+
+            try:
+                chunk = binascii.a2b_base64(msg.get("chunk") or "")
+            except (binascii.Error, TypeError):
+                conn.send({"op": "error", "id": msg.get("id"), "error": "restore_data needs a base64 chunk"})
+                return
+            if conn.restoring is None:
+                conn.restoring = bytearray()
+            conn.restoring += chunk
+        elif op == "restore":
+            self.restore(msg, conn)
         else:
             conn.send({"op": "error", "error": "unknown op %r" % (op,)})
+
+    # ---- parking ---------------------------------------------------------
+
+    def park(self, pid, max_bytes, conn):
+        """Sends the engine the namespace, name by name, as park_data frames
+        then one parked frame that says what was saved and what was not.
+        Each name is pickled alone: one that fails is named with its reason
+        and the rest are saved (names that shared an object each get a copy)."""
+        if self.running is not None or self.work:
+            conn.send({"op": "error", "id": pid, "error": "a cell is running or queued"})
+            return
+        kind, pickler = park_pickler()
+        saved, skipped, modules = [], [], []
+        buf, total = bytearray(), 0
+        module_type = type(sys)
+        for name, value in list(self.ns.items()):
+            if name.startswith("__") and name.endswith("__"):
+                continue  # __builtins__, __name__: the new kernel has its own
+            if isinstance(value, module_type):
+                modules.append([name, value.__name__])
+                continue
+            why = unsaved_kind(value)
+            if why is None:
+                try:
+                    data = pickler.dumps(value, protocol=4)
+                except Exception as e:  # the user's objects can raise anything
+                    why = ("%s: %s" % (type(e).__name__, e))[:PARK_REASON_MAX]
+            if why is not None:
+                skipped.append([name, type(value).__name__, why])
+                continue
+            entry = park_entry(name, data)
+            total += len(entry) + len(data)
+            if total > max_bytes:
+                conn.send({"op": "error", "id": pid, "error": "the namespace is over %d bytes" % max_bytes, "bytes": total})
+                return
+            saved.append(name)
+            buf += entry
+            buf += data
+            while len(buf) >= PARK_CHUNK:
+                if not self.send_park_data(conn, pid, buf[:PARK_CHUNK]):
+                    return
+                del buf[:PARK_CHUNK]
+        if buf and not self.send_park_data(conn, pid, buf):
+            return
+        conn.send({"op": "parked", "id": pid, "pickler": kind, "names": saved, "skipped": skipped,
+                   "modules": modules, "execution_count": self.execution_count, "bytes": total})
+
+    @staticmethod
+    def send_park_data(conn, pid, chunk):
+        import binascii
+
+        return conn.send({"op": "park_data", "id": pid, "chunk": binascii.b2a_base64(bytes(chunk), newline=False).decode("ascii")})
+
+    def restore(self, msg, conn):
+        """Loads a parked state the engine sent (restore_data frames, then
+        this one) into the namespace, before any cell ran here; answers
+        with the names that came back and those that did not, and why."""
+        rid = msg.get("id")
+        blob, conn.restoring = conn.restoring, None
+        if self.execution_count or self.running is not None or blob is None:
+            conn.send({"op": "error", "id": rid, "error": "a parked state is restored only into a new kernel"})
+            return
+        kind, pickler = park_pickler(msg.get("pickler") if msg.get("pickler") in PARK_PICKLERS + ("pickle",) else "pickle")
+        names, failed = [], []
+        try:
+            entries = list(park_entries(blob))
+        except ValueError as e:
+            conn.send({"op": "error", "id": rid, "error": str(e)})
+            return
+        for name, data in entries:
+            if pickler is None:
+                failed.append([name, "%s is not installed in this kernel's interpreter" % msg.get("pickler")])
+                continue
+            try:
+                self.ns[name] = pickler.loads(data)
+                names.append(name)
+            except Exception as e:
+                failed.append([name, ("%s: %s" % (type(e).__name__, e))[:PARK_REASON_MAX]])
+        for pair in msg.get("modules") or []:
+            try:
+                name, module = pair
+                __import__(module)
+                self.ns[name] = sys.modules[module]
+                names.append(name)
+            except Exception as e:
+                failed.append([str(pair[0]) if pair else "?", ("%s: %s" % (type(e).__name__, e))[:PARK_REASON_MAX]])
+        count = msg.get("execution_count")
+        if isinstance(count, int) and count > 0:
+            self.execution_count = count
+        conn.send({"op": "restored", "id": rid, "names": names, "failed": failed, "execution_count": self.execution_count})
 
     def on_wake(self, line):
         verb, _, rest = line.partition(" ")
@@ -2112,6 +2223,61 @@ class Runner:
         cid, when given): that socket broke, or the Execute door asks."""
         if self.unfiled is not None and (cid is None or self.unfiled[0] == cid):
             self.file_result_locked(*self.unfiled)
+
+
+# ---- parking: a kernel's namespace saved before eviction, restored after --
+
+PARK_CHUNK = 3 << 20  # raw bytes per park frame (4 MiB as base64, within the engine's frame bound)
+PARK_REASON_MAX = 200  # characters of an exception kept as the reason a name was not saved
+PARK_PICKLERS = ("cloudpickle", "dill")  # by value: lambdas, and classes and functions of cells
+
+
+def park_pickler(want=None):
+    """The pickler this interpreter has: cloudpickle or dill where one is
+    installed (they save lambdas and what cells define), else pickle; want
+    asks for the one a parked state was written with."""
+    for name in (want,) if want else PARK_PICKLERS + ("pickle",):
+        try:
+            return name, __import__(name)
+        except Exception:
+            continue
+    return None, None
+
+
+def unsaved_kind(value):
+    """Says in words what a value is that no pickler saves, or None."""
+    threading = sys.modules.get("threading")
+    if threading is not None and isinstance(value, threading.Thread):
+        return "thread"
+    if isinstance(value, io.IOBase):
+        return "open file"
+    if isinstance(value, _socket.socket):
+        return "socket"
+    kind = type(value).__name__
+    if kind in ("generator", "coroutine", "async_generator"):
+        return kind
+    return None
+
+
+def park_entry(name, data):
+    """One saved name as it is laid out in a parked state: the name's
+    length and the data's, then both."""
+    raw = name.encode("utf-8")
+    return struct.pack("<IQ", len(raw), len(data)) + raw
+
+
+def park_entries(blob):
+    """The (name, data) pairs of a parked state, as park_entry laid them."""
+    view, at = memoryview(blob), 0
+    while at < len(view):
+        if at + 12 > len(view):
+            raise ValueError("a parked state ends inside an entry's header")
+        n, m = struct.unpack_from("<IQ", view, at)
+        at += 12
+        if at + n + m > len(view):
+            raise ValueError("a parked state ends inside an entry")
+        yield bytes(view[at:at + n]).decode("utf-8"), view[at + n:at + n + m]
+        at += n + m
 
 
 def on_sigint(signum, frame):

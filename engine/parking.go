@@ -1,0 +1,459 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/internal/english"
+	"github.com/kerneldeck/kerneldeck/internal/termtext"
+)
+
+// Parking: an idle kernel that the cap evicts or idle_exit reaps first
+// sends the engine its namespace (its runner pickles it name by name), and
+// the key's next kernel loads it before its first cell. The engine keeps
+// the bytes itself, whatever the backend, so that where they rest is the
+// engine's state dir and nothing a kernel can write (parkstore.go).
+
+// The parking defaults (the settings table bounds them).
+const (
+	DefaultParkMaxBytes   = 256 << 20
+	DefaultParkTimeout    = 10 * time.Second
+	DefaultParkRetention  = 24 * time.Hour
+	DefaultParkTotalBytes = 2 << 30
+	// parkPruneEvery is how often the sweep drops parked states past
+	// their retention.
+	parkPruneEvery = time.Minute
+	// parkNamesMax bounds the names a parked state may list.
+	parkNamesMax = 100_000
+	// restoreChunk is how many bytes one restore_data frame carries.
+	restoreChunk = 3 << 20
+)
+
+// ParkedKernel is one parked state, for listings.
+type ParkedKernel struct {
+	Owner   string `json:"owner"`
+	Task    string `json:"task"`
+	Backend string `json:"backend"`
+	Child   string `json:"child,omitempty"`
+	Key     string `json:"key"`
+	// Kernel is the id of the kernel that was parked.
+	Kernel string    `json:"kernel"`
+	Parked time.Time `json:"parked"`
+	// Reason says why it was parked ("evicted by the cap").
+	Reason         string     `json:"reason"`
+	Bytes          int64      `json:"bytes"`
+	Names          []string   `json:"names"`
+	NotSaved       []NotSaved `json:"not_saved"`
+	ExecutionCount int        `json:"execution_count"`
+}
+
+// Parked lists the parked states, oldest first; nil where parking is off.
+func (e *Engine) Parked() []ParkedKernel {
+	if e.parks == nil {
+		return nil
+	}
+	all, _ := e.parks.list()
+	out := make([]ParkedKernel, 0, len(all))
+	for _, h := range all {
+		names := make([]string, 0, len(h.Names)+len(h.Modules))
+		names = append(names, h.Names...)
+		for _, m := range h.Modules {
+			names = append(names, m[0])
+		}
+		out = append(out, ParkedKernel{Owner: h.Key.Owner, Task: h.Key.Task, Backend: h.Key.Backend, Child: h.Key.Child,
+			Key: h.Key.String(), Kernel: h.Kernel, Parked: h.Parked, Reason: h.Reason, Bytes: h.Bytes,
+			Names: names, NotSaved: h.NotSaved, ExecutionCount: h.ExecutionCount})
+	}
+	return out
+}
+
+// ErrNoParking: the engine keeps no parked states (no state dir).
+var ErrNoParking = errors.New("parking is off: the engine has no state dir")
+
+// DropParked discards the parked state of owner's task (on backend, "":
+// the default; child and tools as the key has them) and tells whether
+// there was one.
+func (e *Engine) DropParked(owner, backend, task, child string, tools []string) (bool, error) {
+	if e.parks == nil {
+		return false, ErrNoParking
+	}
+	key, err := NewKey(owner, backend, task, child, tools)
+	if err != nil {
+		return false, err
+	}
+	if key.Backend == "" {
+		key.Backend = e.DefaultBackend()
+	}
+	if !e.parks.drop(key) {
+		return false, nil
+	}
+	e.emit(Event{Type: EventParkDropped, Owner: key.Owner, Key: key.String(), Detail: "dropped on request"})
+	return true, nil
+}
+
+// Park parks kernel id now, as an eviction would, and removes it: its
+// owner's next call restores it. A kernel with a running or queued cell is
+// not parked (ErrKernelBusy).
+func (e *Engine) Park(ctx context.Context, id string) (ParkedKernel, error) {
+	if e.parks == nil {
+		return ParkedKernel{}, ErrNoParking
+	}
+	e.mu.Lock()
+	k := e.byID[id]
+	switch {
+	case k == nil || e.kernels[k.key] != k:
+		e.mu.Unlock()
+		return ParkedKernel{}, fmt.Errorf("%w %q", ErrUnknownKernel, id)
+	case k.attachedLocked() || k.state != phaseReady:
+		e.mu.Unlock()
+		return ParkedKernel{}, fmt.Errorf("%w: kernel %s has a cell running or queued; park it once it is idle", ErrKernelBusy, id)
+	}
+	if why := e.unparkableLocked(k); why != "" {
+		e.mu.Unlock()
+		return ParkedKernel{}, fmt.Errorf("kernel %s cannot be parked: %s", id, why)
+	}
+	e.removeLocked(k, "parked by request")
+	done := make(chan struct{})
+	e.parking[k.key] = done
+	e.mu.Unlock()
+	h, err := e.parkThenKill(ctx, k, done)
+	if err != nil {
+		return ParkedKernel{}, err
+	}
+	return ParkedKernel{Owner: h.Key.Owner, Task: h.Key.Task, Backend: h.Key.Backend, Child: h.Key.Child, Key: h.Key.String(),
+		Kernel: h.Kernel, Parked: h.Parked, Reason: h.Reason, Bytes: h.Bytes, Names: h.Names, NotSaved: h.NotSaved,
+		ExecutionCount: h.ExecutionCount}, nil
+}
+
+// unparkableLocked says why k's state cannot be parked, or "".
+func (e *Engine) unparkableLocked(k *Kernel) string {
+	switch {
+	case e.parks == nil:
+		return "parking is off"
+	case k.pid <= 0 || k.execCount == 0:
+		return "it ran no cell"
+	case backends.StreamsOf(k.env) == nil || len(k.dir+"/sock") >= sockPathMax:
+		return "its backend gives no stream to its runner"
+	}
+	return ""
+}
+
+// retireLocked kills the kernels the cap evicted or idle_exit reaped
+// (already out of the registry), each parked first where it has state and
+// can be: until its park is over, its key's next call waits (waitParked).
+func (e *Engine) retireLocked(victims []*Kernel) {
+	for _, k := range victims {
+		why := e.unparkableLocked(k)
+		if why != "" {
+			if e.parks != nil && k.execCount > 0 {
+				e.emit(kernelEvent(EventParkFailed, k, "not parked: "+why+"; its state was lost"))
+			}
+			e.killAsync([]*Kernel{k})
+			continue
+		}
+		done := make(chan struct{})
+		e.parking[k.key] = done
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.parkThenKill(context.Background(), k, done)
+		}()
+	}
+}
+
+// parkThenKill parks k (out of the registry), says how it went, and kills
+// it; done closes once the outcome is known to the key's next call.
+func (e *Engine) parkThenKill(ctx context.Context, k *Kernel, done chan struct{}) (parkHeader, error) {
+	start := time.Now()
+	h, err := e.park(ctx, k)
+	e.mu.Lock()
+	if e.parking[k.key] == done {
+		delete(e.parking, k.key)
+	}
+	if err == nil {
+		delete(e.lost, k.key)
+	} else if e.kernels[k.key] == nil {
+		e.noteLostLocked(k.key, fmt.Sprintf("kernel %s was %s and could not be parked (%v); state from earlier calls was lost", k.id, k.goneReason, err))
+	}
+	e.mu.Unlock()
+	close(done)
+	if err != nil {
+		e.emit(kernelEvent(EventParkFailed, k, fmt.Sprintf("not parked: %v; its state was lost", err)))
+	} else {
+		e.emit(kernelEvent(EventParked, k, fmt.Sprintf("parked %s (%s) in %s%s",
+			english.Count(len(h.Names)+len(h.Modules), "name"), english.Bytes(h.Bytes), english.Duration(time.Since(start)), notSavedSuffix("; not saved: ", h.NotSaved))))
+		e.pruneParked(false)
+	}
+	kctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+	defer cancel()
+	e.killOnHost(kctx, k)
+	return h, err
+}
+
+// notSavedSuffix lists names that did not come through, after prefix; ""
+// for none.
+func notSavedSuffix(prefix string, ns []NotSaved) string {
+	if len(ns) == 0 {
+		return ""
+	}
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = n.Name + " (" + n.Why + ")"
+	}
+	return prefix + listSome(parts, 8)
+}
+
+// park asks k's runner for its namespace and files it.
+func (e *Engine) park(ctx context.Context, k *Kernel) (parkHeader, error) {
+	e.mu.Lock()
+	env, dir, token, id, key, count := k.env, k.dir, k.token, k.id, k.key, k.execCount
+	reason := k.goneReasonSafe()
+	e.mu.Unlock()
+	d := backends.StreamsOf(env)
+	if d == nil {
+		return parkHeader{}, errors.New("its backend gives no stream to its runner")
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.ParkTimeout)
+	defer cancel()
+	nc, err := d.DialUnix(ctx, dir+"/sock")
+	if err != nil {
+		return parkHeader{}, fmt.Errorf("reach its runner: %w", err)
+	}
+	conn, err := dialRunner(ctx, nc, token, nil)
+	if err != nil {
+		return parkHeader{}, fmt.Errorf("reach its runner: %w", err)
+	}
+	defer conn.close()
+	deadline, _ := ctx.Deadline()
+	defer conn.begin(ctx, deadline)()
+	ask := "park-" + randomHex(8)
+	if err := conn.send(map[string]any{"op": "park", "id": ask, "max_bytes": e.cfg.ParkMaxBytes}); err != nil {
+		return parkHeader{}, fmt.Errorf("ask its runner: %w", err)
+	}
+	w, err := e.parks.create(e.cfg.ParkMaxBytes)
+	if err != nil {
+		return parkHeader{}, err
+	}
+	for {
+		f, err := conn.next(ask)
+		if errors.Is(err, errReadCanceled) || errors.Is(err, context.DeadlineExceeded) || (err != nil && ctx.Err() != nil) {
+			w.abort()
+			return parkHeader{}, fmt.Errorf("its runner took longer than the park timeout of %s", english.Duration(e.cfg.ParkTimeout))
+		}
+		if err != nil {
+			w.abort()
+			return parkHeader{}, fmt.Errorf("read its runner: %w", err)
+		}
+		switch f.Op {
+		case "park_data":
+			if _, err := w.Write(f.Chunk); err != nil {
+				w.abort()
+				return parkHeader{}, fmt.Errorf("its namespace is over park_max_mb (%s): %w", english.Bytes(e.cfg.ParkMaxBytes), err)
+			}
+		case "error":
+			w.abort()
+			if f.Bytes > 0 {
+				return parkHeader{}, fmt.Errorf("its namespace is over park_max_mb (%s)", english.Bytes(e.cfg.ParkMaxBytes))
+			}
+			return parkHeader{}, fmt.Errorf("its runner: %s", termtext.Line(clip(f.Error, 300)))
+		case "parked":
+			h, err := parkedHeader(f, key, id, reason, max(count, f.ExecutionCount), e.cfg.Now())
+			if err != nil {
+				w.abort()
+				return parkHeader{}, err
+			}
+			if err := w.commit(h); err != nil {
+				return parkHeader{}, err
+			}
+			h.Bytes = w.n
+			return h, nil
+		}
+	}
+}
+
+// parkedHeader checks what a runner says it parked (it is untrusted) and
+// makes it the state's header.
+func parkedHeader(f runnerFrame, key Key, id, reason string, count int, now time.Time) (parkHeader, error) {
+	if len(f.Names)+len(f.Skipped)+len(f.Modules) > parkNamesMax {
+		return parkHeader{}, fmt.Errorf("its runner listed more than %d names", parkNamesMax)
+	}
+	h := parkHeader{Key: key, Kernel: id, Parked: now, Reason: reason, Pickler: f.Pickler, ExecutionCount: count}
+	switch f.Pickler {
+	case "cloudpickle", "dill", "pickle":
+	default:
+		return parkHeader{}, fmt.Errorf("its runner named an unknown pickler %q", clip(f.Pickler, 40))
+	}
+	for _, n := range f.Names {
+		h.Names = append(h.Names, termtext.Line(clip(n, 200)))
+	}
+	for _, m := range f.Modules {
+		if len(m) != 2 {
+			return parkHeader{}, errors.New("its runner sent a module entry that is not a name and a module")
+		}
+		h.Modules = append(h.Modules, [2]string{m[0], m[1]})
+	}
+	for _, s := range f.Skipped {
+		if len(s) != 3 {
+			return parkHeader{}, errors.New("its runner sent a not-saved entry that is not a name, a type and a reason")
+		}
+		h.NotSaved = append(h.NotSaved, NotSaved{Name: termtext.Line(clip(s[0], 200)), Type: termtext.Line(clip(s[1], 100)), Why: termtext.Line(clip(s[2], 200))})
+	}
+	return h, nil
+}
+
+// clip cuts s to at most n bytes, on a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
+
+// waitParked waits until no park of key is under way, at most until ctx
+// ends: its outcome decides what the key's next kernel starts from.
+func (e *Engine) waitParked(ctx context.Context, key Key) {
+	e.mu.Lock()
+	done := e.parking[key]
+	e.mu.Unlock()
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// restoreOutcome is what restoring a parked state into a new kernel did.
+type restoreOutcome struct {
+	restored bool
+	note     string
+}
+
+// restore loads key's parked state, if any, into k (just spawned, no cell
+// run yet); the parked state is dropped either way, so a state that fails
+// is not tried again.
+func (e *Engine) restore(ctx context.Context, k *Kernel) restoreOutcome {
+	if e.parks == nil || !e.parks.has(k.key) {
+		return restoreOutcome{}
+	}
+	f, h, err := e.parks.open(k.key)
+	if errors.Is(err, errNoParked) {
+		return restoreOutcome{}
+	}
+	defer e.parks.drop(k.key)
+	if err != nil {
+		e.emit(kernelEvent(EventRestoreRefused, k, err.Error()))
+		return restoreOutcome{note: fmt.Sprintf("the parked state of %s was refused (%v); state from earlier calls was lost", k.key, err)}
+	}
+	defer f.Close()
+	start := time.Now()
+	names, failed, err := e.sendParked(ctx, k, f, h)
+	if err != nil {
+		e.emit(kernelEvent(EventRestoreRefused, k, "could not restore: "+err.Error()))
+		return restoreOutcome{note: fmt.Sprintf("the parked state of kernel %s could not be restored (%v); state from earlier calls was lost", h.Kernel, err)}
+	}
+	lost := append(append([]NotSaved(nil), h.NotSaved...), failed...)
+	note := fmt.Sprintf("restored %s parked from kernel %s", english.Count(len(names), "name"), h.Kernel)
+	if len(lost) > 0 {
+		parts := make([]string, len(lost))
+		for i, n := range lost {
+			parts[i] = n.Name + " (" + n.Why + ")"
+		}
+		note += "; not restored: " + listSome(parts, 8)
+	}
+	e.mu.Lock()
+	k.execCount = max(k.execCount, h.ExecutionCount)
+	e.mu.Unlock()
+	e.emit(kernelEvent(EventRestored, k, fmt.Sprintf("%s (%s) in %s", note, english.Bytes(h.Bytes), english.Duration(time.Since(start)))))
+	return restoreOutcome{restored: true, note: note}
+}
+
+// sendParked streams a parked state to k's runner and returns the names it
+// restored and those it could not.
+func (e *Engine) sendParked(ctx context.Context, k *Kernel, f io.Reader, h parkHeader) ([]string, []NotSaved, error) {
+	e.mu.Lock()
+	env, dir, token := k.env, k.dir, k.token
+	e.mu.Unlock()
+	d := backends.StreamsOf(env)
+	if d == nil || len(dir+"/sock") >= sockPathMax {
+		return nil, nil, errors.New("its backend gives no stream to its runner")
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.ParkTimeout)
+	defer cancel()
+	nc, err := d.DialUnix(ctx, dir+"/sock")
+	if err != nil {
+		return nil, nil, fmt.Errorf("reach the new runner: %w", err)
+	}
+	conn, err := dialRunner(ctx, nc, token, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reach the new runner: %w", err)
+	}
+	defer conn.close()
+	deadline, _ := ctx.Deadline()
+	defer conn.begin(ctx, deadline)()
+	ask := "restore-" + randomHex(8)
+	buf := make([]byte, restoreChunk)
+	r := io.LimitReader(f, h.Bytes)
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			if err := conn.send(map[string]any{"op": "restore_data", "id": ask, "chunk": buf[:n]}); err != nil {
+				return nil, nil, fmt.Errorf("send to the new runner: %w", err)
+			}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := conn.send(map[string]any{"op": "restore", "id": ask, "pickler": h.Pickler, "modules": h.Modules,
+		"execution_count": h.ExecutionCount}); err != nil {
+		return nil, nil, fmt.Errorf("send to the new runner: %w", err)
+	}
+	for {
+		fr, err := conn.next(ask)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read the new runner: %w", err)
+		}
+		switch fr.Op {
+		case "error":
+			return nil, nil, fmt.Errorf("the new runner: %s", termtext.Line(clip(fr.Error, 300)))
+		case "restored":
+			var failed []NotSaved
+			for _, s := range fr.Failed {
+				if len(s) == 2 {
+					failed = append(failed, NotSaved{Name: termtext.Line(clip(s[0], 200)), Why: termtext.Line(clip(s[1], 200))})
+				}
+			}
+			return fr.Names, failed, nil
+		}
+	}
+}
+
+// pruneParked drops parked states past their retention or over the total
+// cap, and says so; unless now, at most once a parkPruneEvery.
+func (e *Engine) pruneParked(sweep bool) {
+	if e.parks == nil {
+		return
+	}
+	e.mu.Lock()
+	now := e.cfg.Now()
+	if sweep && now.Sub(e.parkPruned) < parkPruneEvery {
+		e.mu.Unlock()
+		return
+	}
+	e.parkPruned = now
+	e.mu.Unlock()
+	for _, p := range e.parks.prune(now, e.cfg.ParkRetention, e.cfg.ParkTotalBytes) {
+		e.emit(Event{Type: EventParkDropped, Owner: p.h.Key.Owner, Key: p.h.Key.String(), Kernel: p.h.Kernel,
+			Detail: fmt.Sprintf("parked state of %s (%s) dropped: %s", p.h.Kernel, english.Bytes(p.h.Bytes), p.why)})
+	}
+}

@@ -1,0 +1,360 @@
+package engine
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// A parked state rests in the engine's park dir (0700) as one 0600 file
+// per key: the runner's bytes as it sent them, then a trailer (the header
+// as JSON and its length) that says whose they are and what they hold.
+// A MAC under the engine's park key (park.key, 0600 beside them, never
+// sent anywhere) covers both, so a file another process wrote, or one of
+// another key, is never loaded: unpickling runs code.
+
+// ErrParkRefused is a parked state whose MAC does not prove that this
+// engine wrote it for the key that asks for it.
+var ErrParkRefused = errors.New("parked state refused")
+
+// errNoParked: the key has no parked state.
+var errNoParked = errors.New("no parked state")
+
+const (
+	parkSuffix     = ".park"
+	parkKeyFile    = "park.key"
+	parkTrailerMax = 4 << 20 // bytes of a header: the names of a large namespace
+	parkMACDomain  = "kerneldeck park v1\x00"
+)
+
+// NotSaved is a name a parked kernel could not save, and why.
+type NotSaved struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Why  string `json:"why"`
+}
+
+// parkHeader is what a parked state says of itself.
+type parkHeader struct {
+	Key            Key         `json:"key"`
+	Kernel         string      `json:"kernel"`
+	Parked         time.Time   `json:"parked"`
+	Reason         string      `json:"reason"`
+	Pickler        string      `json:"pickler"`
+	Names          []string    `json:"names"`
+	Modules        [][2]string `json:"modules"`
+	NotSaved       []NotSaved  `json:"not_saved"`
+	ExecutionCount int         `json:"execution_count"`
+	Bytes          int64       `json:"bytes"`
+	MAC            string      `json:"mac,omitempty"`
+}
+
+// parkStore keeps parked states in dir.
+type parkStore struct {
+	dir string
+	key []byte
+	mu  sync.Mutex // one writer or pruner at a time
+}
+
+// openParkStore opens (making it if need be) the park dir and its key,
+// refusing either if anyone but the engine's user could reach it.
+func openParkStore(dir string) (*parkStore, error) {
+	if err := EnsurePrivateDir(dir); err != nil {
+		return nil, fmt.Errorf("park dir: %w", err)
+	}
+	p := filepath.Join(dir, parkKeyFile)
+	key, err := readParkKey(p)
+	if errors.Is(err, os.ErrNotExist) {
+		key = make([]byte, 32)
+		rand.Read(key)
+		f, cerr := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
+		if cerr != nil {
+			return nil, fmt.Errorf("park key %s: %w", p, cerr)
+		}
+		_, werr := f.Write(key)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			os.Remove(p)
+			return nil, fmt.Errorf("park key %s: %w", p, werr)
+		}
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &parkStore{dir: dir, key: key}, nil
+}
+
+func readParkKey(p string) ([]byte, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("park key %s: %w", p, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("park key %s: %w", p, err)
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o077 != 0 || !ownedByMe(st) || st.Size() != 32 {
+		return nil, fmt.Errorf("park key %s must be a 32-byte file owned by you with mode 0600 (found %v, %d bytes); remove it and parked states with it",
+			p, st.Mode(), st.Size())
+	}
+	key := make([]byte, 32)
+	if _, err := io.ReadFull(f, key); err != nil {
+		return nil, fmt.Errorf("park key %s: %w", p, err)
+	}
+	return key, nil
+}
+
+// path is where key's parked state rests: one file per key, named by a
+// hash so that no owner or task name reaches the file system.
+func (s *parkStore) path(key Key) string {
+	b, _ := json.Marshal(key)
+	sum := sha256.Sum256(b)
+	return filepath.Join(s.dir, hex.EncodeToString(sum[:20])+parkSuffix)
+}
+
+func (s *parkStore) mac() hash.Hash {
+	m := hmac.New(sha256.New, s.key)
+	m.Write([]byte(parkMACDomain))
+	return m
+}
+
+// parkWriter receives one runner's parked bytes; commit files them.
+type parkWriter struct {
+	s   *parkStore
+	f   *os.File
+	mac hash.Hash
+	n   int64
+	max int64
+}
+
+// create starts a parked state of at most max bytes.
+func (s *parkStore) create(max int64) (*parkWriter, error) {
+	f, err := os.CreateTemp(s.dir, ".tmp-park-*")
+	if err != nil {
+		return nil, fmt.Errorf("park: %w", err)
+	}
+	return &parkWriter{s: s, f: f, mac: s.mac(), max: max}, nil
+}
+
+func (w *parkWriter) Write(b []byte) (int, error) {
+	if w.n+int64(len(b)) > w.max {
+		return 0, fmt.Errorf("the runner sent more than the %d bytes allowed", w.max)
+	}
+	n, err := w.f.Write(b)
+	w.mac.Write(b[:n])
+	w.n += int64(n)
+	return n, err
+}
+
+// abort throws the state away.
+func (w *parkWriter) abort() {
+	w.f.Close()
+	os.Remove(w.f.Name())
+}
+
+// commit seals h (the bytes written so far are its state) and files it
+// for h.Key, in place of any earlier one.
+func (w *parkWriter) commit(h parkHeader) error {
+	h.Bytes, h.MAC = w.n, ""
+	head, err := json.Marshal(h)
+	if err != nil {
+		w.abort()
+		return err
+	}
+	w.mac.Write(head)
+	h.MAC = hex.EncodeToString(w.mac.Sum(nil))
+	trailer, _ := json.Marshal(h)
+	trailer = binary.LittleEndian.AppendUint64(trailer, uint64(len(trailer)))
+	if _, err := w.f.Write(trailer); err != nil {
+		w.abort()
+		return fmt.Errorf("park: %w", err)
+	}
+	if err := w.f.Close(); err != nil {
+		os.Remove(w.f.Name())
+		return fmt.Errorf("park: %w", err)
+	}
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	if err := os.Rename(w.f.Name(), w.s.path(h.Key)); err != nil {
+		os.Remove(w.f.Name())
+		return fmt.Errorf("park: %w", err)
+	}
+	return nil
+}
+
+// readTrailer reads the header of the parked state open in f, unchecked.
+func readTrailer(f *os.File) (parkHeader, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return parkHeader{}, err
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o077 != 0 || !ownedByMe(st) {
+		return parkHeader{}, fmt.Errorf("%w: %s is not a 0600 file of yours", ErrParkRefused, f.Name())
+	}
+	size := st.Size()
+	var n [8]byte
+	if size < 8 {
+		return parkHeader{}, fmt.Errorf("%w: %s is too short", ErrParkRefused, f.Name())
+	}
+	if _, err := f.ReadAt(n[:], size-8); err != nil {
+		return parkHeader{}, err
+	}
+	hl := int64(binary.LittleEndian.Uint64(n[:]))
+	if hl <= 0 || hl > parkTrailerMax || hl > size-8 {
+		return parkHeader{}, fmt.Errorf("%w: %s has no header", ErrParkRefused, f.Name())
+	}
+	raw := make([]byte, hl)
+	if _, err := f.ReadAt(raw, size-8-hl); err != nil {
+		return parkHeader{}, err
+	}
+	var h parkHeader
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&h); err != nil {
+		return parkHeader{}, fmt.Errorf("%w: %s: bad header: %v", ErrParkRefused, f.Name(), err)
+	}
+	if h.Bytes != size-8-hl {
+		return parkHeader{}, fmt.Errorf("%w: %s holds %d bytes, its header says %d", ErrParkRefused, f.Name(), size-8-hl, h.Bytes)
+	}
+	return h, nil
+}
+
+// open returns key's parked state, open at its first byte, once its MAC
+// proved that this engine wrote it for key; the caller closes it.
+func (s *parkStore) open(key Key) (*os.File, parkHeader, error) {
+	f, err := os.OpenFile(s.path(key), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, parkHeader{}, errNoParked
+	}
+	if err != nil {
+		return nil, parkHeader{}, fmt.Errorf("%w: %v", ErrParkRefused, err)
+	}
+	h, err := readTrailer(f)
+	if err != nil {
+		f.Close()
+		return nil, parkHeader{}, err
+	}
+	m := s.mac()
+	if _, err := io.Copy(m, io.NewSectionReader(f, 0, h.Bytes)); err != nil {
+		f.Close()
+		return nil, parkHeader{}, fmt.Errorf("%w: %v", ErrParkRefused, err)
+	}
+	given := h.MAC
+	h.MAC = ""
+	head, _ := json.Marshal(h)
+	m.Write(head)
+	want, _ := hex.DecodeString(given)
+	if !hmac.Equal(m.Sum(nil), want) {
+		f.Close()
+		return nil, parkHeader{}, fmt.Errorf("%w: its MAC does not match (changed since it was parked, or not parked by this engine)", ErrParkRefused)
+	}
+	if h.Key != key {
+		f.Close()
+		return nil, parkHeader{}, fmt.Errorf("%w: it was parked for another kernel", ErrParkRefused)
+	}
+	return f, h, nil
+}
+
+// has tells whether key has a parked state, unchecked.
+func (s *parkStore) has(key Key) bool {
+	_, err := os.Lstat(s.path(key))
+	return err == nil
+}
+
+// drop removes key's parked state; false if there was none.
+func (s *parkStore) drop(key Key) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return os.Remove(s.path(key)) == nil
+}
+
+// list returns the headers of every parked state, oldest first; a file
+// that is not one (no trailer) is listed with its name as the reason.
+func (s *parkStore) list() ([]parkHeader, []string) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, []string{err.Error()}
+	}
+	var out []parkHeader
+	var bad []string
+	for _, d := range ents {
+		if !strings.HasSuffix(d.Name(), parkSuffix) {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(s.dir, d.Name()), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			continue
+		}
+		h, err := readTrailer(f)
+		f.Close()
+		if err != nil {
+			bad = append(bad, d.Name())
+			continue
+		}
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b parkHeader) int { return a.Parked.Compare(b.Parked) })
+	return out, bad
+}
+
+// prune drops parked states older than retention, then the oldest while
+// they hold more than total bytes, and files that are no parked state;
+// it returns what it dropped and why.
+func (s *parkStore) prune(now time.Time, retention time.Duration, total int64) []prunedPark {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all, bad := s.list()
+	var out []prunedPark
+	for _, name := range bad {
+		os.Remove(filepath.Join(s.dir, name))
+	}
+	var sum int64
+	for _, h := range all {
+		sum += h.Bytes
+	}
+	for _, h := range all {
+		why := ""
+		switch {
+		case now.Sub(h.Parked) > retention:
+			why = fmt.Sprintf("kept longer than park_retention %s", retention)
+		case sum > total:
+			why = fmt.Sprintf("parked states held %d bytes, over the total cap of %d; the oldest goes first", sum, total)
+		}
+		if why == "" {
+			continue
+		}
+		if os.Remove(s.path(h.Key)) == nil {
+			sum -= h.Bytes
+			out = append(out, prunedPark{h, why})
+		}
+	}
+	return out
+}
+
+// prunedPark is a parked state prune dropped.
+type prunedPark struct {
+	h   parkHeader
+	why string
+}
