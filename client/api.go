@@ -39,6 +39,34 @@ func (c *Client) Spares() int {
 	return c.spares
 }
 
+// Parked returns the parked states as last listed, oldest first.
+func (c *Client) Parked() []engine.ParkedKernel {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.parked)
+}
+
+// Park parks kernel id now; its owner's next call restores it.
+func (c *Client) Park(ctx context.Context, id string) (engine.ParkedKernel, error) {
+	var done wire.ParkDone
+	err := c.call(ctx, kernelOp(wire.OpPark, id), &done, nil)
+	c.kick()
+	return done.Parked, err
+}
+
+// DropParked discards the parked state of the key named, as an execute
+// names it.
+func (c *Client) DropParked(owner, backend, task, child string, tools []string) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := wire.NewRequest(wire.OpDropParked).(*wire.DropParked)
+	req.Owner, req.Backend, req.Task, req.Child, req.Tools = owner, backend, task, child, tools
+	var d wire.Dropped
+	err := c.call(ctx, req, &d, nil)
+	c.kick()
+	return d.Dropped, err
+}
+
 // Limits returns the cap and idle_exit as last seen.
 func (c *Client) Limits() (int, time.Duration) {
 	c.mu.Lock()
@@ -303,6 +331,7 @@ func (c *Client) fetchKernels(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	c.kernels, c.max, c.idle, c.version, c.spares = ks, l.Cap, wire.FromSeconds(l.IdleExit), l.Version, l.Spares
+	c.parked = l.Parked
 	c.gen++
 	c.mu.Unlock()
 	return nil

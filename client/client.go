@@ -66,6 +66,7 @@ type Client struct {
 	version string // of the engine's last listing
 	gen     uint64 // counts the listings that changed, for KernelsSince
 	spares  int    // the engine's spare runners, as last listed
+	parked  []engine.ParkedKernel
 	max     int
 	idle    time.Duration
 	err     error // why the connection ended

@@ -208,6 +208,35 @@ func (r *Redialer) Kernels() []engine.KernelInfo {
 	return nil
 }
 
+// Parked are the engine's parked states as last listed (none while it is
+// away).
+func (r *Redialer) Parked() []engine.ParkedKernel {
+	if c := r.now(); c != nil {
+		return c.Parked()
+	}
+	return nil
+}
+
+// Park parks kernel id now.
+func (r *Redialer) Park(ctx context.Context, id string) (engine.ParkedKernel, error) {
+	var p engine.ParkedKernel
+	err := r.retried(ctx, func(c *Client) error {
+		var err error
+		p, err = c.Park(ctx, id)
+		return err
+	})
+	return p, err
+}
+
+// DropParked discards the parked state of the key named.
+func (r *Redialer) DropParked(owner, backend, task, child string, tools []string) (bool, error) {
+	c := r.now()
+	if c == nil {
+		return false, ErrEngineAway
+	}
+	return c.DropParked(owner, backend, task, child, tools)
+}
+
 // Backends are the engine's backends (none while it is away).
 func (r *Redialer) Backends() []string {
 	if c := r.now(); c != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,7 +83,7 @@ func (e *Engine) DropParked(owner, backend, task, child string, tools []string) 
 	if e.parks == nil {
 		return false, ErrNoParking
 	}
-	key, err := NewKey(owner, backend, task, child, tools)
+	key, err := NewKey(owner, backend, cmp.Or(task, "default"), child, tools)
 	if err != nil {
 		return false, err
 	}

@@ -1,7 +1,6 @@
 package headless
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -112,7 +111,7 @@ func (s *server) handle(ctx context.Context, r *request) {
 			return
 		}
 		d := r.exec
-		ok, err := s.eng.DropParked(d.Owner, d.Backend, cmp.Or(d.Task, "default"), d.Child, d.Tools)
+		ok, err := s.eng.DropParked(d.Owner, d.Backend, d.Task, d.Child, d.Tools)
 		if err != nil {
 			s.w.writeError(&r.id, err.Error())
 			return

@@ -15,6 +15,7 @@ import (
 type instantEngine struct{}
 
 func (instantEngine) Kernels() []engine.KernelInfo            { return nil }
+func (instantEngine) Parked() []engine.ParkedKernel           { return nil }
 func (instantEngine) Limits() (int, time.Duration)            { return 4, time.Hour }
 func (instantEngine) Interrupt(context.Context, string) error { return nil }
 func (instantEngine) Kill(context.Context, string) error      { return nil }

@@ -66,7 +66,10 @@ type KernelInfo struct {
 	Reused     bool   `json:"reused" jsonschema:"true when the cell ran in the kernel earlier calls of the session used"`
 	StateLost  bool   `json:"state_lost" jsonschema:"true when the session's earlier kernel is gone (reaped, evicted, killed or dead): earlier variables no longer exist"`
 	StateReset bool   `json:"state_reset" jsonschema:"true when the kernel was started afresh because reset was asked"`
-	Note       string `json:"note,omitempty" jsonschema:"why the state was lost or reset"`
+	// StateRestored: the kernel was parked (evicted or reaped) and its
+	// state came back before this cell.
+	StateRestored bool   `json:"state_restored" jsonschema:"true when the session's kernel had been evicted or reaped with its state parked, and this new kernel got that state back (note names what did not come back)"`
+	Note          string `json:"note,omitempty" jsonschema:"why the state was lost, reset or restored, and what did not come back"`
 }
 
 // execution is one python_exec cell, which may outlive the MCP call that
@@ -424,7 +427,8 @@ func (s *Server) answer(x *execution) (*mcp.CallToolResult, ExecOutput, error) {
 		ToolCallsMade: r.ToolCallsMade, Fallback: r.Fallback}
 	if k := r.Kernel; k != nil {
 		o.ExecutionCount = k.ExecutionCount
-		o.Kernel = KernelInfo{ID: k.ID, Backend: k.Backend, PID: k.PID, Reused: k.Reused, StateLost: k.StateLost, StateReset: k.StateReset, Note: k.Note}
+		o.Kernel = KernelInfo{ID: k.ID, Backend: k.Backend, PID: k.PID, Reused: k.Reused, StateLost: k.StateLost, StateReset: k.StateReset,
+			StateRestored: k.StateRestored, Note: k.Note}
 	}
 	content := []mcp.Content{&mcp.TextContent{Text: renderExec(o)}}
 	for i, d := range r.Displays {
@@ -502,6 +506,8 @@ func renderExec(o ExecOutput) string {
 		fmt.Fprintf(&b, " · STATE LOST: %s (earlier variables are gone)", o.Kernel.Note)
 	case o.Kernel.StateReset:
 		fmt.Fprintf(&b, " · reset: %s", o.Kernel.Note)
+	case o.Kernel.StateRestored:
+		fmt.Fprintf(&b, " · state restored: %s", o.Kernel.Note)
 	case o.Kernel.Reused:
 		b.WriteString(" · reused")
 	default:

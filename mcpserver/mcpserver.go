@@ -21,6 +21,9 @@ import (
 // client of a shared one (kerneldeck serve).
 type Engine interface {
 	Kernels() []engine.KernelInfo
+	// Parked lists the parked states (kernels evicted or reaped whose
+	// state the next call restores).
+	Parked() []engine.ParkedKernel
 	Limits() (maxKernels int, idleExit time.Duration)
 	Execute(ctx context.Context, req engine.Request) (*engine.Result, error)
 	Interrupt(ctx context.Context, id string) error
@@ -90,7 +93,7 @@ func New(eng Engine, opts Options) *Server {
 	return s
 }
 
-const instructions = `Each session is a persistent Python kernel of yours: variables, imports and open files stay between python_exec calls with the same session, until you reset or close it, or it is reaped after being idle (python_sessions says when). A result with state_lost means the kernel was replaced and earlier state is gone: run the setup again.`
+const instructions = `Each session is a persistent Python kernel of yours: variables, imports and open files stay between python_exec calls with the same session, until you reset or close it, or it is reaped after being idle (python_sessions says when). A result with state_lost means the kernel was replaced and earlier state is gone: run the setup again. A result with state_restored means an evicted kernel's state came back (its note names what did not, such as open files and threads: re-create those).`
 
 // MCP is the SDK's server, to run on a transport.
 func (s *Server) MCP() *mcp.Server { return s.mcp }

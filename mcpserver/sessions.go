@@ -3,12 +3,16 @@ package mcpserver
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/english"
 )
 
 // SessionArg names one of the caller's sessions.
@@ -20,6 +24,9 @@ type SessionArg struct {
 type SessionsOutput struct {
 	Owner    string        `json:"owner" jsonschema:"whose kernels these are: yours"`
 	Sessions []SessionInfo `json:"sessions"`
+	// Parked are sessions whose kernel was evicted or reaped with its
+	// state saved: the next python_exec of the session restores it.
+	Parked []ParkedSession `json:"parked"`
 	// IdleExitS is how long a kernel may sit idle before it is reaped.
 	IdleExitS  float64 `json:"idle_exit_s"`
 	MaxKernels int     `json:"max_kernels" jsonschema:"kernels the engine keeps at once, all owners together; beyond that the least recently used idle one is evicted"`
@@ -35,6 +42,18 @@ type SessionInfo struct {
 	ReapInS        *float64 `json:"reap_in_s,omitempty" jsonschema:"seconds until it is reaped for being idle, unless used before; absent while busy"`
 	ExecutionCount int      `json:"execution_count"`
 	NextEvicted    bool     `json:"next_evicted,omitempty" jsonschema:"true when it is the kernel the cap evicts next"`
+}
+
+// ParkedSession is one of the caller's sessions whose kernel is parked.
+type ParkedSession struct {
+	Session  string            `json:"session"`
+	Kernel   string            `json:"kernel" jsonschema:"the kernel that was parked"`
+	Backend  string            `json:"backend"`
+	Reason   string            `json:"reason" jsonschema:"why it was parked: evicted by the cap, reaped after idle, or on request"`
+	AgoS     float64           `json:"ago_s" jsonschema:"seconds since it was parked"`
+	Bytes    int64             `json:"bytes"`
+	Names    []string          `json:"names" jsonschema:"the names the next python_exec restores"`
+	NotSaved map[string]string `json:"not_saved,omitempty" jsonschema:"names that were not saved (open files, threads, what does not pickle), with why"`
 }
 
 // ActionOutput is the result of python_interrupt, python_reset and
@@ -67,8 +86,23 @@ func (s *Server) pythonSessions(ctx context.Context, req *mcp.CallToolRequest, _
 		out.Sessions = append(out.Sessions, si)
 	}
 	sort.Slice(out.Sessions, func(i, j int) bool { return out.Sessions[i].Session < out.Sessions[j].Session })
+	out.Parked = []ParkedSession{}
+	for _, p := range s.eng.Parked() {
+		if p.Owner != owner || p.Child != "" || (s.opts.Backend != "" && p.Backend != s.opts.Backend) {
+			continue
+		}
+		ps := ParkedSession{Session: p.Task, Kernel: p.Kernel, Backend: p.Backend, Reason: p.Reason,
+			AgoS: max0(time.Since(p.Parked).Seconds()), Bytes: p.Bytes, Names: p.Names}
+		for _, n := range p.NotSaved {
+			if ps.NotSaved == nil {
+				ps.NotSaved = map[string]string{}
+			}
+			ps.NotSaved[n.Name] = n.Why
+		}
+		out.Parked = append(out.Parked, ps)
+	}
 	var b strings.Builder
-	if len(out.Sessions) == 0 {
+	if len(out.Sessions) == 0 && len(out.Parked) == 0 {
 		fmt.Fprintf(&b, "%s has no kernels; python_exec starts one.\n", owner)
 	}
 	for _, si := range out.Sessions {
@@ -78,6 +112,14 @@ func (s *Server) pythonSessions(ctx context.Context, req *mcp.CallToolRequest, _
 		}
 		if si.NextEvicted {
 			b.WriteString(", next to be evicted if the cap is reached")
+		}
+		b.WriteByte('\n')
+	}
+	for _, ps := range out.Parked {
+		fmt.Fprintf(&b, "%s: parked (%s %.0fs ago), %s saved; the next python_exec restores it", ps.Session, ps.Reason, ps.AgoS,
+			english.Count(len(ps.Names), "name"))
+		if len(ps.NotSaved) > 0 {
+			b.WriteString("; not saved: " + strings.Join(slices.Sorted(maps.Keys(ps.NotSaved)), ", "))
 		}
 		b.WriteByte('\n')
 	}

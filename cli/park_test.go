@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// parkedOwners lists the owners of a kernels answer's parked states.
+func parkedOwners(l map[string]any) []string {
+	var out []string
+	ps, _ := l["parked"].([]any)
+	for _, p := range ps {
+		if m, ok := p.(map[string]any); ok {
+			out = append(out, fmt.Sprint(m["owner"]))
+		}
+	}
+	return out
+}
+
+// Parking through the real binary: serve with a cap of one, an agent whose
+// kernel the cap evicts gets its state back on its next call; park and
+// drop_parked over the protocol; the parked state in the kernels listing
+// and in MCP's python_sessions, and back through python_exec.
+func TestParkingThroughTheBinary(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	se := startServe(t, bin, dirs, "--max-kernels", "1", "--spare-kernels", "0", "--python", "/usr/bin/python3")
+	env := dirs.env()
+	a := startAgent(t, bin, env, "--connect", se.sock)
+	n := 0
+	call := func(req map[string]any) map[string]any {
+		t.Helper()
+		n++
+		id := fmt.Sprint("r", n)
+		req["id"] = id
+		a.send(req)
+		return a.answer(id)
+	}
+	listing := func(owners ...string) map[string]any {
+		t.Helper()
+		var l map[string]any
+		waitUntil(t, fmt.Sprintf("parked states of %v", owners), func() bool {
+			l = call(map[string]any{"op": "kernels"})
+			return fmt.Sprint(parkedOwners(l)) == fmt.Sprint(owners)
+		})
+		return l
+	}
+
+	call(map[string]any{"op": "execute", "owner": "alice", "code": "x = 41\nsq = lambda v: v * v\nf = open(__import__('os').devnull)"})
+	call(map[string]any{"op": "execute", "owner": "bob", "code": "y = 1"})
+	l := listing("alice")
+	p := l["parked"].([]any)[0].(map[string]any)
+	if p["reason"] != "evicted by the cap" || p["task"] != "default" || p["bytes"].(float64) <= 0 {
+		t.Fatalf("parked state: %v", p)
+	}
+
+	res := call(map[string]any{"op": "execute", "owner": "alice", "code": "print(x + 1, sq(3))"})
+	k, _ := res["kernel"].(map[string]any)
+	if res["stdout"] != "42 9\n" || k["state_restored"] != true || k["state_lost"] != false ||
+		!strings.Contains(fmt.Sprint(k["note"]), "not restored: f (open file)") {
+		t.Fatalf("alice after the eviction: %v", res)
+	}
+	listing("bob") // its kernel went for alice's
+
+	// park by hand, then drop bob's.
+	parked := call(map[string]any{"op": "park", "kernel": k["id"]})
+	if parked["op"] != "ok" || parked["parked"].(map[string]any)["owner"] != "alice" {
+		t.Fatalf("park: %v", parked)
+	}
+	listing("bob", "alice")
+	if d := call(map[string]any{"op": "drop_parked", "owner": "bob"}); d["dropped"] != true {
+		t.Fatalf("drop_parked: %v", d)
+	}
+	if d := call(map[string]any{"op": "drop_parked", "owner": "bob"}); d["dropped"] != false {
+		t.Fatalf("drop_parked again: %v", d)
+	}
+	if bad := call(map[string]any{"op": "park", "kernel": "k000000000000"}); bad["op"] != "error" {
+		t.Fatalf("park of no kernel: %v", bad)
+	}
+	listing("alice")
+	// The files: 0600 in a 0700 dir of the state dir.
+	dir := filepath.Join(dirs.state, "parked")
+	st, err := os.Stat(dir)
+	if err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("park dir %s: %v %v", dir, st.Mode(), err)
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if info, _ := e.Info(); info.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v", e.Name(), info.Mode())
+		}
+	}
+
+	// An MCP client of alice's sees the parked session and gets it back.
+	mc := startMCP(t, bin, env, "alice", "", nil, "--connect", se.sock)
+	_, m := mc.must("python_sessions", nil)
+	ps, _ := m["parked"].([]any)
+	if len(ps) != 1 || ps[0].(map[string]any)["session"] != "default" {
+		t.Fatalf("python_sessions: %v", m)
+	}
+	r, m := mc.must("python_exec", map[string]any{"code": "print(x)"})
+	if m["stdout"] != "41\n" || kernelField(m, "state_restored") != true || !strings.Contains(resultText(r), "state restored") {
+		t.Fatalf("python_exec after the park: %v %s", m, resultText(r))
+	}
+}
