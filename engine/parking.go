@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -242,7 +243,7 @@ func (e *Engine) park(ctx context.Context, k *Kernel) (parkHeader, error) {
 	}
 	for {
 		f, err := conn.next(ask)
-		if errors.Is(err, errReadCanceled) || errors.Is(err, context.DeadlineExceeded) || (err != nil && ctx.Err() != nil) {
+		if timedOut(ctx, err) {
 			w.abort()
 			return parkHeader{}, fmt.Errorf("its runner took longer than the park timeout of %s", english.Duration(e.cfg.ParkTimeout))
 		}
@@ -421,6 +422,9 @@ func (e *Engine) sendParked(ctx context.Context, k *Kernel, f io.Reader, h parkH
 	}
 	for {
 		fr, err := conn.next(ask)
+		if timedOut(ctx, err) {
+			return nil, nil, fmt.Errorf("the new runner took longer than the park timeout of %s", english.Duration(e.cfg.ParkTimeout))
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("read the new runner: %w", err)
 		}
@@ -457,4 +461,10 @@ func (e *Engine) pruneParked(sweep bool) {
 		e.emit(Event{Type: EventParkDropped, Owner: p.h.Key.Owner, Key: p.h.Key.String(), Kernel: p.h.Kernel,
 			Detail: fmt.Sprintf("parked state of %s (%s) dropped: %s", p.h.Kernel, english.Bytes(p.h.Bytes), p.why)})
 	}
+}
+
+// timedOut tells whether err ended a read at ctx's deadline.
+func timedOut(ctx context.Context, err error) bool {
+	return err != nil && (errors.Is(err, errReadCanceled) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil)
 }

@@ -161,30 +161,17 @@ func buildSpec() (*imageSpec, error) {
 			return nil, err
 		}
 	}
-	err := filepath.WalkDir(pythonLib, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != pythonLib && slices.Contains(skipPython, d.Name()) {
-				return filepath.SkipDir
-			}
-			s.add(&entry{name: p, mode: fs.ModeDir | 0o755, mtime: now})
-			return nil
-		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			return nil // Debian links sitecustomize.py into /etc: not needed
-		}
-		if err := s.addHost(p); err != nil {
-			return err
-		}
-		if strings.HasSuffix(p, ".so") {
-			return s.addLibs(p)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := s.addTree(pythonLib, now); err != nil {
 		return nil, err
+	}
+	// cloudpickle, where this machine has it (Debian's python3-cloudpickle):
+	// kernels park lambdas and what cells define with it.
+	if _, err := os.Stat(cloudpickleDir); err == nil {
+		dir(filepath.Dir(filepath.Dir(cloudpickleDir)), 0o755)
+		dir(filepath.Dir(cloudpickleDir), 0o755)
+		if err := s.addTree(cloudpickleDir, now); err != nil {
+			return nil, err
+		}
 	}
 	passwd := "root:x:0:0:root:/root:/bin/bash\n"
 	group := "root:x:0:\n"
@@ -202,6 +189,36 @@ func buildSpec() (*imageSpec, error) {
 	s.add(&entry{name: "/etc/passwd", mode: 0o644, data: []byte(passwd), mtime: now})
 	s.add(&entry{name: "/etc/group", mode: 0o644, data: []byte(group), mtime: now})
 	return s, nil
+}
+
+// cloudpickleDir is Debian's cloudpickle for its python3.
+const cloudpickleDir = "/usr/lib/python3/dist-packages/cloudpickle"
+
+// addTree adds the Python tree at root: its dirs, files and the libraries
+// its extension modules need, but the dirs skipPython names.
+func (s *imageSpec) addTree(root string, now time.Time) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != root && slices.Contains(skipPython, d.Name()) {
+				return filepath.SkipDir
+			}
+			s.add(&entry{name: p, mode: fs.ModeDir | 0o755, mtime: now})
+			return nil
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			return nil // Debian links sitecustomize.py into /etc: not needed
+		}
+		if err := s.addHost(p); err != nil {
+			return err
+		}
+		if strings.HasSuffix(p, ".so") {
+			return s.addLibs(p)
+		}
+		return nil
+	})
 }
 
 // hash names the spec's content: paths, modes, sizes and mtimes of the
