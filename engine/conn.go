@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -74,10 +75,11 @@ type runnerFrame struct {
 	// then says why it could not be read.
 	Name string `json:"name"`
 	Data string `json:"data"`
-	// Chunk is a piece of a parked state (op "park_data"); the rest is
-	// what it holds (op "parked") or what came back (op "restored"), and
-	// Bytes how large a namespace over park_max_mb got (op "error").
-	Chunk   []byte     `json:"chunk"`
+	// N counts the raw bytes of a parked state that follow a "park_data"
+	// line; the rest is what it holds (op "parked") or what came back (op
+	// "restored"), and Bytes how large a namespace over park_max_mb got
+	// (op "error").
+	N       int64      `json:"n"`
 	Pickler string     `json:"pickler"`
 	Names   []string   `json:"names"`
 	Modules [][]string `json:"modules"`
@@ -266,6 +268,34 @@ func (rc *runnerConn) line() ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// raw copies the n raw bytes that follow the line just read to w, within
+// the read deadline.
+func (rc *runnerConn) raw(w io.Writer, n int64) error {
+	if _, err := io.CopyN(w, rc.br, n); err != nil {
+		rc.close()
+		return err
+	}
+	return nil
+}
+
+// sendRaw writes frame v, then n raw bytes from r (v says how many), by
+// deadline.
+func (rc *runnerConn) sendRaw(v any, r io.Reader, n int64, deadline time.Time) error {
+	line, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	rc.wmu.Lock()
+	defer rc.wmu.Unlock()
+	rc.c.SetWriteDeadline(deadline)
+	defer rc.c.SetWriteDeadline(time.Time{})
+	if _, err := rc.c.Write(append(line, '\n')); err != nil {
+		return err
+	}
+	_, err = io.CopyN(rc.c, r, n)
+	return err
 }
 
 // send writes one frame; safe from several goroutines.

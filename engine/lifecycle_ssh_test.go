@@ -12,7 +12,7 @@ import (
 
 // sshEnv opens the ssh backend for u through an ssh config alias, with a
 // private short temp dir on the "remote" side owned by u.
-func sshEnv(t *testing.T, srv *sshdtest.Server, u *sshdtest.User, mutate func(*backends.Options)) *backends.SSH {
+func sshEnv(t testing.TB, srv *sshdtest.Server, u *sshdtest.User, mutate func(*backends.Options)) *backends.SSH {
 	t.Helper()
 	tmp := enginetest.ShortTempDir(t)
 	if err := os.Chown(tmp, u.UID, u.GID); err != nil {

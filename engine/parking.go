@@ -32,8 +32,6 @@ const (
 	parkPruneEvery = time.Minute
 	// parkNamesMax bounds the names a parked state may list.
 	parkNamesMax = 100_000
-	// restoreChunk is how many bytes one restore_data frame carries.
-	restoreChunk = 3 << 20
 )
 
 // ParkedKernel is one parked state, for listings.
@@ -253,9 +251,16 @@ func (e *Engine) park(ctx context.Context, k *Kernel) (parkHeader, error) {
 		}
 		switch f.Op {
 		case "park_data":
-			if _, err := w.Write(f.Chunk); err != nil {
+			if f.N <= 0 || w.n+f.N > e.cfg.ParkMaxBytes {
 				w.abort()
-				return parkHeader{}, fmt.Errorf("its namespace is over park_max_mb (%s): %w", english.Bytes(e.cfg.ParkMaxBytes), err)
+				return parkHeader{}, fmt.Errorf("its namespace is over park_max_mb (%s)", english.Bytes(e.cfg.ParkMaxBytes))
+			}
+			if err := conn.raw(w, f.N); err != nil {
+				w.abort()
+				if timedOut(ctx, err) {
+					return parkHeader{}, fmt.Errorf("its runner took longer than the park timeout of %s", english.Duration(e.cfg.ParkTimeout))
+				}
+				return parkHeader{}, fmt.Errorf("read its runner: %w", err)
 			}
 		case "error":
 			w.abort()
@@ -400,21 +405,11 @@ func (e *Engine) sendParked(ctx context.Context, k *Kernel, f io.Reader, h parkH
 	deadline, _ := ctx.Deadline()
 	defer conn.begin(ctx, deadline)()
 	ask := "restore-" + randomHex(8)
-	buf := make([]byte, restoreChunk)
-	r := io.LimitReader(f, h.Bytes)
-	for {
-		n, err := io.ReadFull(r, buf)
-		if n > 0 {
-			if err := conn.send(map[string]any{"op": "restore_data", "id": ask, "chunk": buf[:n]}); err != nil {
-				return nil, nil, fmt.Errorf("send to the new runner: %w", err)
-			}
+	if err := conn.sendRaw(map[string]any{"op": "restore_data", "id": ask, "n": h.Bytes}, f, h.Bytes, deadline); err != nil {
+		if timedOut(ctx, err) {
+			return nil, nil, fmt.Errorf("the new runner took longer than the park timeout of %s", english.Duration(e.cfg.ParkTimeout))
 		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			break
-		}
-		if err != nil {
-			return nil, nil, err
-		}
+		return nil, nil, fmt.Errorf("send to the new runner: %w", err)
 	}
 	if err := conn.send(map[string]any{"op": "restore", "id": ask, "pickler": h.Pickler, "modules": h.Modules,
 		"execution_count": h.ExecutionCount}); err != nil {

@@ -998,12 +998,31 @@ class Conn:
         self.authed = False
         self.nonce = os.urandom(16).hex()
         self.watch_next = None  # a cell id watched before it came
-        self.restoring = None  # a parked state the engine is sending (restore_data)
+        # A parked state the engine sends (restore_data): raw bytes after
+        # its line, read into restoring through raw_view until raw_left is 0.
+        self.restoring = None
+        self.raw_view, self.raw_at, self.raw_left = None, 0, 0
 
     def new_read_buffer(self, size):
         """A new read buffer of size bytes, and the view reads are cut from."""
         self.rbuf = bytearray(size)
         self.view = memoryview(self.rbuf)
+
+    def send_raw(self, frame, parts):
+        """Send one frame, then parts as raw bytes (its "n" says how many);
+        False if the connection is gone."""
+        head = (JSON.dumps(frame) + "\n").encode()
+        with self.wlock:
+            if not self.alive:
+                return False
+            try:
+                self.sock.sendall(head)
+                for part in parts:
+                    self.sock.sendall(part)
+                return True
+            except OSError:
+                self.alive = False
+                return False
 
     def send(self, frame):
         """Send one frame; False if the connection is gone."""
@@ -1405,8 +1424,10 @@ class Runner:
     def on_conn(self, conn):
         try:
             # The poller said it is readable: read without the poll that
-            # recv_into makes first on a socket with a timeout.
-            n = os.readv(conn.sock.fileno(), [conn.rbuf])
+            # recv_into makes first on a socket with a timeout. The rest of
+            # a raw payload (restore_data) is read straight into its buffer.
+            target = conn.raw_view[conn.raw_at:] if conn.raw_left else conn.rbuf
+            n = os.readv(conn.sock.fileno(), [target])
         except BlockingIOError:
             return
         except OSError:
@@ -1419,6 +1440,10 @@ class Runner:
             # the engine's Execute door finds it as a file.
             with self.lock:
                 self.file_unfiled_locked()
+            return
+        if conn.raw_left:
+            conn.raw_at += n
+            conn.raw_left -= n
             return
         data = bytes(conn.view[:n])
         if n == len(conn.rbuf) < RECV_CHUNK:
@@ -1437,10 +1462,24 @@ class Runner:
         if conn.parts:
             conn.parts.append(data)
             data = b"".join(conn.parts)
-        lines = data.split(b"\n")
-        last = lines.pop()
-        conn.parts = [last] if last else []
-        for line in lines:
+            conn.parts = []
+        at = 0
+        while at < len(data):
+            if conn.raw_left:
+                # A raw payload began in this read: its bytes go to its
+                # buffer, and what follows them is lines again.
+                k = min(conn.raw_left, len(data) - at)
+                conn.raw_view[conn.raw_at:conn.raw_at + k] = data[at:at + k]
+                conn.raw_at += k
+                conn.raw_left -= k
+                at += k
+                continue
+            nl = data.find(b"\n", at)
+            if nl < 0:
+                conn.parts = [data[at:]]
+                return
+            line = data[at:nl]
+            at = nl + 1
             try:
                 msg = JSON.loads(line)
                 if not isinstance(msg, dict):
@@ -1522,16 +1561,13 @@ class Runner:
                 return
             self.park(msg["id"], max_bytes, conn)
         elif op == "restore_data":
-            import binascii
-
-            try:
-                chunk = binascii.a2b_base64(msg.get("chunk") or "")
-            except (binascii.Error, TypeError):
-                conn.send({"op": "error", "id": msg.get("id"), "error": "restore_data needs a base64 chunk"})
+            # The parked state follows this line as n raw bytes.
+            n = msg.get("n")
+            if conn.restoring is not None or not isinstance(n, int) or n < 0:
+                conn.send({"op": "error", "id": msg.get("id"), "error": "restore_data comes once, with n bytes"})
                 return
-            if conn.restoring is None:
-                conn.restoring = bytearray()
-            conn.restoring += chunk
+            conn.restoring = bytearray(n)
+            conn.raw_view, conn.raw_at, conn.raw_left = memoryview(conn.restoring), 0, n
         elif op == "restore":
             self.restore(msg, conn)
         else:
@@ -1549,7 +1585,7 @@ class Runner:
             return
         kind, pickler = park_pickler()
         saved, skipped, modules = [], [], []
-        buf, total = bytearray(), 0
+        total = 0
         module_type = type(sys)
         for name, value in list(self.ns.items()):
             if name.startswith("__") and name.endswith("__"):
@@ -1572,30 +1608,19 @@ class Runner:
                 conn.send({"op": "error", "id": pid, "error": "the namespace is over %d bytes" % max_bytes, "bytes": total})
                 return
             saved.append(name)
-            buf += entry
-            buf += data
-            while len(buf) >= PARK_CHUNK:
-                if not self.send_park_data(conn, pid, buf[:PARK_CHUNK]):
-                    return
-                del buf[:PARK_CHUNK]
-        if buf and not self.send_park_data(conn, pid, buf):
-            return
+            if not conn.send_raw({"op": "park_data", "id": pid, "n": len(entry) + len(data)}, (entry, data)):
+                return
+            del data
         conn.send({"op": "parked", "id": pid, "pickler": kind, "names": saved, "skipped": skipped,
                    "modules": modules, "execution_count": self.execution_count, "bytes": total})
-
-    @staticmethod
-    def send_park_data(conn, pid, chunk):
-        import binascii
-
-        return conn.send({"op": "park_data", "id": pid, "chunk": binascii.b2a_base64(bytes(chunk), newline=False).decode("ascii")})
 
     def restore(self, msg, conn):
         """Loads a parked state the engine sent (restore_data frames, then
         this one) into the namespace, before any cell ran here; answers
         with the names that came back and those that did not, and why."""
         rid = msg.get("id")
-        blob, conn.restoring = conn.restoring, None
-        if self.execution_count or self.running is not None or blob is None:
+        blob, conn.restoring, conn.raw_view = conn.restoring, None, None
+        if self.execution_count or self.running is not None or blob is None or conn.raw_left:
             conn.send({"op": "error", "id": rid, "error": "a parked state is restored only into a new kernel"})
             return
         kind, pickler = park_pickler(msg.get("pickler") if msg.get("pickler") in PARK_PICKLERS + ("pickle",) else "pickle")
@@ -2227,7 +2252,6 @@ class Runner:
 
 # ---- parking: a kernel's namespace saved before eviction, restored after --
 
-PARK_CHUNK = 3 << 20  # raw bytes per park frame (4 MiB as base64, within the engine's frame bound)
 PARK_REASON_MAX = 200  # characters of an exception kept as the reason a name was not saved
 PARK_PICKLERS = ("cloudpickle", "dill")  # by value: lambdas, and classes and functions of cells
 
