@@ -105,4 +105,15 @@ func TestParkingThroughTheBinary(t *testing.T) {
 	if m["stdout"] != "41\n" || kernelField(m, "state_restored") != true || !strings.Contains(resultText(r), "state restored") {
 		t.Fatalf("python_exec after the park: %v %s", m, resultText(r))
 	}
+	// python_close of a parked session drops its state.
+	parked = call(map[string]any{"op": "park", "kernel": kernelField(m, "id")})
+	if parked["op"] != "ok" {
+		t.Fatalf("park: %v", parked)
+	}
+	if _, m = mc.must("python_close", nil); m["done"] != true || !strings.Contains(fmt.Sprint(m["message"]), "parked state was dropped") {
+		t.Fatalf("python_close of a parked session: %v", m)
+	}
+	if _, m = mc.must("python_exec", map[string]any{"code": `print("x" in globals())`}); m["stdout"] != "False\n" || kernelField(m, "state_restored") == true {
+		t.Fatalf("python_exec after python_close: %v", m)
+	}
 }

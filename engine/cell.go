@@ -241,7 +241,9 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 		if err := e.spawn(ctx, k); err != nil {
 			return e.failOpen(ctx, k, req, cellCall{cellID, userStream}, timeout, start, err)
 		}
-		if r := e.restore(ctx, k); r.note != "" {
+		if req.Reset {
+			e.dropForReset(k)
+		} else if r := e.restore(ctx, k); r.note != "" {
 			kr.StateRestored, kr.StateLost, kr.Note = r.restored, !r.restored, r.note
 		}
 	case req.Reset && !e.knowsCell(ctx, k, req.Cell):

@@ -1160,6 +1160,7 @@ func (e *Engine) ShutdownOwner(ctx context.Context, owner string) int {
 	e.emit(Event{Type: EventOwnerShutdown, Owner: owner, Detail: fmt.Sprintf("%d kernels", len(victims))})
 	e.mu.Unlock()
 	e.killAll(ctx, victims)
+	e.dropOwnerParked(ctx, owner)
 	return len(victims)
 }
 

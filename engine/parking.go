@@ -96,6 +96,42 @@ func (e *Engine) DropParked(owner, backend, task, child string, tools []string) 
 	return true, nil
 }
 
+// dropOwnerParked discards owner's parked states, once its parks under
+// way are over: an owner that shut down wants none of them back.
+func (e *Engine) dropOwnerParked(ctx context.Context, owner string) {
+	if e.parks == nil {
+		return
+	}
+	e.mu.Lock()
+	var under []chan struct{}
+	for key, done := range e.parking {
+		if key.Owner == owner {
+			under = append(under, done)
+		}
+	}
+	e.mu.Unlock()
+	for _, done := range under {
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	}
+	all, _ := e.parks.list()
+	for _, h := range all {
+		if h.Key.Owner == owner && e.parks.drop(h.Key) {
+			e.emit(Event{Type: EventParkDropped, Owner: owner, Key: h.Key.String(), Kernel: h.Kernel,
+				Detail: fmt.Sprintf("parked state of %s dropped: its owner shut down", h.Kernel)})
+		}
+	}
+}
+
+// dropForReset discards key's parked state before a reset's new kernel.
+func (e *Engine) dropForReset(k *Kernel) {
+	if e.parks != nil && e.parks.drop(k.key) {
+		e.emit(kernelEvent(EventParkDropped, k, "parked state dropped: a reset was asked"))
+	}
+}
+
 // Park parks kernel id now, as an eviction would, and removes it: its
 // owner's next call restores it. A kernel with a running or queued cell is
 // not parked (ErrKernelBusy).

@@ -1,6 +1,8 @@
 package engine_test
 
 import (
+	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -72,5 +74,58 @@ func TestParkingBounds(t *testing.T) {
 	}
 	if res := h.Run("dave", `print("s" in globals())`, 0); !res.Kernel.StateLost || !strings.Contains(res.Kernel.Note, "could not be parked") {
 		t.Fatalf("dave after the failed park: %+v", res.Kernel)
+	}
+}
+
+// A parked state outlives its engine: the next engine on the same state
+// dir restores it. A reset drops it, and so does its owner's shutdown; a
+// park key anyone else could read makes the engine refuse to start.
+func TestParkedStateOutlivesItsEngine(t *testing.T) {
+	env := backends.NewLocal(enginetest.ShortTempDir(t))
+	parkDir := filepath.Join(t.TempDir(), "parked")
+	park := func(c *engine.Config) {
+		c.MaxKernels, c.Python, c.ParkDir = 1, richPython, parkDir
+	}
+	first := enginetest.New(t, env, park)
+	first.Run("alice", "x = 41", 0)
+	first.Run("bob", "y = 1", 0)
+	first.WaitFor("alice parked", time.Minute, func() bool { return len(first.Eng.Parked()) == 1 })
+	if err := first.Eng.Close(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+
+	second := enginetest.New(t, env, park)
+	if got := parkedOwners(second.Eng); len(got) != 1 || got[0] != "alice" {
+		t.Fatalf("the next engine's parked states: %v", got)
+	}
+	if res := second.Run("alice", "print(x + 1)", 0); res.Stdout != "42\n" || !res.Kernel.StateRestored {
+		t.Fatalf("alice on the next engine: %q %+v", res.Stdout, res.Kernel)
+	}
+
+	// Reset: the parked state is dropped, not restored.
+	second.Run("bob", "y = 2", 0) // parks alice
+	second.WaitFor("alice parked again", time.Minute, func() bool { return len(second.Eng.Parked()) == 1 })
+	res, err := second.Eng.Execute(context.Background(), engine.Request{Owner: "alice", Code: `print("x" in globals())`, Reset: true})
+	if err != nil || res.Stdout != "False\n" || res.Kernel.StateRestored {
+		t.Fatalf("a reset of a parked key: %v %+v", err, res)
+	}
+	// Owner shutdown: bob's parked state goes with its kernels.
+	second.WaitFor("bob parked", time.Minute, func() bool { return strings.Join(parkedOwners(second.Eng), ",") == "bob" })
+	second.Eng.ShutdownOwner(context.Background(), "bob")
+	if got := parkedOwners(second.Eng); len(got) != 0 {
+		t.Fatalf("parked after bob's shutdown: %v", got)
+	}
+	drops := second.EventsOf(engine.EventParkDropped)
+	if len(drops) != 2 || !strings.Contains(drops[0].Detail, "a reset was asked") || !strings.Contains(drops[1].Detail, "its owner shut down") {
+		t.Fatalf("park_dropped: %v", drops)
+	}
+
+	// A park key others could read: refused, saying what to do.
+	if err := os.Chmod(filepath.Join(parkDir, "park.key"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = engine.New(engine.Config{Backends: []backends.Env{env}, ParkDir: parkDir})
+	if err == nil || !strings.Contains(err.Error(), "mode 0600") {
+		t.Fatalf("an engine on a readable park key: %v", err)
 	}
 }

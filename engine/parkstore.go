@@ -83,6 +83,10 @@ func openParkStore(dir string) (*parkStore, error) {
 		key = make([]byte, 32)
 		rand.Read(key)
 		f, cerr := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
+		if errors.Is(cerr, os.ErrExist) {
+			time.Sleep(50 * time.Millisecond) // another engine on this dir is writing it
+			return openParkStore(dir)
+		}
 		if cerr != nil {
 			return nil, fmt.Errorf("park key %s: %w", p, cerr)
 		}
@@ -98,6 +102,14 @@ func openParkStore(dir string) (*parkStore, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	// A park an engine did not finish (it was killed meanwhile) left its
+	// temp file; another engine's on the same dir may be writing its own.
+	stale, _ := filepath.Glob(filepath.Join(dir, ".tmp-park-*"))
+	for _, p := range stale {
+		if st, err := os.Lstat(p); err == nil && time.Since(st.ModTime()) > time.Hour {
+			os.Remove(p)
+		}
 	}
 	return &parkStore{dir: dir, key: key}, nil
 }

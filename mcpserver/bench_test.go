@@ -14,8 +14,11 @@ import (
 // MCP layer alone.
 type instantEngine struct{}
 
-func (instantEngine) Kernels() []engine.KernelInfo            { return nil }
-func (instantEngine) Parked() []engine.ParkedKernel           { return nil }
+func (instantEngine) Kernels() []engine.KernelInfo  { return nil }
+func (instantEngine) Parked() []engine.ParkedKernel { return nil }
+func (instantEngine) DropParked(string, string, string, string, []string) (bool, error) {
+	return false, nil
+}
 func (instantEngine) Limits() (int, time.Duration)            { return 4, time.Hour }
 func (instantEngine) Interrupt(context.Context, string) error { return nil }
 func (instantEngine) Kill(context.Context, string) error      { return nil }

@@ -24,6 +24,8 @@ type Engine interface {
 	// Parked lists the parked states (kernels evicted or reaped whose
 	// state the next call restores).
 	Parked() []engine.ParkedKernel
+	// DropParked discards a parked state (python_close of a parked session).
+	DropParked(owner, backend, task, child string, tools []string) (bool, error)
 	Limits() (maxKernels int, idleExit time.Duration)
 	Execute(ctx context.Context, req engine.Request) (*engine.Result, error)
 	Interrupt(ctx context.Context, id string) error

@@ -183,11 +183,16 @@ func (s *Server) pythonReset(ctx context.Context, req *mcp.CallToolRequest, arg 
 }
 
 func (s *Server) pythonClose(ctx context.Context, req *mcp.CallToolRequest, arg SessionArg) (*mcp.CallToolResult, ActionOutput, error) {
-	_, session, k, ok, err := s.sessionKernel(ctx, req, arg)
+	owner, session, k, ok, err := s.sessionKernel(ctx, req, arg)
 	if err != nil {
 		return nil, ActionOutput{}, err
 	}
 	if !ok {
+		// A parked session's state is all there is of it.
+		if dropped, err := s.eng.DropParked(owner, s.opts.Backend, session, "", s.opts.Tools); err == nil && dropped {
+			return actionResult(ActionOutput{Session: session, Done: true,
+				Message: fmt.Sprintf("session %s: its parked state was dropped; a later python_exec starts a new kernel", session)})
+		}
 		return actionResult(ActionOutput{Session: session, Message: fmt.Sprintf("session %s has no kernel: nothing to close", session)})
 	}
 	if err := s.eng.Kill(ctx, k.ID); err != nil {
@@ -203,13 +208,14 @@ func (s *Server) addTools() {
 		Description: "Run Python code in your persistent kernel for `session` (default \"default\") and return its stdout, stderr and traceback. " +
 			"State persists between calls with the same session, like notebook cells. An exception is a normal result with status \"error\" and the traceback. " +
 			"Check kernel.state_lost: when true the kernel was replaced (idle reap, eviction, crash) and earlier variables are gone. " +
+			"kernel.state_restored: the kernel was evicted or reaped with its state parked and it came back; the note names what did not (open files, threads). " +
 			"Long output is clipped; the result names the file with all of it."})
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "python_sessions", Title: "List your Python kernels", Annotations: readOnly,
-		Description: "List your kernels: session, state (idle, running, queued), seconds idle, seconds until an idle kernel is reaped, and cells run."}, s.pythonSessions)
+		Description: "List your kernels: session, state (idle, running, queued), seconds idle, seconds until an idle kernel is reaped, and cells run; and your parked sessions, whose kernel was evicted or reaped with its state saved for the next python_exec."}, s.pythonSessions)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "python_interrupt", Title: "Interrupt a running cell",
 		Description: "Interrupt the cell running in `session` with KeyboardInterrupt. The kernel and its variables stay."}, s.pythonInterrupt)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "python_reset", Title: "Restart a session's kernel",
 		Description: "Replace the kernel of `session` with a fresh one: every variable and import is dropped."}, s.pythonReset)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "python_close", Title: "Close a session",
-		Description: "Kill the kernel of `session` and free its memory. A later python_exec with that session starts a new kernel."}, s.pythonClose)
+		Description: "Kill the kernel of `session` and free its memory (or drop its parked state). A later python_exec with that session starts a new kernel."}, s.pythonClose)
 }
