@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/kerneldeck/kerneldeck/internal/tmuxtest"
 )
 
 // parkedOwners lists the owners of a kernels answer's parked states.
@@ -116,4 +119,45 @@ func TestParkingThroughTheBinary(t *testing.T) {
 	if _, m = mc.must("python_exec", map[string]any{"code": `print("x" in globals())`}); m["stdout"] != "False\n" || kernelField(m, "state_restored") == true {
 		t.Fatalf("python_exec after python_close: %v", m)
 	}
+}
+
+// The dashboard, the real binary in tmux: an agent's kernel the cap
+// evicts is a greyed parked row under its owner; d shows what was parked
+// and what was not; the agent's next call restores it and the row goes.
+func TestDashboardShowsParkedKernels(t *testing.T) {
+	tmuxtest.Require(t)
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	s := startDashboardIn(t, bin, dirs, 200, 40, "--max-kernels", "1", "--spare-kernels", "0", "--python", "/usr/bin/python3")
+	a := startAgent(t, bin, dirs.env(), "--connect", "--state-dir", dirs.state)
+	a.send(map[string]any{"id": "1", "op": "execute", "owner": "alice", "code": "x = 41\nf = open(__import__('os').devnull)"})
+	a.answer("1")
+	a.send(map[string]any{"id": "2", "op": "execute", "owner": "bob", "code": "y = 1"})
+	a.answer("2")
+	s.WaitScreen("alice's parked row", tmuxWait, func(screen string) bool {
+		return strings.Contains(screen, "alice  0 kernels, 1 parked") && regexp.MustCompile(`default\s+k\w+\s+parked\s+\S+ ago\s+\d+ (bytes|KB), 1 name \(1 not saved\)`).MatchString(screen)
+	})
+	// The cursor to the top (alice's group), down to her parked row, then
+	// its detail.
+	for range 6 {
+		s.Keys("k")
+	}
+	s.Keys("j")
+	s.Keys("d")
+	s.WaitScreen("the parked detail", tmuxWait, func(screen string) bool {
+		return strings.Contains(screen, "evicted by the cap") && strings.Contains(screen, "f (TextIOWrapper): open file")
+	})
+	s.Keys("Escape")
+	a.send(map[string]any{"id": "3", "op": "execute", "owner": "alice", "code": "print(x + 1)"})
+	if r := a.answer("3"); r["stdout"] != "42\n" {
+		t.Fatalf("alice after the eviction: %v", r)
+	}
+	s.WaitScreen("the restore in the events, alice's row live", tmuxWait, func(screen string) bool {
+		return strings.Contains(screen, "restored") && strings.Contains(screen, "alice  1 kernel") && strings.Contains(screen, "bob  0 kernels, 1 parked")
+	})
+	a.in.Close()
+	<-a.ended
+	quitKillingKernels(s)
+	wantExitKilled(t, s, "killed 1 kernel")
+	wantNoProcessesUnder(t, dirs.kernels)
 }

@@ -57,7 +57,7 @@ func (e *Engine) Parked() []ParkedKernel {
 	if e.parks == nil {
 		return nil
 	}
-	all, _ := e.parks.list()
+	all := e.parks.list()
 	out := make([]ParkedKernel, 0, len(all))
 	for _, h := range all {
 		names := make([]string, 0, len(h.Names)+len(h.Modules))
@@ -116,8 +116,7 @@ func (e *Engine) dropOwnerParked(ctx context.Context, owner string) {
 		case <-ctx.Done():
 		}
 	}
-	all, _ := e.parks.list()
-	for _, h := range all {
+	for _, h := range e.parks.list() {
 		if h.Key.Owner == owner && e.parks.drop(h.Key) {
 			e.emit(Event{Type: EventParkDropped, Owner: owner, Key: h.Key.String(), Kernel: h.Kernel,
 				Detail: fmt.Sprintf("parked state of %s dropped: its owner shut down", h.Kernel)})

@@ -64,11 +64,15 @@ type parkHeader struct {
 	MAC            string      `json:"mac,omitempty"`
 }
 
-// parkStore keeps parked states in dir.
+// parkStore keeps parked states in dir, and their headers in memory (a
+// dashboard lists them every second).
 type parkStore struct {
 	dir string
 	key []byte
-	mu  sync.Mutex // one writer or pruner at a time
+	mu  sync.Mutex // one writer or pruner at a time; guards index
+	// index holds the header of each parked state this store filed or
+	// found at open, by key.
+	index map[Key]parkHeader
 }
 
 // openParkStore opens (making it if need be) the park dir and its key,
@@ -111,7 +115,12 @@ func openParkStore(dir string) (*parkStore, error) {
 			os.Remove(p)
 		}
 	}
-	return &parkStore{dir: dir, key: key}, nil
+	ps := &parkStore{dir: dir, key: key, index: map[Key]parkHeader{}}
+	all, _ := ps.scan()
+	for _, h := range all {
+		ps.index[h.Key] = h
+	}
+	return ps, nil
 }
 
 func readParkKey(p string) ([]byte, error) {
@@ -213,6 +222,8 @@ func (w *parkWriter) commit(h parkHeader) error {
 		os.Remove(w.f.Name())
 		return fmt.Errorf("park: %w", err)
 	}
+	h.MAC = ""
+	w.s.index[h.Key] = h
 	return nil
 }
 
@@ -299,12 +310,26 @@ func (s *parkStore) has(key Key) bool {
 func (s *parkStore) drop(key Key) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.index, key)
 	return os.Remove(s.path(key)) == nil
 }
 
-// list returns the headers of every parked state, oldest first; a file
-// that is not one (no trailer) is listed with its name as the reason.
-func (s *parkStore) list() ([]parkHeader, []string) {
+// list returns the headers of the parked states, oldest first, from
+// memory.
+func (s *parkStore) list() []parkHeader {
+	s.mu.Lock()
+	out := make([]parkHeader, 0, len(s.index))
+	for _, h := range s.index {
+		out = append(out, h)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b parkHeader) int { return a.Parked.Compare(b.Parked) })
+	return out
+}
+
+// scan reads the headers of every parked state in the dir, oldest first;
+// the names of files that are not one (no trailer) come second.
+func (s *parkStore) scan() ([]parkHeader, []string) {
 	ents, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, []string{err.Error()}
@@ -337,7 +362,7 @@ func (s *parkStore) list() ([]parkHeader, []string) {
 func (s *parkStore) prune(now time.Time, retention time.Duration, total int64) []prunedPark {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	all, bad := s.list()
+	all, bad := s.scan()
 	var out []prunedPark
 	for _, name := range bad {
 		os.Remove(filepath.Join(s.dir, name))
@@ -360,6 +385,14 @@ func (s *parkStore) prune(now time.Time, retention time.Duration, total int64) [
 		if os.Remove(s.path(h.Key)) == nil {
 			sum -= h.Bytes
 			out = append(out, prunedPark{h, why})
+		}
+	}
+	// What is on disk is what there is (another engine on the dir may
+	// have filed or dropped some).
+	clear(s.index)
+	for _, h := range all {
+		if !slices.ContainsFunc(out, func(p prunedPark) bool { return p.h.Key == h.Key }) {
+			s.index[h.Key] = h
 		}
 	}
 	return out

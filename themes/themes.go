@@ -443,6 +443,11 @@ func build(name string, p palette, b builder) *Theme {
 		engine.EventCellOutput:       t.Muted,
 		engine.EventNotice:           t.Warn,
 		engine.EventMissed:           t.Warn,
+		engine.EventParked:           info,
+		engine.EventParkFailed:       t.Error,
+		engine.EventRestored:         t.OK,
+		engine.EventRestoreRefused:   t.Error,
+		engine.EventParkDropped:      t.Warn,
 	}
 
 	t.Prompt = b.borderFg(s().Border(p.promptBorder).Padding(0, 1), p.accent3)

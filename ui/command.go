@@ -1,6 +1,8 @@
 package ui
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -36,12 +38,15 @@ var commands = []struct{ name, args, help string }{
 	{"owner", "NAME", "run the editor's cells as NAME"},
 	{"filter", "TEXT", "filter the kernels list (as /)"},
 	{"detail", "ID|OWNER/TASK", "open a kernel's detail"},
+	{"park", "ID|OWNER/TASK", "park an idle kernel now: its state waits for its key's next cell"},
+	{"unpark", "OWNER/TASK|ID", "restore a parked state now (as the key's next cell would)"},
+	{"drop", "OWNER/TASK|ID", "drop a parked state (asks first)"},
 }
 
 func (m *Model) openCommand() tea.Cmd {
 	in := textinput.New()
 	in.Prompt = ":"
-	in.Placeholder = "cap 3, idle 10m, kill ID, owner alice, filter etl, detail ID (tab completes, ↑ recalls)"
+	in.Placeholder = "cap 3, idle 10m, kill ID, owner alice, filter etl, detail ID, park ID (tab completes, ↑ recalls)"
 	c := &commandLine{in: in, hist: len(m.cmdHistory)}
 	m.layers.open(c)
 	return c.in.Focus()
@@ -112,10 +117,15 @@ func (m *Model) complete(line string) string {
 		prefix = arg
 		for _, k := range m.kernels.kernels {
 			switch name {
-			case "kill", "detail":
+			case "kill", "detail", "park":
 				cands = append(cands, k.ID, k.Owner+"/"+k.Task)
 			case "owner":
 				cands = append(cands, k.Owner)
+			}
+		}
+		if name == "unpark" || name == "drop" {
+			for _, pk := range m.kernels.parked {
+				cands = append(cands, pk.Owner+"/"+pk.Task, pk.Kernel)
 			}
 		}
 	}
@@ -171,6 +181,39 @@ func (m *Model) runCommand(line string) (tea.Cmd, error) {
 		m.setStatus("idle_exit "+short(d), err)
 		m.refresh()
 		return nil, nil
+	case "park":
+		if err := need("a kernel: its id or owner/task (tab completes)"); err != nil {
+			return nil, err
+		}
+		k, ok := m.findKernel(arg)
+		if !ok {
+			return nil, fmt.Errorf("no kernel %q: give an id or owner/task from the list (tab completes)", arg)
+		}
+		return parkAct(m.action, k), nil
+	case "unpark", "drop":
+		if err := need("a parked state: owner/task or the id it was parked from (tab completes)"); err != nil {
+			return nil, err
+		}
+		pk, ok := m.findParked(arg)
+		if !ok {
+			return nil, fmt.Errorf("no parked state %q: give an owner/task or id from the list's parked rows (tab completes)", arg)
+		}
+		if name == "drop" {
+			m.ctx.ask(m.ctx.Keys.DropParked.question(fmt.Sprintf("%s (parked from %s)", parkedName(pk), plain(pk.Kernel))), dropAct(m.action, pk))
+			return nil, nil
+		}
+		req := engine.Request{Owner: pk.Owner, Task: pk.Task, Backend: pk.Backend, Child: pk.Child, Code: "pass"}
+		return m.action("restored "+parkedName(pk), func(c context.Context, eng Engine) error {
+			res, err := eng.Execute(c, req)
+			if err == nil && (res.Kernel == nil || !res.Kernel.StateRestored) {
+				note := "no kernel"
+				if res.Kernel != nil {
+					note = res.Kernel.Note
+				}
+				err = fmt.Errorf("not restored: %s", cmp.Or(note, "the parked state was gone"))
+			}
+			return err
+		}), nil
 	case "kill", "detail":
 		if err := need("a kernel: its id or owner/task (tab completes)"); err != nil {
 			return nil, err
@@ -219,6 +262,22 @@ func (m *Model) findKernel(s string) (k engine.KernelInfo, ok bool) {
 		}
 	}
 	return engine.KernelInfo{}, false
+}
+
+// findParked is the parked state parked from kernel id s, else the first
+// listed as owner/task s.
+func (m *Model) findParked(s string) (engine.ParkedKernel, bool) {
+	for _, pk := range m.kernels.parked {
+		if pk.Kernel == s {
+			return pk, true
+		}
+	}
+	for _, pk := range m.kernels.parked {
+		if pk.Owner+"/"+pk.Task == s {
+			return pk, true
+		}
+	}
+	return engine.ParkedKernel{}, false
 }
 
 // commandView is the : line c, with its error.

@@ -17,7 +17,10 @@ import (
 // list has no room for. It stays open on a kernel that died, with its
 // last state and the reason, until dismissed.
 type kernelDetail struct {
-	id     string
+	id string
+	// parked, for the detail of a parked state: what the kernel of id
+	// parked, as listed when the detail opened.
+	parked *engine.ParkedKernel
 	recs   []engine.CellRecord
 	err    error
 	offset int // first line shown
@@ -33,6 +36,9 @@ func (m *Model) openDetail() tea.Cmd {
 		m.layers.open(&kernelDetail{id: r.kernel.ID})
 	case r.gone != nil:
 		m.layers.open(&kernelDetail{id: r.gone.info.ID})
+	case r.parked != nil:
+		pk := *r.parked
+		m.layers.open(&kernelDetail{id: pk.Kernel, parked: &pk})
 	default:
 		return nil
 	}
@@ -69,6 +75,10 @@ func (m *Model) detailLines(d *kernelDetail, w int) []string {
 				out = append(out, strings.Repeat(" ", 14)+l)
 			}
 		}
+	}
+	if d.parked != nil && !live {
+		m.parkedLines(d.parked, add)
+		return out
 	}
 	add("kernel", plain(k.ID))
 	add("key", kernelName(k))
@@ -152,6 +162,29 @@ func (m *Model) detailLines(d *kernelDetail, w int) []string {
 		out = append(out, t.Muted.Render("  none seen by this dashboard"))
 	}
 	return out
+}
+
+// parkedLines adds the detail of parked state pk: what was saved, what was
+// not and why.
+func (m *Model) parkedLines(pk *engine.ParkedKernel, add func(label, value string)) {
+	k := parkedInfo(pk)
+	add("kernel", plain(k.ID))
+	add("key", kernelName(k))
+	add("state", fmt.Sprintf("parked %s ago (%s); its key's next cell restores it (enter writes one, D drops it)",
+		short(m.ctx.Now().Sub(pk.Parked)), plain(pk.Reason)))
+	add("size", english.Bytes(pk.Bytes))
+	add("cells run", fmt.Sprint(pk.ExecutionCount))
+	add("saved", cmp.Or(plain(strings.Join(pk.Names, ", ")), "nothing"))
+	if len(pk.NotSaved) == 0 {
+		add("not saved", "nothing")
+	}
+	for i, n := range pk.NotSaved {
+		label := ""
+		if i == 0 {
+			label = "not saved"
+		}
+		add(label, fmt.Sprintf("%s (%s): %s", plain(n.Name), plain(n.Type), plain(n.Why)))
+	}
 }
 
 // detailView draws the detail in w×h, from its scroll offset.

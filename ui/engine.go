@@ -9,9 +9,13 @@ package ui
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/kerneldeck/kerneldeck/engine"
 )
@@ -36,6 +40,55 @@ type Engine interface {
 	Cells(ctx context.Context, kernel string) ([]engine.CellRecord, error)
 	// Complete is a kernel's completion of code at cursor (characters).
 	Complete(ctx context.Context, kernel, code string, cursor int) (engine.Completion, error)
+}
+
+// parker is an engine that parks kernels (the embedded one, or one
+// attached): Parked lists the parked states without blocking; Park and
+// DropParked run in commands.
+type parker interface {
+	Parked() []engine.ParkedKernel
+	Park(ctx context.Context, id string) (engine.ParkedKernel, error)
+	DropParked(owner, backend, task, child string, tools []string) (bool, error)
+}
+
+// errNoParking: the engine the dashboard shows does not park kernels.
+var errNoParking = errors.New("this engine does not park kernels")
+
+// parkAct parks kernel k in the background.
+func parkAct(act func(string, func(context.Context, Engine) error) tea.Cmd, k engine.KernelInfo) tea.Cmd {
+	id := k.ID
+	return act("parked "+kernelName(k), func(c context.Context, eng Engine) error {
+		p, ok := eng.(parker)
+		if !ok {
+			return errNoParking
+		}
+		_, err := p.Park(c, id)
+		return err
+	})
+}
+
+// dropAct drops parked state p in the background.
+func dropAct(act func(string, func(context.Context, Engine) error) tea.Cmd, p engine.ParkedKernel) tea.Cmd {
+	return act("dropped the parked state of "+parkedName(p), func(c context.Context, eng Engine) error {
+		pe, ok := eng.(parker)
+		if !ok {
+			return errNoParking
+		}
+		dropped, err := pe.DropParked(p.Owner, p.Backend, p.Task, p.Child, nil)
+		if err == nil && !dropped {
+			err = fmt.Errorf("%s has no parked state any more", parkedName(p))
+		}
+		return err
+	})
+}
+
+// parkedName names a parked state for people: owner/task[/child].
+func parkedName(p engine.ParkedKernel) string {
+	n := p.Owner + "/" + p.Task
+	if p.Child != "" {
+		n += "/" + p.Child
+	}
+	return plain(n)
 }
 
 // Embedded is the in-process engine as the dashboard uses it.

@@ -28,13 +28,16 @@ type goneKernel struct {
 // showGoneFor is how long a dead kernel stays in the list.
 const showGoneFor = time.Minute
 
-// kernelRow is one line of the list: an owner group or a kernel.
+// kernelRow is one line of the list: an owner group, a kernel, a kernel
+// gone or a parked state.
 type kernelRow struct {
 	owner   string
 	count   int  // kernels in the group (owner rows)
+	parkedN int  // parked states in the group (owner rows)
 	folded  bool // the group is collapsed (owner rows)
 	kernel  *engine.KernelInfo
 	gone    *goneKernel
+	parked  *engine.ParkedKernel
 	ownerIx int
 }
 
@@ -241,18 +244,22 @@ func taskLabel(k *engine.KernelInfo) string {
 type KernelsPane struct {
 	pane
 
-	kernels  []engine.KernelInfo
-	gone     map[string]*goneKernel
-	idleExit time.Duration
-	folded   map[string]bool
-	rows     []kernelRow
-	cursor   int
-	offset   int
-	shown    int            // kernels that pass the filter
-	lruPos   map[string]int // id -> place among idle kernels, 1 evicted first
-	sortBy   kernelSort     // the order within each owner's group
-	header   string
-	keys     actions
+	kernels []engine.KernelInfo
+	gone    map[string]*goneKernel
+	// parked are the engine's parked states (greyed rows under their
+	// owner), and parkedSig what they were at the last rebuild.
+	parked    []engine.ParkedKernel
+	parkedSig string
+	idleExit  time.Duration
+	folded    map[string]bool
+	rows      []kernelRow
+	cursor    int
+	offset    int
+	shown     int            // kernels that pass the filter
+	lruPos    map[string]int // id -> place among idle kernels, 1 evicted first
+	sortBy    kernelSort     // the order within each owner's group
+	header    string
+	keys      actions
 	// engineGone says why the engine went away ("" while it is there).
 	engineGone string
 	// The / filter: the line being edited, and the filter applied.
@@ -294,7 +301,17 @@ func newKernelsPane(ctx *Context) *KernelsPane {
 		}
 	}
 	p.keys = actions{
-		{k.Select, onKernel(func(sel engine.KernelInfo) tea.Cmd { return p.onEdit(targetOf(sel)) })},
+		// enter on a kernel edits a cell for it; on a parked state, for its
+		// key, whose next cell restores it.
+		{k.Select, func(tea.KeyMsg) (tea.Cmd, bool) {
+			if sel, ok := p.Selected(); ok {
+				return p.onEdit(targetOf(sel)), true
+			}
+			if pk, ok := p.SelectedParked(); ok {
+				return p.onEdit(Target{Owner: pk.Owner, Task: pk.Task, Backend: pk.Backend, Child: pk.Child}), true
+			}
+			return nil, false
+		}},
 		{k.Toggle, run(func() tea.Cmd { p.toggleFold(); return nil })},
 		destroy(ctx, k.Reset, onKernelAct(func(sel engine.KernelInfo) tea.Cmd {
 			t := targetOf(sel)
@@ -308,6 +325,14 @@ func newKernelsPane(ctx *Context) *KernelsPane {
 			return ctx.act("interrupted "+sel.ID, func(c context.Context, eng Engine) error { return eng.Interrupt(c, sel.ID) })
 		})},
 		destroy(ctx, k.Kill, onKernelAct(func(sel engine.KernelInfo) tea.Cmd { return killAct(ctx.act, sel) })),
+		destroy(ctx, k.DropParked, func() (string, tea.Cmd, bool) {
+			pk, ok := p.SelectedParked()
+			if !ok {
+				return "", nil, false
+			}
+			return fmt.Sprintf("%s (parked from %s)", parkedName(pk), plain(pk.Kernel)), dropAct(ctx.act, pk), true
+		}),
+		{k.Park, onKernel(func(sel engine.KernelInfo) tea.Cmd { return parkAct(ctx.act, sel) })},
 		destroy(ctx, k.ShutdownOwner, func() (string, tea.Cmd, bool) {
 			owner := p.SelectedOwner()
 			if owner == "" {
@@ -456,10 +481,27 @@ func (p *KernelsPane) setSnapshot(ks []engine.KernelInfo, idleExit time.Duration
 	p.rebuild()
 }
 
+// setParked replaces the parked states shown; the rows are rebuilt only
+// when they changed.
+func (p *KernelsPane) setParked(ps []engine.ParkedKernel) {
+	var b strings.Builder
+	for _, pk := range ps {
+		fmt.Fprintf(&b, "%s\x00%s\x00%d\x00", pk.Key, pk.Kernel, pk.Parked.UnixNano())
+	}
+	if sig := b.String(); sig != p.parkedSig {
+		p.parked, p.parkedSig = ps, sig
+		// A kernel that parked is not shown dead as well.
+		for _, pk := range ps {
+			delete(p.gone, pk.Kernel)
+		}
+		p.rebuild()
+	}
+}
+
 // engineLost empties the pane for an engine that went away (why): its
 // kernels, and those it had just lost, are no longer known.
 func (p *KernelsPane) engineLost(why string) {
-	p.kernels, p.lruPos, p.engineGone = nil, nil, why
+	p.kernels, p.lruPos, p.engineGone, p.parked, p.parkedSig = nil, nil, why, nil, ""
 	clear(p.gone)
 	p.rebuild()
 }
@@ -536,6 +578,8 @@ func (p *KernelsPane) rebuild() {
 			selectedID = r.gone.info.ID
 			t := targetOf(r.gone.info)
 			selectedKey = &t
+		case r.parked != nil:
+			selectedID = r.parked.Kernel
 		}
 	}
 	goneBy := map[string][]*goneKernel{}
@@ -549,6 +593,18 @@ func (p *KernelsPane) rebuild() {
 		goneOwners = append(goneOwners, o)
 		// Newest first, then by id: the same order every frame.
 		slices.SortFunc(gs, func(a, b *goneKernel) int { return cmp.Or(b.at.Compare(a.at), cmp.Compare(a.info.ID, b.info.ID)) })
+	}
+	// Parked states go under their owner too, oldest first (the engine's
+	// order), whether or not it has kernels.
+	parkedBy := map[string][]*engine.ParkedKernel{}
+	for i := range p.parked {
+		pk := &p.parked[i]
+		if p.filter.match(parkedInfo(pk)) {
+			if _, seen := goneBy[pk.Owner]; !seen && len(parkedBy[pk.Owner]) == 0 {
+				goneOwners = append(goneOwners, pk.Owner)
+			}
+			parkedBy[pk.Owner] = append(parkedBy[pk.Owner], pk)
+		}
 	}
 	slices.Sort(goneOwners)
 	rows := p.rows[:0]
@@ -580,13 +636,16 @@ func (p *KernelsPane) rebuild() {
 			gi++
 		}
 		folded := p.folded[owner]
-		rows = append(rows, kernelRow{owner: owner, count: j - i, folded: folded, ownerIx: ownerIx})
+		rows = append(rows, kernelRow{owner: owner, count: j - i, parkedN: len(parkedBy[owner]), folded: folded, ownerIx: ownerIx})
 		if !folded {
 			for x := i; x < j; x++ {
 				rows = append(rows, kernelRow{owner: owner, kernel: &ks[x], ownerIx: ownerIx})
 			}
 			for _, g := range goneBy[owner] {
 				rows = append(rows, kernelRow{owner: owner, gone: g, ownerIx: ownerIx})
+			}
+			for _, pk := range parkedBy[owner] {
+				rows = append(rows, kernelRow{owner: owner, parked: pk, ownerIx: ownerIx})
 			}
 		}
 		i = j
@@ -612,7 +671,9 @@ func (p *KernelsPane) follow(id string, key *Target, owner string) int {
 			byKey = i
 		case r.gone != nil && id != "" && r.gone.info.ID == id:
 			dead = i
-		case r.kernel == nil && r.gone == nil && r.owner == owner && owner != "":
+		case r.parked != nil && id != "" && r.parked.Kernel == id:
+			dead = i
+		case r.kernel == nil && r.gone == nil && r.parked == nil && r.owner == owner && owner != "":
 			ownerRow = i
 		}
 	}
@@ -637,6 +698,20 @@ func (p *KernelsPane) Selected() (engine.KernelInfo, bool) {
 		return *r.kernel, true
 	}
 	return engine.KernelInfo{}, false
+}
+
+// SelectedParked returns the parked state under the cursor, if the cursor
+// is on one.
+func (p *KernelsPane) SelectedParked() (engine.ParkedKernel, bool) {
+	if r := p.selectedRow(); r != nil && r.parked != nil {
+		return *r.parked, true
+	}
+	return engine.ParkedKernel{}, false
+}
+
+// parkedInfo is a parked state as the filter and the names read it.
+func parkedInfo(pk *engine.ParkedKernel) engine.KernelInfo {
+	return engine.KernelInfo{ID: pk.Kernel, Owner: pk.Owner, Task: pk.Task, Backend: pk.Backend, Child: pk.Child, State: "parked"}
 }
 
 // SelectedOwner returns the owner of the row under the cursor.
@@ -802,11 +877,27 @@ func (p *KernelsPane) renderRow(r *kernelRow, now time.Time) string {
 		idText, _ := kernelColumns[1].cell(p, &g.info, now)
 		return "  " + fit(taskLabel(&g.info), task-1) + " " + fit(idText, id-1) + " " + t.StateDead.Render(fit(string(engine.StateDead), state-1)) + " " +
 			t.Muted.Render(fit(short(now.Sub(g.at))+" ago", timer+reap-1)+" "+plain(g.reason))
+	case r.parked != nil:
+		// Greyed: no process holds it; the key's next cell brings it back.
+		pk := r.parked
+		info := parkedInfo(pk)
+		task, id, state, timer, reap := kernelColumns[0].width, kernelColumns[1].width, kernelColumns[2].width, kernelColumns[3].width, kernelColumns[4].width
+		idText, _ := kernelColumns[1].cell(p, &info, now)
+		what := english.Bytes(pk.Bytes) + ", " + english.Count(len(pk.Names), "name")
+		if n := len(pk.NotSaved); n > 0 {
+			what += fmt.Sprintf(" (%d not saved)", n)
+		}
+		return t.Muted.Render("  " + fit(taskLabel(&info), task-1) + " " + fit(idText, id-1) + " " + fit("parked", state-1) + " " +
+			fit(short(now.Sub(pk.Parked))+" ago", timer+reap-1) + " " + what)
 	default:
 		mark := "▾"
 		if r.folded {
 			mark = "▸"
 		}
-		return t.Owner.Render(fmt.Sprintf("%s %s", mark, plain(r.owner))) + t.Muted.Render("  "+english.Count(r.count, "kernel"))
+		count := english.Count(r.count, "kernel")
+		if r.parkedN > 0 {
+			count += fmt.Sprintf(", %d parked", r.parkedN)
+		}
+		return t.Owner.Render(fmt.Sprintf("%s %s", mark, plain(r.owner))) + t.Muted.Render("  "+count)
 	}
 }

@@ -11,7 +11,8 @@ type KeyMap struct {
 	Run, HistPrev, HistNext, NewTarget         key.Binding
 	Focus, FocusBack, Help, Quit, Interrupt    key.Binding
 	Up, Down, PageUp, PageDown, Toggle, Select key.Binding
-	Reset, Kill, ShutdownOwner                 Destructive
+	Reset, Kill, ShutdownOwner, DropParked     Destructive
+	Park                                       key.Binding
 	InterruptSel                               key.Binding
 	CapUp, CapDown, IdleUp, IdleDown           key.Binding
 	Filter, ApproveOnce, ApproveAlways, Deny   key.Binding
@@ -47,6 +48,8 @@ func DefaultKeyMap() KeyMap {
 		InterruptSel:  b("i", "interrupt", "i"),
 		Kill:          Destructive{b("x", "kill", "x"), "Kill %s? Its state is lost."},
 		ShutdownOwner: Destructive{b("X", "kill owner", "X"), "Shut down owner %s? Their state is lost."},
+		Park:          b("P", "park", "P"),
+		DropParked:    Destructive{b("D", "drop parked", "D"), "Drop the parked state of %s? It is lost."},
 		CapUp:         b("+", "cap +1", "+", "="),
 		CapDown:       b("-", "cap -1", "-"),
 		IdleUp:        b("]", "idle_exit +", "]"),

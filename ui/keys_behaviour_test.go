@@ -1381,6 +1381,16 @@ func TestDestructiveKeysAskFirst(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
 			f.keys(runes("j")) // alice/default
+			if name == "DropParked" {
+				f.eng.SetParked(parkedStates())
+				f.m.refresh()
+				for range 10 {
+					if _, ok := f.m.kernels.SelectedParked(); ok {
+						break
+					}
+					f.keys(runes("j"))
+				}
+			}
 			if cmd := f.update(keyOf(d.Keys()[0])); cmd != nil {
 				t.Fatalf("%s ran a command before it was confirmed", name)
 			}
@@ -1391,6 +1401,9 @@ func TestDestructiveKeysAskFirst(t *testing.T) {
 			mustContain(t, f.m.View(), prefix, " y/n")
 			f.update(runes("n"))
 			untouched(t, f)
+			if _, dropped := f.eng.ParkCalls(); len(dropped) != 0 {
+				t.Errorf("dropped %v after n", dropped)
+			}
 		})
 	}
 	if len(destructive) < 3 {
@@ -1716,4 +1729,86 @@ func TestPodKernels(t *testing.T) {
 		t.Fatalf("d opened %+v, want the detail of k-c1", f.m.detail())
 	}
 	mustContain(t, f.m.View(), "pod agents/kd-carol-default-5bc92f on node node-7")
+}
+
+// TestParkedKernels: parked states are greyed rows under their owner (one
+// with no kernel too), with their size, age and what was not saved; d
+// shows what was parked; P parks the selected kernel, D drops a parked
+// state once confirmed, enter writes a cell for its key; :park, :unpark
+// and :drop do the same by name.
+func TestParkedKernels(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	f.eng.SetParked(parkedStates())
+	f.m.refresh()
+	v := f.m.View()
+	mustContain(t, v, "alice  2 kernels, 1 parked", "carol  0 kernels, 1 parked")
+	row := linesWith(v, "k-a0")
+	if len(row) != 1 || !strings.Contains(row[0], "parked    3m00s ago") || !strings.Contains(row[0], "12.0 MB, 3 names (2 not saved)") {
+		t.Fatalf("alice's parked row: %q", row)
+	}
+	for range 3 {
+		f.keys(runes("j"))
+	}
+	pk, ok := f.m.kernels.SelectedParked()
+	if !ok || pk.Kernel != "k-a0" {
+		t.Fatalf("the cursor is not on alice's parked row: %+v", pk)
+	}
+	if cmd := f.update(runes("d")); cmd != nil {
+		f.run(t, cmd)
+	}
+	mustContain(t, f.m.View(), "parked 3m00s ago (evicted by the cap)", "df, model, np", "f (TextIOWrapper): open file", "t (Thread): thread")
+	f.update(runes("d"))
+
+	// enter writes a cell for the parked key.
+	f.update(keyOf("enter"))
+	if got := f.m.editor.Target(); got.Owner != "alice" || got.Task != "etl2" || got.Backend != "local" {
+		t.Fatalf("enter on a parked row targets %+v", got)
+	}
+	f.update(keyOf("esc"))
+
+	// D asks, then drops.
+	f.update(keyOf("tab"))
+	for f.focused() != Pane(f.m.kernels) {
+		f.update(keyOf("tab"))
+	}
+	f.update(runes("D"))
+	mustContain(t, f.m.View(), "Drop the parked state of alice/etl2 (parked from k-a0)? It is lost. y/n")
+	f.run(t, f.update(runes("y")))
+	if _, dropped := f.eng.ParkCalls(); !slices.Equal(dropped, []string{"alice/etl2"}) {
+		t.Fatalf("dropped %v", dropped)
+	}
+	// P parks the selected kernel.
+	f.m.refresh()
+	for range 10 {
+		f.keys(runes("k"))
+	}
+	f.keys(runes("j"), runes("j")) // alice/etl
+	sel, ok := f.m.kernels.Selected()
+	if !ok {
+		t.Fatal("no kernel selected")
+	}
+	f.run(t, f.update(runes("P")))
+	if parked, _ := f.eng.ParkCalls(); !slices.Equal(parked, []string{sel.ID}) {
+		t.Fatalf("P parked %v, want [%s]", parked, sel.ID)
+	}
+	f.m.refresh()
+	mustContain(t, f.m.View(), "alice  1 kernel, 1 parked")
+
+	// The commands: :unpark runs the key's next cell; :drop asks; :park
+	// names a kernel.
+	f.update(runes(":"))
+	for _, r := range "unpark carol/default" {
+		f.update(runes(string(r)))
+	}
+	f.run(t, f.update(keyOf("enter")))
+	ex := f.eng.Executed()
+	if len(ex) != 1 || ex[0].Owner != "carol" || ex[0].Task != "default" || ex[0].Code != "pass" {
+		t.Fatalf(":unpark executed %+v", ex)
+	}
+	f.update(runes(":"))
+	for _, r := range "drop nobody/x" {
+		f.update(runes(string(r)))
+	}
+	f.update(keyOf("enter"))
+	mustContain(t, f.m.View(), `no parked state "nobody/x"`)
 }

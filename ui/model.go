@@ -408,6 +408,9 @@ func (m *Model) refresh() {
 	if s, ok := m.eng.(spareCounter); ok {
 		m.spares = s.Spares()
 	}
+	if pk, ok := m.eng.(parker); ok {
+		m.kernels.setParked(pk.Parked())
+	}
 	if v, ok := m.eng.(kernelsVersioner); ok {
 		ks, gen, changed := v.KernelsSince(m.kernelsGen)
 		if !changed {

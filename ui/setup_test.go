@@ -338,3 +338,15 @@ func (f *fixture) commandLine() *commandLine {
 
 // focused is the pane that has the keyboard.
 func (f *fixture) focused() Pane { return f.m.panes[f.m.focus] }
+
+// parkedStates are two parked states of alice's and carol's (carol has no
+// kernel).
+func parkedStates() []engine.ParkedKernel {
+	return []engine.ParkedKernel{
+		{Owner: "alice", Task: "etl2", Backend: "local", Key: "alice/etl2@local[]", Kernel: "k-a0", Parked: t0.Add(-3 * time.Minute),
+			Reason: "evicted by the cap", Bytes: 12 << 20, Names: []string{"df", "model", "np"}, ExecutionCount: 7,
+			NotSaved: []engine.NotSaved{{Name: "f", Type: "TextIOWrapper", Why: "open file"}, {Name: "t", Type: "Thread", Why: "thread"}}},
+		{Owner: "carol", Task: "default", Backend: "local", Key: "carol/default@local[]", Kernel: "k-c0", Parked: t0.Add(-time.Hour),
+			Reason: "reaped after idle 30m00s", Bytes: 2048, Names: []string{"x"}, ExecutionCount: 2},
+	}
+}

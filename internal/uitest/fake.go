@@ -60,6 +60,62 @@ type Engine struct {
 	ownN        int // cells Execute has named (c-own-1, ...)
 	completion  engine.Completion
 	completions []CompleteCall
+	parked      []engine.ParkedKernel
+	parkedIDs   []string
+	dropped     []string
+}
+
+// SetParked replaces the parked states listed.
+func (f *Engine) SetParked(ps []engine.ParkedKernel) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.parked = slices.Clone(ps)
+}
+
+// Parked implements ui's parking engine: the states set.
+func (f *Engine) Parked() []engine.ParkedKernel {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.parked)
+}
+
+// Park records the kernel parked and lists it, leaving the kernels.
+func (f *Engine) Park(_ context.Context, id string) (engine.ParkedKernel, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.parkedIDs = append(f.parkedIDs, id)
+	for i, k := range f.kernels {
+		if k.ID == id {
+			p := engine.ParkedKernel{Owner: k.Owner, Task: k.Task, Backend: k.Backend, Child: k.Child, Kernel: id,
+				Reason: "parked by request", Bytes: 1 << 20, ExecutionCount: k.ExecutionCount}
+			f.kernels = slices.Delete(f.kernels, i, i+1)
+			f.parked = append(f.parked, p)
+			return p, nil
+		}
+	}
+	return engine.ParkedKernel{}, fmt.Errorf("%w %q", engine.ErrUnknownKernel, id)
+}
+
+// DropParked records and drops the owner/task's parked state.
+func (f *Engine) DropParked(owner, backend, task, child string, tools []string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dropped = append(f.dropped, owner+"/"+task)
+	for i, p := range f.parked {
+		if p.Owner == owner && p.Task == task && (backend == "" || p.Backend == backend) && p.Child == child {
+			f.parked = slices.Delete(f.parked, i, i+1)
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// ParkCalls lists the kernels Park was asked for and the owner/tasks
+// DropParked was.
+func (f *Engine) ParkCalls() (parked, dropped []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.parkedIDs), slices.Clone(f.dropped)
 }
 
 // CompleteCall is one Complete call.
