@@ -46,14 +46,17 @@ func (e *Engine) Kept() []KeptKernel {
 	defer e.mu.Unlock()
 	var out []KeptKernel
 	for _, k := range e.kernels {
-		if k.state != phaseReady {
-			continue
+		if k.state == phaseReady {
+			out = append(out, keptOf(k))
 		}
-		out = append(out, KeptKernel{ID: k.id, Owner: k.key.Owner, Task: k.key.Task, Backend: k.key.Backend,
-			Child: k.key.Child, Tools: k.key.ToolList(), PID: k.pid, Dir: k.dir, Token: k.token,
-			ExecutionCount: k.execCount, LastUsed: k.lastUsed, Confinement: k.confinement})
 	}
 	return out
+}
+
+func keptOf(k *Kernel) KeptKernel {
+	return KeptKernel{ID: k.id, Owner: k.key.Owner, Task: k.key.Task, Backend: k.key.Backend,
+		Child: k.key.Child, Tools: k.key.ToolList(), PID: k.pid, Dir: k.dir, Token: k.token,
+		ExecutionCount: k.execCount, LastUsed: k.lastUsed, Confinement: k.confinement}
 }
 
 // SaveKept writes kept to path (0600, atomically); an empty list removes

@@ -212,6 +212,10 @@ type Engine struct {
 	parks      *parkStore
 	parking    map[Key]chan struct{}
 	parkPruned time.Time
+	// retiring are the kernels out of the registry being parked, by id:
+	// the journal keeps them until they are killed, so that an engine that
+	// dies meanwhile leaves them to the next one, state and all.
+	retiring map[string]*Kernel
 
 	wg sync.WaitGroup
 	// base is the context of the engine's own background work (spares,
@@ -267,6 +271,7 @@ func New(cfg Config) (*Engine, error) {
 		noUserNS:    map[string]bool{},
 		lost:        map[Key]string{},
 		parking:     map[Key]chan struct{}{},
+		retiring:    map[string]*Kernel{},
 		unkilled:    map[string]*pendingKill{},
 		approvals:   newApprovalDesk(),
 		spareSets:   map[string]*spareBackend{},

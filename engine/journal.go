@@ -295,11 +295,15 @@ func (e *Engine) journalTouch() {
 	}
 }
 
-// journalRecords is what the journal holds: every ready kernel and spare.
+// journalRecords is what the journal holds: every ready kernel and spare,
+// and the kernels being parked (until they are killed).
 func (e *Engine) journalRecords() []KeptKernel {
 	out := e.Kept()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	for _, k := range e.retiring {
+		out = append(out, keptOf(k))
+	}
 	for uri, sb := range e.spareSets {
 		for _, s := range sb.ready {
 			out = append(out, KeptKernel{ID: s.id, Backend: s.env.URI(), PID: s.runner.pid, Dir: s.runner.dir,

@@ -155,6 +155,7 @@ func (e *Engine) Park(ctx context.Context, id string) (ParkedKernel, error) {
 	e.removeLocked(k, "parked by request")
 	done := make(chan struct{})
 	e.parking[k.key] = done
+	e.retiring[k.id] = k
 	e.mu.Unlock()
 	h, err := e.parkThenKill(ctx, k, done)
 	if err != nil {
@@ -193,6 +194,7 @@ func (e *Engine) retireLocked(victims []*Kernel) {
 		}
 		done := make(chan struct{})
 		e.parking[k.key] = done
+		e.retiring[k.id] = k
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
@@ -227,6 +229,10 @@ func (e *Engine) parkThenKill(ctx context.Context, k *Kernel, done chan struct{}
 	kctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 	defer cancel()
 	e.killOnHost(kctx, k)
+	e.mu.Lock()
+	delete(e.retiring, k.id)
+	e.journalTouch()
+	e.mu.Unlock()
 	return h, err
 }
 

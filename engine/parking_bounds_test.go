@@ -129,3 +129,22 @@ func TestParkedStateOutlivesItsEngine(t *testing.T) {
 		t.Fatalf("an engine on a readable park key: %v", err)
 	}
 }
+
+// While a kernel is being parked it is out of the registry but still in
+// the journal, until it is killed: an engine that dies mid-park leaves it
+// to the next engine, state and all.
+func TestTheJournalKeepsAKernelBeingParked(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "journal")
+	h := enginetest.New(t, backends.NewLocal(enginetest.ShortTempDir(t)), func(c *engine.Config) {
+		c.Python, c.JournalDir, c.ParkDir, c.ParkTimeout = richPython, dir, filepath.Join(c.StateDir, "parked"), 20*time.Second
+	})
+	res := h.Run("alice", "class Slow:\n    def __reduce__(self):\n        import time; time.sleep(2)\n        return (int, ())\ns = Slow()", 0)
+	done := make(chan error, 1)
+	go func() { _, err := h.Eng.Park(context.Background(), res.Kernel.ID); done <- err }()
+	h.WaitFor("the park to begin", 10*time.Second, func() bool { return len(h.Eng.Kernels()) == 0 })
+	waitJournal(t, dir, []string{res.Kernel.ID})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitJournal(t, dir, nil)
+}
