@@ -245,6 +245,7 @@ func openEngine(f *engineFlags, s *resolved) (eng *engine.Engine, cleanup func()
 		SpareKernels:    spareKernels(s.cfg, envs),
 		ParkDir:         parkDir(s.cfg, s.stateDir),
 		ParkMaxBytes:    s.cfg.ParkMaxBytes,
+		ParkTimeout:     s.cfg.ParkTimeout,
 		ParkRetention:   s.cfg.ParkRetention,
 		ParkTotalBytes:  s.cfg.ParkTotalBytes,
 	})

@@ -19,7 +19,7 @@ import (
 )
 
 // imageSandbox opens docker-image://<the test image><query>.
-func imageSandbox(t *testing.T, query string) *backends.ImageSandbox {
+func imageSandbox(t testing.TB, query string) *backends.ImageSandbox {
 	t.Helper()
 	b, err := backends.NewImageSandbox("docker-image://"+dockertest.Image(t)+query, backends.Options{})
 	if err != nil {

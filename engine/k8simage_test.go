@@ -307,6 +307,12 @@ print(os.getuid(), ro, os.path.exists("/var/run/secrets/kubernetes.io"))`, false
 
 	// An image that is not on the node fails the spawn at once, naming the
 	// image and the reason, and leaves no pod.
+	// Parking: the state goes out of the pod over the relay, the pod is
+	// deleted, and the next call's new pod gets it back.
+	t.Run("parking", func(t *testing.T) {
+		enginetest.Parking(t, c.sandbox(t, ""), enginetest.ParkingOptions{})
+	})
+
 	t.Run("missing image", func(t *testing.T) {
 		for _, pull := range []string{"Never", "IfNotPresent"} {
 			b, err := backends.NewPodSandbox("k8s-image://kerneldeck-no-such-image:1?namespace="+c.ns+"&pull="+pull, backends.Options{})

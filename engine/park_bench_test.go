@@ -18,16 +18,22 @@ const park100MB = `import numpy as np, pandas as pd
 arr = np.random.rand(10_000_000)
 df = pd.DataFrame({"x": np.random.rand(1_250_000), "y": np.random.rand(1_250_000)})`
 
+// park100MBBytes is a namespace of 100 MB where numpy is not installed
+// (the container tests' image): one bytearray.
+const park100MBBytes = `import os
+data = bytearray(os.urandom(100_000_000))`
+
 // BenchmarkPark100MB parks a 100 MB namespace by hand (Engine.Park: the
 // runner pickles it, the engine files it, the runner is killed) and times
 // the owner's next call, which starts a runner, restores the namespace and
 // runs a cell, beside a first call that restores nothing; on the local
-// backend and over ssh on loopback.
+// backend, over ssh on loopback (both an array and a DataFrame) and in a
+// docker-image:// container of its own (a bytearray).
 func BenchmarkPark100MB(b *testing.B) {
-	run := func(b *testing.B, env backends.Env) {
+	run := func(b *testing.B, env backends.Env, python, setup, check string) {
 		eng := rtBenchEngine(b, false, func(c *engine.Config) {
 			c.Backends = []backends.Env{env}
-			c.Python = richPython
+			c.Python = python
 			c.ParkDir = filepath.Join(b.TempDir(), "parked")
 			c.ParkTimeout = time.Minute
 		})
@@ -35,7 +41,7 @@ func BenchmarkPark100MB(b *testing.B) {
 		var park, restored, fresh time.Duration
 		var size int64
 		for i := 0; i < b.N; i++ {
-			setup := rtExec(b, eng, engine.Request{Owner: "bench", Code: park100MB})
+			setup := rtExec(b, eng, engine.Request{Owner: "bench", Code: setup})
 			start := time.Now()
 			p, err := eng.Park(ctx, setup.Kernel.ID)
 			if err != nil {
@@ -44,7 +50,7 @@ func BenchmarkPark100MB(b *testing.B) {
 			park += time.Since(start)
 			size = p.Bytes
 			start = time.Now()
-			res := rtExec(b, eng, engine.Request{Owner: "bench", Code: "print(arr.nbytes + df.memory_usage(index=False).sum())"})
+			res := rtExec(b, eng, engine.Request{Owner: "bench", Code: check})
 			restored += time.Since(start)
 			if res.Stdout != "100000000\n" || !res.Kernel.StateRestored {
 				b.Fatalf("after the restore: %q %+v", res.Stdout, res.Kernel)
@@ -65,10 +71,16 @@ func BenchmarkPark100MB(b *testing.B) {
 		b.ReportMetric(float64(fresh.Milliseconds())/n, "fresh-call-ms")
 		b.ReportMetric(float64(size)/(1<<20), "parked-MB")
 	}
-	b.Run("local", func(b *testing.B) { run(b, backends.NewLocal(enginetest.ShortTempDir(b))) })
+	const checkRich = "print(arr.nbytes + df.memory_usage(index=False).sum())"
+	b.Run("local", func(b *testing.B) {
+		run(b, backends.NewLocal(enginetest.ShortTempDir(b)), richPython, park100MB, checkRich)
+	})
 	b.Run("ssh", func(b *testing.B) {
 		srv := sshdtest.Start(b, sshdtest.Options{})
 		u := srv.User(b, "kdtest1", sshdtest.UserOptions{})
-		run(b, sshEnv(b, srv, u, nil))
+		run(b, sshEnv(b, srv, u, nil), richPython, park100MB, checkRich)
+	})
+	b.Run("docker-image", func(b *testing.B) {
+		run(b, imageSandbox(b, ""), "", park100MBBytes, "print(len(data))")
 	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/backends"
 	"github.com/kerneldeck/kerneldeck/engine"
+	"github.com/kerneldeck/kerneldeck/internal/dockertest"
 	"github.com/kerneldeck/kerneldeck/internal/enginetest"
 	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
 )
@@ -30,9 +31,15 @@ func TestSSHParking(t *testing.T) {
 }
 
 // A kernel in a container of its own parks through the relay into its
-// container, and comes back in a new container.
+// container, and comes back in a new container (the image has Debian's
+// numpy and pandas for it).
 func TestDockerImageParking(t *testing.T) {
-	enginetest.Parking(t, imageSandbox(t, ""), enginetest.ParkingOptions{})
+	b, err := backends.NewImageSandbox("docker-image://"+dockertest.DataImage(t), backends.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	enginetest.Parking(t, b, enginetest.ParkingOptions{Rich: true})
 }
 
 // A kernel cannot reach the parked states nor the park key: they rest in

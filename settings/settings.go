@@ -52,10 +52,11 @@ type Values struct {
 	// host's PATH).
 	Python string
 	// NoPark: evicted and reaped kernels lose their state instead of
-	// parking it; ParkMaxBytes, ParkRetention and ParkTotalBytes bound
-	// parked states (0: the engine's defaults).
+	// parking it; ParkMaxBytes, ParkTimeout, ParkRetention and
+	// ParkTotalBytes bound parked states (0: the engine's defaults).
 	NoPark         bool
 	ParkMaxBytes   int64
+	ParkTimeout    time.Duration
 	ParkRetention  time.Duration
 	ParkTotalBytes int64
 }
@@ -169,6 +170,8 @@ var table = []Setting{
 		field: func(v *Values) any { return &v.NoPark }},
 	{Key: "park_max_mb", Kind: Megabytes, Min: 1, Max: 1 << 20, Example: "256",
 		field: func(v *Values) any { return &v.ParkMaxBytes }},
+	{Key: "park_timeout", Kind: Duration, Min: int64(time.Second), Example: "10s",
+		field: func(v *Values) any { return &v.ParkTimeout }},
 	{Key: "park_retention", Kind: Duration, Min: int64(time.Minute), Example: "24h",
 		field: func(v *Values) any { return &v.ParkRetention }},
 	{Key: "park_total_mb", Kind: Megabytes, Min: 1, Max: 1 << 30, Example: "2048",

@@ -126,7 +126,16 @@ func (s *imageSpec) addLibs(file string) error {
 	return nil
 }
 
-func buildSpec() (*imageSpec, error) {
+// dataPackages are what DataImage adds: Debian's numpy and pandas, and
+// what pandas imports.
+var dataPackages = []string{"numpy", "pandas", "dateutil", "pytz", "six.py"}
+
+// distPackages is where Debian's python3 packages are.
+const distPackages = "/usr/lib/python3/dist-packages"
+
+// buildSpec is the test image's files; extra names packages of
+// distPackages to add (their tests left out).
+func buildSpec(extra ...string) (*imageSpec, error) {
 	s := &imageSpec{entries: map[string]*entry{}}
 	now := time.Unix(0, 0)
 	dir := func(name string, mode fs.FileMode) {
@@ -161,15 +170,26 @@ func buildSpec() (*imageSpec, error) {
 			return nil, err
 		}
 	}
-	if err := s.addTree(pythonLib, now); err != nil {
+	if err := s.addTree(pythonLib, now, skipPython); err != nil {
 		return nil, err
 	}
 	// cloudpickle, where this machine has it (Debian's python3-cloudpickle):
 	// kernels park lambdas and what cells define with it.
 	if _, err := os.Stat(cloudpickleDir); err == nil {
-		dir(filepath.Dir(filepath.Dir(cloudpickleDir)), 0o755)
-		dir(filepath.Dir(cloudpickleDir), 0o755)
-		if err := s.addTree(cloudpickleDir, now); err != nil {
+		dir(filepath.Dir(distPackages), 0o755)
+		dir(distPackages, 0o755)
+		if err := s.addTree(cloudpickleDir, now, skipPython); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range extra {
+		p := filepath.Join(distPackages, name)
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%s is needed in the test image but not installed here: %w", p, err)
+		}
+		dir(filepath.Dir(distPackages), 0o755)
+		dir(distPackages, 0o755)
+		if err := s.addTree(p, now, append(slices.Clone(skipPython), "tests")); err != nil {
 			return nil, err
 		}
 	}
@@ -194,15 +214,15 @@ func buildSpec() (*imageSpec, error) {
 // cloudpickleDir is Debian's cloudpickle for its python3.
 const cloudpickleDir = "/usr/lib/python3/dist-packages/cloudpickle"
 
-// addTree adds the Python tree at root: its dirs, files and the libraries
-// its extension modules need, but the dirs skipPython names.
-func (s *imageSpec) addTree(root string, now time.Time) error {
+// addTree adds the Python tree (or file) at root: its dirs, files and the
+// libraries its extension modules need, but the dirs skip names.
+func (s *imageSpec) addTree(root string, now time.Time, skip []string) error {
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.IsDir() {
-			if p != root && slices.Contains(skipPython, d.Name()) {
+			if p != root && slices.Contains(skip, d.Name()) {
 				return filepath.SkipDir
 			}
 			s.add(&entry{name: p, mode: fs.ModeDir | 0o755, mtime: now})
@@ -296,6 +316,10 @@ var (
 	imageOnce sync.Once
 	imageRef  string
 	imageErr  error
+
+	dataOnce sync.Once
+	dataRef  string
+	dataErr  error
 )
 
 // Image returns the test image's reference, building and importing it once
@@ -310,8 +334,20 @@ func Image(t testing.TB) string {
 	return imageRef
 }
 
-func buildImage(c *client.Client) (string, error) {
-	spec, err := buildSpec()
+// DataImage is Image with Debian's numpy and pandas: kernels that hold a
+// DataFrame (the parking tests). Built on demand, once per content hash.
+func DataImage(t testing.TB) string {
+	t.Helper()
+	c := Client(t)
+	dataOnce.Do(func() { dataRef, dataErr = buildImage(c, dataPackages...) })
+	if dataErr != nil {
+		t.Fatalf("build the docker test image with numpy and pandas: %v", dataErr)
+	}
+	return dataRef
+}
+
+func buildImage(c *client.Client, extra ...string) (string, error) {
+	spec, err := buildSpec(extra...)
 	if err != nil {
 		return "", err
 	}
