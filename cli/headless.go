@@ -73,6 +73,13 @@ Requests (timeouts and idle_exit are in seconds):
       line an execute with "input":true gets when its cell calls input() or
       getpass(); "eof":true ends input (EOFError). Without "input":true,
       input() raises EOFError at once
+  {"id":"14","op":"park","kernel":"KERNEL-ID"}
+      parks an idle kernel now (as an eviction would): its namespace is
+      saved, the kernel goes, and its key's next execute restores it
+      ("state_restored", the note naming what did not come back)
+  {"id":"15","op":"drop_parked","owner":"me","task":"t"}
+      discards a parked state ("dropped":true if there was one); the
+      kernels answer lists them under "parked"
   "stream":true on an execute sends {"id","op":"started","cell"} and
   {"id","op":"output","stream","text"} lines while the cell runs.
 A bad request (not JSON, a field given twice, a field its op does not have,
