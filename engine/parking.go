@@ -60,16 +60,22 @@ func (e *Engine) Parked() []ParkedKernel {
 	all := e.parks.list()
 	out := make([]ParkedKernel, 0, len(all))
 	for _, h := range all {
-		names := make([]string, 0, len(h.Names)+len(h.Modules))
-		names = append(names, h.Names...)
-		for _, m := range h.Modules {
-			names = append(names, m[0])
-		}
-		out = append(out, ParkedKernel{Owner: h.Key.Owner, Task: h.Key.Task, Backend: h.Key.Backend, Child: h.Key.Child,
-			Key: h.Key.String(), Kernel: h.Kernel, Parked: h.Parked, Reason: h.Reason, Bytes: h.Bytes,
-			Names: names, NotSaved: h.NotSaved, ExecutionCount: h.ExecutionCount})
+		out = append(out, h.listing())
 	}
 	return out
+}
+
+// listing is the parked state as Parked lists it: its names those of the
+// modules too.
+func (h parkHeader) listing() ParkedKernel {
+	names := make([]string, 0, len(h.Names)+len(h.Modules))
+	names = append(names, h.Names...)
+	for _, m := range h.Modules {
+		names = append(names, m[0])
+	}
+	return ParkedKernel{Owner: h.Key.Owner, Task: h.Key.Task, Backend: h.Key.Backend, Child: h.Key.Child,
+		Key: h.Key.String(), Kernel: h.Kernel, Parked: h.Parked, Reason: h.Reason, Bytes: h.Bytes,
+		Names: names, NotSaved: h.NotSaved, ExecutionCount: h.ExecutionCount}
 }
 
 // ErrNoParking: the engine keeps no parked states (no state dir).
@@ -161,9 +167,7 @@ func (e *Engine) Park(ctx context.Context, id string) (ParkedKernel, error) {
 	if err != nil {
 		return ParkedKernel{}, err
 	}
-	return ParkedKernel{Owner: h.Key.Owner, Task: h.Key.Task, Backend: h.Key.Backend, Child: h.Key.Child, Key: h.Key.String(),
-		Kernel: h.Kernel, Parked: h.Parked, Reason: h.Reason, Bytes: h.Bytes, Names: h.Names, NotSaved: h.NotSaved,
-		ExecutionCount: h.ExecutionCount}, nil
+	return h.listing(), nil
 }
 
 // unparkableLocked says why k's state cannot be parked, or "".
