@@ -415,14 +415,15 @@ func TestDashboardTmux(t *testing.T) {
 		s.WaitScreen("the replay's first line in the events pane", tmuxWait, func(screen string) bool {
 			return strings.Contains(screen, "replay says") && strings.Contains(screen, "the cap is 3 kernels")
 		})
+		// Evicted kernels park their state (the default): their rows say so.
 		s.WaitScreen("three kernels evicted while alice's cell runs", tmuxWait, func(screen string) bool {
-			dead := 0
+			parked := 0
 			for _, owner := range []string{"bob", "carol", "dave", "erin", "frank"} {
-				if kernelRowOfOwner(screen, owner)["STATE"] == "dead" {
-					dead++
+				if kernelRowOfOwner(screen, owner)["STATE"] == "parked" {
+					parked++
 				}
 			}
-			return dead == 3 && strings.Contains(headerLine(screen), "kernels 3/3") &&
+			return parked == 3 && strings.Contains(headerLine(screen), "kernels 3/3") &&
 				strings.HasPrefix(kernelRowOfOwner(screen, "alice")["STATE"], "run")
 		})
 		focusKernels(s)
