@@ -126,9 +126,10 @@ func (s *imageSpec) addLibs(file string) error {
 	return nil
 }
 
-// dataPackages are what DataImage adds: Debian's numpy and pandas, and
-// what pandas imports.
-var dataPackages = []string{"numpy", "pandas", "dateutil", "pytz", "six.py"}
+// dataPackages are what DataImage adds: Debian's numpy and pandas, what
+// pandas imports, and the time zone data pytz reads (relative paths are
+// in distPackages).
+var dataPackages = []string{"numpy", "pandas", "dateutil", "pytz", "six.py", "/usr/share/zoneinfo"}
 
 // distPackages is where Debian's python3 packages are.
 const distPackages = "/usr/lib/python3/dist-packages"
@@ -183,12 +184,16 @@ func buildSpec(extra ...string) (*imageSpec, error) {
 		}
 	}
 	for _, name := range extra {
-		p := filepath.Join(distPackages, name)
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(distPackages, name)
+		}
 		if _, err := os.Stat(p); err != nil {
 			return nil, fmt.Errorf("%s is needed in the test image but not installed here: %w", p, err)
 		}
-		dir(filepath.Dir(distPackages), 0o755)
-		dir(distPackages, 0o755)
+		for d := filepath.Dir(p); d != "/"; d = filepath.Dir(d) {
+			dir(d, 0o755)
+		}
 		if err := s.addTree(p, now, append(slices.Clone(skipPython), "tests")); err != nil {
 			return nil, err
 		}

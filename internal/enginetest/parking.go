@@ -75,6 +75,9 @@ func Parking(t *testing.T, env backends.Env, opts ParkingOptions) {
 		if opts.Rich {
 			setup = h.Run("alice", richSetup, 0)
 		}
+		if setup.Status != engine.StatusSuccess {
+			t.Fatalf("the namespace's setup: %s %q", setup.Status, setup.Traceback)
+		}
 		h.Run("bob", "secret = 42", 0)
 		h.waitParked("alice")
 		if ev := h.EventsOf(engine.EventParked); !strings.Contains(ev[0].Detail, "not saved: f (open file), t (thread)") {
@@ -171,8 +174,11 @@ func Parking(t *testing.T, env backends.Env, opts ParkingOptions) {
 	if opts.Rich {
 		t.Run("reaped by idle_exit and restored", func(t *testing.T) {
 			h := New(t, env, park(func(c *engine.Config) { c.MaxKernels = 4; c.IdleExit = time.Second }))
-			h.Run("alice", parkSetup, 0)
-			h.Run("alice", richSetup, 0)
+			for _, code := range []string{parkSetup, richSetup} {
+				if res := h.Run("alice", code, 0); res.Status != engine.StatusSuccess {
+					t.Fatalf("the namespace's setup: %s %q", res.Status, res.Traceback)
+				}
+			}
 			h.waitParked("alice")
 			if ev := h.EventsOf(engine.EventReapedIdle); len(ev) != 1 {
 				t.Fatalf("reaped events: %v", ev)
