@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
@@ -394,18 +393,25 @@ func (e *Engine) restore(ctx context.Context, k *Kernel) restoreOutcome {
 	if e.parks == nil || !e.parks.has(k.key) {
 		return restoreOutcome{}
 	}
-	f, h, err := e.parks.open(k.key)
+	pr, err := e.parks.open(k.key)
 	if errors.Is(err, errNoParked) {
 		return restoreOutcome{}
 	}
 	defer e.parks.drop(k.key)
-	if err != nil {
+	refused := func(err error) restoreOutcome {
 		e.emit(kernelEvent(EventRestoreRefused, k, err.Error()))
 		return restoreOutcome{note: fmt.Sprintf("the parked state of %s was refused (%v); state from earlier calls was lost", k.key, err)}
 	}
-	defer f.Close()
+	if err != nil {
+		return refused(err)
+	}
+	defer pr.Close()
+	h := pr.h
 	start := time.Now()
-	names, failed, err := e.sendParked(ctx, k, f, h)
+	names, failed, err := e.sendParked(ctx, k, pr)
+	if errors.Is(err, ErrParkRefused) {
+		return refused(err)
+	}
 	if err != nil {
 		e.emit(kernelEvent(EventRestoreRefused, k, "could not restore: "+err.Error()))
 		return restoreOutcome{note: fmt.Sprintf("the parked state of kernel %s could not be restored (%v); state from earlier calls was lost", h.Kernel, err)}
@@ -426,9 +432,12 @@ func (e *Engine) restore(ctx context.Context, k *Kernel) restoreOutcome {
 	return restoreOutcome{restored: true, note: note}
 }
 
-// sendParked streams a parked state to k's runner and returns the names it
-// restored and those it could not.
-func (e *Engine) sendParked(ctx context.Context, k *Kernel, f io.Reader, h parkHeader) ([]string, []NotSaved, error) {
+// sendParked streams a parked state to k's runner, and once its MAC proved
+// it, has the runner load it; it returns the names the runner restored and
+// those it could not. A state whose MAC fails is never loaded: the runner
+// drops the bytes with the connection.
+func (e *Engine) sendParked(ctx context.Context, k *Kernel, pr *parkedReader) ([]string, []NotSaved, error) {
+	h := pr.h
 	e.mu.Lock()
 	env, dir, token := k.env, k.dir, k.token
 	e.mu.Unlock()
@@ -450,11 +459,14 @@ func (e *Engine) sendParked(ctx context.Context, k *Kernel, f io.Reader, h parkH
 	deadline, _ := ctx.Deadline()
 	defer conn.begin(ctx, deadline)()
 	ask := "restore-" + randomHex(8)
-	if err := conn.sendRaw(map[string]any{"op": "restore_data", "id": ask, "n": h.Bytes}, f, h.Bytes, deadline); err != nil {
+	if err := conn.sendRaw(map[string]any{"op": "restore_data", "id": ask, "n": h.Bytes}, pr, h.Bytes, deadline); err != nil {
 		if timedOut(ctx, err) {
 			return nil, nil, fmt.Errorf("the new runner took longer than the park timeout of %s", english.Duration(e.cfg.ParkTimeout))
 		}
 		return nil, nil, fmt.Errorf("send to the new runner: %w", err)
+	}
+	if err := pr.verify(); err != nil {
+		return nil, nil, err
 	}
 	if err := conn.send(map[string]any{"op": "restore", "id": ask, "pickler": h.Pickler, "modules": h.Modules,
 		"execution_count": h.ExecutionCount}); err != nil {

@@ -264,40 +264,67 @@ func readTrailer(f *os.File) (parkHeader, error) {
 	return h, nil
 }
 
-// open returns key's parked state, open at its first byte, once its MAC
-// proved that this engine wrote it for key; the caller closes it.
-func (s *parkStore) open(key Key) (*os.File, parkHeader, error) {
+// parkedReader reads a parked state's bytes while it computes their MAC:
+// what it reads may go out (to the key's new runner) at once, but nothing
+// may act on it (unpickle it) before verify said yes.
+type parkedReader struct {
+	r    io.Reader
+	f    *os.File
+	mac  hash.Hash
+	h    parkHeader
+	want []byte
+}
+
+func (p *parkedReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.mac.Write(b[:n])
+	return n, err
+}
+
+// verify tells, once every byte was read, whether the MAC proves that
+// this engine wrote the state (ErrParkRefused if not).
+func (p *parkedReader) verify() error {
+	if _, err := io.Copy(io.Discard, p); err != nil { // what a caller left unread
+		return fmt.Errorf("%w: %v", ErrParkRefused, err)
+	}
+	h := p.h
+	h.MAC = ""
+	head, _ := json.Marshal(h)
+	p.mac.Write(head)
+	if !hmac.Equal(p.mac.Sum(nil), p.want) {
+		return fmt.Errorf("%w: its MAC does not match (changed since it was parked, or not parked by this engine)", ErrParkRefused)
+	}
+	return nil
+}
+
+func (p *parkedReader) Close() error { return p.f.Close() }
+
+// open returns key's parked state, to be read (and its MAC checked) from
+// its first byte; the caller closes it. A state whose header names another
+// key is refused at once.
+func (s *parkStore) open(key Key) (*parkedReader, error) {
 	f, err := os.OpenFile(s.path(key), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, parkHeader{}, errNoParked
+		return nil, errNoParked
 	}
 	if err != nil {
-		return nil, parkHeader{}, fmt.Errorf("%w: %v", ErrParkRefused, err)
+		return nil, fmt.Errorf("%w: %v", ErrParkRefused, err)
 	}
 	h, err := readTrailer(f)
 	if err != nil {
 		f.Close()
-		return nil, parkHeader{}, err
-	}
-	m := s.mac()
-	if _, err := io.Copy(m, io.NewSectionReader(f, 0, h.Bytes)); err != nil {
-		f.Close()
-		return nil, parkHeader{}, fmt.Errorf("%w: %v", ErrParkRefused, err)
-	}
-	given := h.MAC
-	h.MAC = ""
-	head, _ := json.Marshal(h)
-	m.Write(head)
-	want, _ := hex.DecodeString(given)
-	if !hmac.Equal(m.Sum(nil), want) {
-		f.Close()
-		return nil, parkHeader{}, fmt.Errorf("%w: its MAC does not match (changed since it was parked, or not parked by this engine)", ErrParkRefused)
+		return nil, err
 	}
 	if h.Key != key {
 		f.Close()
-		return nil, parkHeader{}, fmt.Errorf("%w: it was parked for another kernel", ErrParkRefused)
+		return nil, fmt.Errorf("%w: it was parked for another kernel", ErrParkRefused)
 	}
-	return f, h, nil
+	want, err := hex.DecodeString(h.MAC)
+	if err != nil || len(want) != sha256.Size {
+		f.Close()
+		return nil, fmt.Errorf("%w: it has no MAC", ErrParkRefused)
+	}
+	return &parkedReader{r: io.NewSectionReader(f, 0, h.Bytes), f: f, mac: s.mac(), h: h, want: want}, nil
 }
 
 // has tells whether key has a parked state, unchecked.
