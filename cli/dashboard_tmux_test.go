@@ -212,7 +212,9 @@ func TestDashboardTmux(t *testing.T) {
 		dirs := newDashboardDirs(t)
 		paged := filepath.Join(t.TempDir(), "paged")
 		pager := filepath.Join(t.TempDir(), "pager")
-		os.WriteFile(pager, []byte("#!/bin/sh\ncp \"$1\" "+paged+"\n"), 0o700)
+		// The copy is renamed into place: the test reads it once it is there
+		// whole (it once read a copy cp was still writing).
+		os.WriteFile(pager, []byte("#!/bin/sh\ncp \"$1\" "+paged+".tmp && mv "+paged+".tmp "+paged+"\n"), 0o700)
 		s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--max-kernels", "4", "--state-dir", dirs.state},
 			Env: append(dirs.env(), "PAGER="+pager), Width: 80, Height: 24})
 		s.WaitScreen("the dashboard", tmuxWait, func(screen string) bool { return strings.Contains(screen, "ctrl+r") })

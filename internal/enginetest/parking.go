@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -191,12 +192,14 @@ func Parking(t *testing.T, env backends.Env, opts ParkingOptions) {
 	}
 }
 
-// waitParked waits until owner's kernel is parked.
+// waitParked waits until owner's kernel is parked and the event said so
+// (it comes a moment after the listing has it).
 func (h *Harness) waitParked(owner string) {
 	h.T.Helper()
 	h.WaitFor(owner+"'s kernel to be parked", time.Minute, func() bool {
+		said := slices.ContainsFunc(h.EventsOf(engine.EventParked), func(ev engine.Event) bool { return ev.Owner == owner })
 		for _, p := range h.Eng.Parked() {
-			if p.Owner == owner {
+			if p.Owner == owner && said {
 				return true
 			}
 		}
