@@ -62,6 +62,7 @@ func TestK8sPodKernels(t *testing.T) {
 		enginetest.ToolCalls(t, func(t *testing.T) backends.Env { return backends.ExecuteOnly(podEnv(t)) })
 	})
 	t.Run("input", func(t *testing.T) { enginetest.Input(t, podEnv(t)) })
+	t.Run("parking", func(t *testing.T) { enginetest.Parking(t, podEnv(t), enginetest.ParkingOptions{}) })
 
 	// Spawn + first cell = 1 exec + 1 frame, with one relay exec opened
 	// for the kernel; a warm cell = no exec, one frame.

@@ -76,3 +76,11 @@ print(", ".join(out))`, dir), 0)
 		t.Fatalf("alice after bob's try: %q %+v", again.Stdout, again.Kernel)
 	}
 }
+
+// In a shared container (docker://, every kernel a process in it), as a
+// user of the image: the bytes come out over the stream through the
+// container, as for a container of its own.
+func TestDockerParking(t *testing.T) {
+	name := dockertest.Container(t, dockertest.ContainerOptions{})
+	enginetest.Parking(t, dockerEnvOwnTemp(t, name, "alice"), enginetest.ParkingOptions{})
+}
