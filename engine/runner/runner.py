@@ -1593,12 +1593,11 @@ class Runner:
             if isinstance(value, module_type):
                 modules.append([name, value.__name__])
                 continue
-            why = unsaved_kind(value)
-            if why is None:
-                try:
-                    data = pickler.dumps(value, protocol=4)
-                except Exception as e:  # the user's objects can raise anything
-                    why = ("%s: %s" % (type(e).__name__, e))[:PARK_REASON_MAX]
+            why = None
+            try:
+                data = pickler.dumps(value, protocol=4)
+            except Exception as e:  # the user's objects can raise anything
+                why = unsaved_kind(value) or ("%s: %s" % (type(e).__name__, e))[:PARK_REASON_MAX]
             if why is not None:
                 skipped.append([name, type(value).__name__, why])
                 continue
@@ -2269,7 +2268,8 @@ def park_pickler(want=None):
 
 
 def unsaved_kind(value):
-    """Says in words what a value is that no pickler saves, or None."""
+    """Says in words what a value that did not pickle is, where it is a kind
+    no pickler saves (an open file, a thread), or None."""
     threading = sys.modules.get("threading")
     if threading is not None and isinstance(value, threading.Thread):
         return "thread"

@@ -23,9 +23,9 @@ type ParkingOptions struct {
 }
 
 // parkSetup is a namespace with what parks (a class a cell defined and its
-// instances, a lambda, data, modules) and what cannot (an open file, a
-// thread).
-const parkSetup = `import json as j, threading, tempfile
+// instances, a lambda, data, an in-memory file, modules) and what cannot
+// (an open file, a thread).
+const parkSetup = `import io, json as j, threading, tempfile
 class Point:
     def __init__(self, x, y):
         self.x, self.y = x, y
@@ -36,15 +36,16 @@ class Point:
 p1, p2 = Point(3, 4), Point(1, 2)
 sq = lambda v: v * v
 data = {"a": [1, 2, 3], "b": b"\x00\x01", "c": {1, 2}}
+buf = io.BytesIO(b"in memory")
 f = tempfile.TemporaryFile()
 t = threading.Thread(target=len, args=("",))
 t.start(); t.join()
 `
 
 const parkCheck = `print(p1 == Point(3, 4), isinstance(p2, Point), p1.norm(), sq(7), data == {"a": [1, 2, 3], "b": b"\x00\x01", "c": {1, 2}},
-      j.dumps([1]), "f" in globals(), "t" in globals())`
+      j.dumps([1]), buf.getvalue().decode(), "f" in globals(), "t" in globals())`
 
-const parkWant = "True True 5.0 49 True [1] False False\n"
+const parkWant = "True True 5.0 49 True [1] in memory False False\n"
 
 const richSetup = `import numpy as np, pandas as pd
 arr = np.arange(1000.0).reshape(10, 100)
