@@ -42,7 +42,7 @@ func TestParkingBounds(t *testing.T) {
 		return strings.Join(parkedOwners(h.Eng), ",") == "bob" && len(h.EventsOf(engine.EventParkDropped)) > 0
 	})
 	drops := h.EventsOf(engine.EventParkDropped)
-	if len(drops) != 1 || drops[0].Owner != "alice" || !strings.Contains(drops[0].Detail, "over the total cap") {
+	if len(drops) != 1 || drops[0].Owner != "alice" || !strings.Contains(drops[0].Detail, "over park_total_mb (3.0 MB)") {
 		t.Fatalf("park_dropped for the total: %v", drops)
 	}
 

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kerneldeck/kerneldeck/internal/english"
 )
 
 // A parked state rests in the engine's park dir (0700) as one 0600 file
@@ -404,7 +406,7 @@ func (s *parkStore) prune(now time.Time, retention time.Duration, total int64) [
 		case now.Sub(h.Parked) > retention:
 			why = fmt.Sprintf("kept longer than park_retention %s", retention)
 		case sum > total:
-			why = fmt.Sprintf("parked states held %d bytes, over the total cap of %d; the oldest goes first", sum, total)
+			why = fmt.Sprintf("parked states held %s, over park_total_mb (%s); the oldest goes first", english.Bytes(sum), english.Bytes(total))
 		}
 		if why == "" {
 			continue
