@@ -346,7 +346,9 @@ func parkedHeader(f runnerFrame, key Key, id, reason string, count int, now time
 		if len(m) != 2 {
 			return parkHeader{}, errors.New("its runner sent a module entry that is not a name and a module")
 		}
-		h.Modules = append(h.Modules, [2]string{m[0], m[1]})
+		// The name is shown (a listing's names); the module goes back to
+		// the key's runner only, to import.
+		h.Modules = append(h.Modules, [2]string{termtext.Line(clip(m[0], 200)), clip(m[1], 200)})
 	}
 	for _, s := range f.Skipped {
 		if len(s) != 3 {
