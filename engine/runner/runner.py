@@ -1594,10 +1594,15 @@ class Runner:
                 modules.append([name, value.__name__])
                 continue
             why = None
-            try:
-                data = pickler.dumps(value, protocol=4)
-            except Exception as e:  # the user's objects can raise anything
-                why = unsaved_kind(value) or ("%s: %s" % (type(e).__name__, e))[:PARK_REASON_MAX]
+            if isinstance(value, io.IOBase) and not isinstance(value, (io.BytesIO, io.StringIO)):
+                # cloudpickle would save a file open for reading as a copy
+                # of its text: not the file the kernel had.
+                why = "open file"
+            else:
+                try:
+                    data = pickler.dumps(value, protocol=4)
+                except Exception as e:  # the user's objects can raise anything
+                    why = unsaved_kind(value) or ("%s: %s" % (type(e).__name__, e))[:PARK_REASON_MAX]
             if why is not None:
                 skipped.append([name, type(value).__name__, why])
                 continue
