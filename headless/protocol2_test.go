@@ -424,3 +424,31 @@ func refusalsIn(ev engine.Event) int {
 	}
 	return 1
 }
+
+// A restricted peer sees no other owner's parked state, and may neither
+// drop one nor park another owner's kernel.
+func TestRestrictedPeerAndParkedStates(t *testing.T) {
+	eng := newEngine(t, engine.Config{ParkDir: filepath.Join(t.TempDir(), "parked")})
+	op := start(t, eng, Options{})
+	alice := kernelOf(t, op.call(execReq("a", "secret = 42", "owner", "alice")))["id"].(string)
+	if p := op.call(line{"id": "p", "op": "park", "kernel": alice}); p["op"] != "ok" {
+		t.Fatalf("parking alice's kernel: %v", p)
+	}
+	carol := kernelOf(t, op.call(execReq("c", "x = 1", "owner", "carol")))["id"].(string)
+	bob := start(t, eng, Options{Peer: &Peer{UID: 4242, Login: "bob", Owner: "bob"}})
+	if ks := bob.call(line{"id": "k", "op": "kernels"}); len(ks["parked"].([]any)) != 0 {
+		t.Fatalf("bob's listing shows parked states of others: %v", ks["parked"])
+	}
+	for _, req := range []line{
+		{"id": "d", "op": "drop_parked", "owner": "alice"},
+		{"id": "pk", "op": "park", "kernel": carol},
+	} {
+		if got := bob.call(req); got["op"] != "error" || !strings.Contains(got["error"].(string), "not allowed") {
+			t.Errorf("bob's %v: %v, want a refusal", req, got)
+		}
+	}
+	ks := op.call(line{"id": "k2", "op": "kernels"})
+	if ps := ks["parked"].([]any); len(ps) != 1 || ps[0].(line)["owner"] != "alice" || ks["count"] != float64(1) {
+		t.Fatalf("after bob's tries: parked %v, %v kernels; want alice's state and carol's kernel untouched", ks["parked"], ks["count"])
+	}
+}
