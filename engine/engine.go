@@ -135,6 +135,15 @@ type Config struct {
 	ParkRetention  time.Duration
 	ParkTotalBytes int64
 
+	// HidePaths are more paths of this machine that local runners must
+	// not see, besides the state dir: the engine's socket, or its dir.
+	HidePaths []string
+
+	// LandlockOnly has runners hide the engine's files and other kernels'
+	// dirs with Landlock alone, as they do where the host gives them no
+	// mount namespace: for tests of that fallback.
+	LandlockOnly bool
+
 	// firstSpawnWait overrides firstSpawnWait (tests whose first spawn
 	// must begin before the spares start, however loaded the machine).
 	firstSpawnWait time.Duration
@@ -170,6 +179,7 @@ type Engine struct {
 	// idle_exit: a release only moves lastUsed later. Zero forces a scan.
 	idleSince time.Time
 	pythons   map[string]string // backend URI -> interpreter path its runners reported
+	umask     int               // what cells create files with: this process's
 	roots     map[string]string // backend URI -> the kernel root its runners were spawned in
 	// unconfined holds, per backend URI, why its runners are not confined
 	// ("" once one was), so the event is said once per host.
@@ -265,6 +275,7 @@ func New(cfg Config) (*Engine, error) {
 		kernels:     map[Key]*Kernel{},
 		byID:        map[string]*Kernel{},
 		pythons:     map[string]string{},
+		umask:       processUmask(),
 		roots:       map[string]string{},
 		codes:       newRunnerCodes(),
 		unconfined:  map[string]string{},

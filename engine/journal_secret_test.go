@@ -82,7 +82,11 @@ func TestAKernelCannotReadTheJournal(t *testing.T) {
 	if !strings.HasPrefix(confinement, "landlock:") {
 		t.Skipf("runners here are not confined (%s): only Landlock keeps the state dir from kernels of the engine's user", confinement)
 	}
-	if mallory.Stdout != "journal: Permission denied\n" {
-		t.Errorf("mallory's cell: %q %s; want the journal kept from it", mallory.Stdout, mallory.Traceback)
+	want := "journal: Permission denied\n" // Landlock alone
+	if strings.Contains(confinement, "+mountns") {
+		want = "journal: No such file or directory\n" // hidden under an empty mount
+	}
+	if mallory.Stdout != want {
+		t.Errorf("mallory's cell (%s): %q %s; want the journal kept from it", confinement, mallory.Stdout, mallory.Traceback)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -466,7 +467,7 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 	// environment or a command line.
 	lim := e.cfg.KernelLimits
 	config, _ := json.Marshal(runnerConfig{Secret: token, IdleExit: idle.Seconds(), Clip: e.cfg.ClipChars,
-		SpillMax: e.cfg.SpillMax, Confine: !e.cfg.NoConfine, Deny: e.privateDirs(env),
+		SpillMax: e.cfg.SpillMax, Confine: !e.cfg.NoConfine, Deny: e.hiddenPaths(env), NoHide: e.cfg.LandlockOnly, Umask: e.umask,
 		MemoryLimit: lim.Memory, CPULimit: int64(lim.CPUTime.Seconds()), ProcsLimit: lim.MaxProcs})
 	config = append(config, '\n')
 	python := e.python(env)
@@ -520,23 +521,46 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 	return r, nil
 }
 
-// privateDirs are the dirs a runner on env must not reach: on this machine,
-// the engine's state dir, whose journal holds every kernel's secret (a
-// kernel that read it could drive another owner's kernel).
-func (e *Engine) privateDirs(env backends.Env) []string {
+// hiddenPaths are the paths a runner on env must not see: on this machine,
+// the engine's state dir (its journal holds every kernel's secret, its
+// parked states and kept runners are trusted), its socket, and the login's
+// control sockets, through which a kernel would act as the login outside
+// its namespaces. The runner covers them with empty mounts (Landlock
+// denies them where it cannot mount).
+func (e *Engine) hiddenPaths(env backends.Env) []string {
 	if _, local := backends.Find[*backends.Local](env); !local {
 		return nil
 	}
-	var dirs []string
-	for _, d := range []string{e.cfg.StateDir, e.cfg.JournalDir} {
-		if d == "" {
-			continue
+	var paths []string
+	add := func(p string) {
+		if !filepath.IsAbs(p) {
+			return
 		}
-		if abs, err := filepath.Abs(d); err == nil && !slices.Contains(dirs, abs) {
-			dirs = append(dirs, abs)
+		if p = filepath.Clean(p); !slices.Contains(paths, p) {
+			paths = append(paths, p)
 		}
 	}
-	return dirs
+	for _, d := range append([]string{e.cfg.StateDir, e.cfg.JournalDir, e.cfg.ParkDir}, e.cfg.HidePaths...) {
+		if abs, err := filepath.Abs(d); err == nil && d != "" {
+			add(abs)
+		}
+	}
+	for _, p := range controlSockets(os.Getenv) {
+		add(p)
+	}
+	return paths
+}
+
+// controlSockets are where the login's services listen on this machine:
+// its runtime dir (the user's systemd, D-Bus, an agent), the Docker
+// Engine's socket, tmux's socket dir and the ssh agent's socket.
+func controlSockets(getenv func(string) string) []string {
+	paths := []string{getenv("XDG_RUNTIME_DIR"), "/var/run/docker.sock", "/run/docker.sock",
+		filepath.Join(cmp.Or(getenv("TMUX_TMPDIR"), "/tmp"), fmt.Sprintf("tmux-%d", os.Geteuid())), getenv("SSH_AUTH_SOCK")}
+	if h, ok := strings.CutPrefix(getenv("DOCKER_HOST"), "unix://"); ok {
+		paths = append(paths, h)
+	}
+	return paths
 }
 
 // runnerConfig is the line a runner reads on its stdin at start.
@@ -546,9 +570,13 @@ type runnerConfig struct {
 	Clip     int     `json:"clip"`
 	SpillMax int     `json:"spill_max"`
 	Confine  bool    `json:"confine"`
-	// Deny lists dirs of the runner's host it must not reach, besides other
-	// kernels' (the engine's state dir, on this machine).
+	// Deny lists the paths of the runner's host it must not see, besides
+	// other kernels' dirs (hiddenPaths).
 	Deny []string `json:"deny,omitempty"`
+	// NoHide leaves the hiding to Landlock alone (tests of that fallback).
+	NoHide bool `json:"no_hide,omitempty"`
+	// Umask is what cells create files with (the engine's own).
+	Umask int `json:"umask"`
 	// Resource limits the runner sets on itself (0: none).
 	MemoryLimit int64 `json:"memory_limit,omitempty"`
 	CPULimit    int64 `json:"cpu_limit,omitempty"`
@@ -649,4 +677,21 @@ func hostError(res backends.Result) string {
 		out = out[:500] + "..."
 	}
 	return fmt.Sprintf("exit status %d: %s", res.ReturnCode, out)
+}
+
+// processUmask is this process's umask, read without changing it (umask(2)
+// would, for a moment, for every goroutine's files); 022 where /proc does
+// not say.
+func processUmask() int {
+	data, err := os.ReadFile("/proc/self/status")
+	if err == nil {
+		for line := range strings.SplitSeq(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+				if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil && m <= 0o777 {
+					return int(m)
+				}
+			}
+		}
+	}
+	return 0o022
 }

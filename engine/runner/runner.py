@@ -2492,13 +2492,18 @@ def _unconfined(why):
     return "none:" + only_chars(why, RPC_NAME_CHARS, "-")[:60]
 
 
-def confine(kdir, libc, deny=()):
+def confine(kdir, libc, deny=(), hidden=False):
     """Confine this process (and what it starts) with Landlock, before any
-    thread exists: everything stays reachable but the other kernels' dirs
-    under the kernel root (and the temp dir's other kerneldeck-* dirs) and
-    the dirs in deny (the engine's state dir: its journal holds every
-    kernel's secret), and from ABI 6 no signals or abstract sockets leave
-    the domain. Returns "landlock:ABI" or "none:reason"."""
+    thread exists: no mount or unmount, no ptrace or /proc/<pid>/mem of
+    processes outside the domain, and from ABI 6 no signals or abstract
+    sockets leave it. Where hide has covered what the kernel must not see
+    (hidden), every path stays reachable. Otherwise Landlock hides by
+    itself, as a fallback: everything stays reachable but the other
+    kernels' dirs under the kernel root (and the temp dir's other
+    kerneldeck-* dirs) and the whole of each dir in deny (the engine's
+    state dir); the price is that the dirs above those lose what was
+    created in them after the start. Returns "landlock:ABI" or
+    "none:reason"."""
     if libc is None:
         return _unconfined("no ctypes")
     sc = libc.func("syscall", libc.long)
@@ -2522,6 +2527,13 @@ def confine(kdir, libc, deny=()):
     if rs < 0:
         return _unconfined("create ruleset: " + os.strerror(libc.get_errno()))
     try:
+        def finish():
+            if libc.func("prctl")(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+                return _unconfined("no_new_privs: " + os.strerror(libc.get_errno()))
+            if sc(libc.long(446), libc.int(rs), libc.uint32(0)) != 0:
+                return _unconfined("restrict self: " + os.strerror(libc.get_errno()))
+            return "landlock:%d" % abi
+
         # One rule and one set of C arguments for every path: a temp dir
         # can hold thousands of entries, each a rule (20 us apiece when each
         # call built its own ctypes objects).
@@ -2545,6 +2557,9 @@ def confine(kdir, libc, deny=()):
             finally:
                 os.close(fd)
 
+        if hidden:
+            allow("/", follow=True)
+            return finish()
         # Walk from / to the kernel dir and to each denied dir: at each
         # level allow every entry but the next ones on the way. In the temp
         # dir no kerneldeck-* dir is allowed, and in the kernel root nothing
@@ -2589,7 +2604,8 @@ def confine(kdir, libc, deny=()):
                 if target in ps and below == target:
                     allow(target, follow=True)
                     ps = [p for p in ps if p != target]
-                ps = [p for p in ps if p != below]  # a denied dir itself: nothing in it
+                if below in ps:
+                    continue  # a denied dir: nothing in it, at any depth
                 if ps:
                     err = walk(below, ps)
                     if err:
@@ -2599,13 +2615,9 @@ def confine(kdir, libc, deny=()):
         err = walk("/", [target] + denied)
         if err:
             return _unconfined(err)
-        if libc.func("prctl")(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
-            return _unconfined("no_new_privs: " + os.strerror(libc.get_errno()))
-        if sc(libc.long(446), libc.int(rs), libc.uint32(0)) != 0:
-            return _unconfined("restrict self: " + os.strerror(libc.get_errno()))
+        return finish()
     finally:
         os.close(rs)
-    return "landlock:%d" % abi
 
 
 def set_limits(cfg, runner):
@@ -2691,28 +2703,32 @@ def trusted_site():
     return skipped
 
 
-CLONE_NEWUSER = 0x10000000
+CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_SLAVE = 32, 4096, 16384, 1 << 19
 
 
-def own_user_namespace(libc):
+def own_namespaces(libc):
     """Moves this runner into a user namespace of its own that maps only its
-    own uid and gid, before any thread exists and while it is still
-    dumpable (its /proc files are its own to write). Nothing it or anything
-    it starts does, however it detaches, can leave the namespace: an engine
-    socket tells it from the engine's user by that (and refuses it), and no
-    process outside can be ptraced or have its fds taken from in here.
+    own uid and gid, with a mount namespace of its own in it, before any
+    thread exists and while it is still dumpable (its /proc files are its
+    own to write). Nothing it or anything it starts does, however it
+    detaches, can leave the namespace: an engine socket tells it from the
+    engine's user by that (and refuses it), and no process outside can be
+    ptraced or have its fds, /proc/<pid>/root included, taken from in here.
     Returns "+userns", or "" where the host allows none (a container's
     seccomp profile): the engine then cannot tell this kernel's processes
-    from its user's."""
+    from its user's; and whether the mount namespace holds (hide needs it)."""
     if libc is None:
-        return ""
+        return "", False
     uid, gid = os.geteuid(), os.getegid()
     try:
         unshare = libc.func("unshare")
     except AttributeError:
-        return ""
-    if unshare(CLONE_NEWUSER) != 0:
-        return ""
+        return "", False
+    mountns = unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0
+    if not mountns and unshare(CLONE_NEWUSER) != 0:
+        return "", False
     for name, line in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)), ("gid_map", "%d %d 1" % (gid, gid))):
         try:
             fd = os.open("/proc/self/" + name, os.O_WRONLY | os.O_CLOEXEC)
@@ -2725,7 +2741,93 @@ def own_user_namespace(libc):
                 # Unmapped, this process is nobody to itself: it cannot go on.
                 tell_spawn("FAILED cannot map uid %d in the runner's user namespace: %s" % (uid, e.strerror or e))
                 os._exit(2)
-    return "+userns"
+    return "+userns", mountns
+
+
+def hide(libc, kdir, paths):
+    """Hides what this kernel must not see, in its own mount namespace,
+    before any cell: an empty read-only tmpfs over each dir in paths (the
+    engine's state dir, its socket's dir, the login's control sockets'),
+    an empty read-only file over each other path, over the temp dir's other
+    kerneldeck-* dirs, and over the kernel root, in which only this
+    kernel's own dir is put back. Everything else stays as its user sees
+    it. Returns None, or why it could not (what it covered stays covered)."""
+    mount = libc.func("mount")
+    flags = libc.long
+
+    def call(source, target, fstype, how, data=None):
+        if mount(source, target.encode(), fstype, flags(how), data) != 0:
+            raise OSError(libc.get_errno(), "mount %s: %s" % (target, os.strerror(libc.get_errno())))
+
+    sealed = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+
+    def cover(path):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return  # nothing there to see
+        if stat_is_dir(st.st_mode):
+            call(b"kerneldeck", path, b"tmpfs", sealed, b"size=4k,nr_inodes=1,mode=0555")
+        else:
+            call(b"/dev/null", path, None, MS_BIND)
+            call(None, path, None, MS_REMOUNT | MS_BIND | sealed)
+
+    try:
+        # Nothing mounted here goes back out to the host's namespace.
+        call(None, "/", None, MS_REC | MS_SLAVE)
+        target = os.path.realpath(kdir)
+        root, own = os.path.split(target)
+        transient = own.startswith("kerneldeck-once-")
+        temp = root if transient else os.path.dirname(root)
+        for p in paths:
+            if isinstance(p, str) and p.startswith("/"):
+                p = os.path.realpath(p)
+                if (target + "/").startswith(p.rstrip("/") + "/"):
+                    return "%s holds the kernel's own dir" % p
+                cover(p)
+        for e in os.listdir(temp):
+            p = os.path.join(temp, e)
+            if e.startswith("kerneldeck-") and p not in (target, root):
+                cover(p)
+        if not transient:
+            # The kernel root, with only this kernel's dir in it: the dir
+            # is bound back from a handle taken before the root is covered.
+            fd = os.open(target, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                call(b"kerneldeck", root, b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k,nr_inodes=2,mode=0700")
+                os.mkdir(target, 0o700)
+                call(("/proc/self/fd/%d" % fd).encode(), target, None, MS_BIND)
+            finally:
+                os.close(fd)
+            call(None, root, None, MS_REMOUNT | sealed)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
+def drop_capabilities(libc):
+    """Gives up every capability this runner holds in its own namespaces, for
+    good: nothing a cell starts, setuid or root in here included, can get
+    one back, so no cell can unmount what hide covered or mount anything."""
+    if libc is None:
+        return
+    prctl = libc.func("prctl")
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):
+        prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP
+
+    class Header(libc.Structure):
+        _fields_ = [("version", libc.uint32), ("pid", libc.int32)]
+
+    class Data(libc.Structure):  # two of linux's __user_cap_data_struct, all zero
+        _fields_ = [(name, libc.uint32) for name in ("e0", "p0", "i0", "e1", "p1", "i1")]
+
+    data = Data()
+    libc.func("syscall")(libc.long(126), libc.byref(Header(0x20080522, 0)), libc.byref(data))  # capset, v3
 
 
 def not_dumpable(libc):
@@ -2744,7 +2846,7 @@ def main():
         sys.stderr.write("kerneldeck runner needs Python >= 3.8, found %s\n" % sys.version.split()[0])
         sys.exit(2)
     libc = load_libc()
-    userns = own_user_namespace(libc)
+    userns, mountns = own_namespaces(libc)
     not_dumpable(libc)
     untrusted = trusted_site()
     kdir = os.path.dirname(os.path.abspath(__file__))
@@ -2780,11 +2882,23 @@ def main():
     for path in untrusted:
         runner.log("did not run the code in %s: this login can change it, so another kernel could have put it there" % path)
     runner.libc = libc
-    if cfg.get("confine", True) is False:
+    confined = cfg.get("confine", True) is not False
+    deny = cfg.get("deny") if isinstance(cfg.get("deny"), list) else []
+    hidden = False
+    if confined:
+        why = "no mount namespace" if not mountns else \
+            hide(libc, kdir, deny) if cfg.get("no_hide") is not True else "turned off by the engine"
+        hidden = why is None
+        if not hidden:
+            runner.log("not hidden by mounts (%s): Landlock alone keeps the engine's files and other kernels' dirs from this kernel" % why)
+    if userns:
+        # The capabilities a user namespace of our own gave us were for hide
+        # alone (where there is none, a container's root keeps its own).
+        drop_capabilities(libc)
+    if not confined:
         runner.confinement = _unconfined("turned off by the engine")
     else:
-        deny = cfg.get("deny")
-        runner.confinement = confine(kdir, libc, deny if isinstance(deny, list) else ())
+        runner.confinement = confine(kdir, libc, deny, hidden) + ("+mountns" if hidden else "")
     runner.confinement += userns
     if userns:
         try:
@@ -2798,7 +2912,8 @@ def main():
         os.mkdir(tmp, 0o700)
     except OSError:
         pass
-    os.environ["TMPDIR"] = tmp  # the shared temp dir may be out of reach
+    if not hidden:
+        os.environ["TMPDIR"] = tmp  # Landlock alone: the temp dir's new files are out of reach
     try:
         os.setsid()
     except OSError:
@@ -2808,7 +2923,10 @@ def main():
     # Started in the background by its watcher, the runner inherits SIGQUIT
     # ignored; the programs its cells start should not.
     signal.signal(signal.SIGQUIT, signal.SIG_DFL)
-    os.umask(0o077)
+    # Cells make files as their user would; the runner's own have explicit
+    # modes (and the spawn's umask 077 made its dirs).
+    umask = cfg.get("umask")
+    os.umask(umask if isinstance(umask, int) and not isinstance(umask, bool) and 0 <= umask <= 0o777 else 0o022)
     # kerneldeck_tools (generated at spawn) reaches the host through this.
     runtime = type(sys)("kerneldeck_runtime")
     runtime.call = runner.rpc.call

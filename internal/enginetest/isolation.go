@@ -87,15 +87,16 @@ print(json.dumps(out))
 
 // Isolation attacks, from one owner's kernel, another owner's kernel of the
 // same login on env: its socket, its request and answer files, its wake
-// FIFO, its /proc files, ptrace and signals. With Landlock (confine) every
-// door is closed by the kernel; without it, the runner's secret and its
-// being non-dumpable must still keep the attacker from running code in it,
-// reading its state or secret, or making tool calls as it.
+// FIFO, its /proc files, ptrace and signals. Where runners hide (a mount
+// namespace each) bob cannot even see alice's dir; with Landlock alone
+// every door is closed by the kernel; unconfined, the runner's secret and
+// its being non-dumpable must still keep the attacker from running code
+// in it, reading its state or secret, or making tool calls as it.
 func Isolation(t *testing.T, newEnv func(t *testing.T) backends.Env) {
-	for _, confine := range []bool{true, false} {
-		name := map[bool]string{true: "landlock", false: "no landlock"}[confine]
-		t.Run(name, func(t *testing.T) {
-			h := NewTools(t, newEnv(t), func(c *engine.Config) { c.NoConfine = !confine })
+	for _, mode := range []string{"hidden", "landlock alone", "unconfined"} {
+		confine := mode != "unconfined"
+		t.Run(mode, func(t *testing.T) {
+			h := NewTools(t, newEnv(t), func(c *engine.Config) { c.NoConfine, c.LandlockOnly = !confine, mode == "landlock alone" })
 			tools := []string{"write_file", "terminal"}
 			alice := h.Call("alice", tools, "secret_value = 'alice-42'\nprint('ready')")
 			expectOK(t, alice, "ready\n")
@@ -107,7 +108,14 @@ func Isolation(t *testing.T, newEnv func(t *testing.T) backends.Env) {
 			})
 			k, _ := h.Kernel("alice")
 			if confine && !strings.HasPrefix(k.Confinement, "landlock:") {
-				t.Skipf("runners on this host are not confined (%s): the other subtest checks the layers that hold without Landlock", k.Confinement)
+				t.Skipf("runners on this host are not confined (%s): the unconfined subtest checks the layers that hold without Landlock", k.Confinement)
+			}
+			hidden := strings.Contains(k.Confinement, "+mountns")
+			if mode == "hidden" && !hidden {
+				t.Skipf("runners on this host have no mount namespace (%s): the subtest with Landlock alone checks the fallback", k.Confinement)
+			}
+			if mode != "hidden" && hidden {
+				t.Errorf("confinement %q: runners hid with mounts although told not to", k.Confinement)
 			}
 			abi := 0
 			fmt.Sscanf(k.Confinement, "landlock:%d", &abi)
@@ -150,6 +158,21 @@ func Isolation(t *testing.T, newEnv func(t *testing.T) backends.Env) {
 				refused := strings.HasPrefix(outcome, "refused")
 				why := ""
 				switch {
+				case confine && attack == "signal" && abi < 6:
+					// Signals are scoped from Landlock ABI 6 on.
+				case hidden && attack == "list kernel root":
+					// bob sees a kernel root with his own dir alone in it.
+					if !strings.HasPrefix(outcome, "ok: ['k") || strings.Contains(outcome, alice.Kernel.ID) || strings.Contains(outcome, ",") {
+						t.Errorf("list kernel root: %s; want bob's own dir alone", outcome)
+					}
+				case hidden:
+					// alice's dir is not there for bob: every door to it is.
+					if !strings.HasPrefix(outcome, "refused") && attack != "environ" {
+						t.Errorf("%s: %s; want it refused (alice's dir is hidden from bob)", attack, outcome)
+					}
+					if strings.Contains(outcome, secret) {
+						t.Errorf("%s holds alice's secret", attack)
+					}
 				case attack == "socket":
 					// Landlock does not cover connecting to a named socket:
 					// the runner takes the connection but no peer that
@@ -165,8 +188,6 @@ func Isolation(t *testing.T, newEnv func(t *testing.T) backends.Env) {
 					if !root && !refused {
 						t.Errorf("environ: %s; want it refused: the runner is non-dumpable", outcome)
 					}
-				case confine && attack == "signal" && abi < 6:
-					// Signals are scoped from Landlock ABI 6 on.
 				case confine:
 					// Landlock closes every other door: the dirs, /proc of
 					// other domains, ptrace, and (ABI 6) signals.
