@@ -186,6 +186,9 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if err != nil {
 		return r.usage(err)
 	}
+	if c.listen != "none" {
+		s.socket = cmp.Or(c.listen, wire.SocketPath(s.stateDir))
+	}
 	le, code, ok := r.openEngine(s)
 	if !ok {
 		return code

@@ -119,6 +119,7 @@ func (c *serveCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if path == "" {
 		path = wire.SocketPath(s.stateDir)
 	}
+	s.socket = path
 	eng, code, ok := r.openEngine(s)
 	if !ok {
 		return code

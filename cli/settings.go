@@ -29,6 +29,9 @@ type resolved struct {
 	workspace, workspaceFrom string
 	approvals                engine.Approvals
 	pythonFlag               bool // --python was given: it is every backend's
+	// socket is where the engine will be served, if it will: kernels must
+	// not see it.
+	socket string
 }
 
 func resolve(f *engineFlags) (*resolved, error) {
@@ -230,6 +233,7 @@ func openEngine(f *engineFlags, s *resolved) (eng *engine.Engine, cleanup func()
 		CellTimeout:        s.cfg.CellTimeout,
 		StateDir:           s.stateDir,
 		JournalDir:         filepath.Join(s.stateDir, "journal"),
+		HidePaths:          socketHidden(s.socket),
 		Tracer:             tracer,
 
 		Tools:           tools,
@@ -354,4 +358,19 @@ func parkDir(cfg config.Config, stateDir string) string {
 		return ""
 	}
 	return filepath.Join(stateDir, "parked")
+}
+
+// socketHidden is what kernels must not see of the engine's socket at
+// path: its dir, where that is the engine's own (the default
+// .../kerneldeck/engine.sock), else the socket itself (covered where it
+// exists when a runner starts; the engine refuses kernels at connect
+// anyway).
+func socketHidden(path string) []string {
+	if path == "" {
+		return nil
+	}
+	if filepath.Base(filepath.Dir(path)) == "kerneldeck" {
+		return []string{filepath.Dir(path)}
+	}
+	return []string{path}
 }
