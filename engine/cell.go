@@ -131,7 +131,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 		if !ValidCellID(req.Cell) {
 			return nil, fmt.Errorf("%w: %q (use 1 to 64 letters, digits, _ or -)", ErrBadCellID, req.Cell)
 		}
-		if rec, ok := e.cells.get(req.Cell); ok {
+		if rec, ok := e.cells.get(key, req.Cell); ok {
 			return e.answerAgain(ctx, rec, key, start, deadline)
 		}
 	}
@@ -173,14 +173,14 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 		req.OnStart(cellID)
 	}
 	userStream := req.OnOutput != nil || req.OnDisplay != nil
-	req.OnOutput = e.outputTap(cellID, req.OnOutput)
-	req.OnDisplay = e.displayTap(cellID, req.OnDisplay)
+	req.OnOutput = e.outputTap(key, cellID, req.OnOutput)
+	req.OnDisplay = e.displayTap(key, cellID, req.OnDisplay)
 	res, err := e.executeAcquired(ctx, req, k, created, reaped, cellID, userStream, start, timeout, deadline)
 	e.mu.Lock()
 	final := k.id
 	e.mu.Unlock()
-	e.cells.moved(cellID, final)
-	e.cells.finish(cellID, res, err, time.Since(start))
+	e.cells.moved(key, cellID, final)
+	e.cells.finish(key, cellID, res, err, time.Since(start))
 	if res != nil {
 		res.Cell = cellID
 	}
@@ -189,9 +189,9 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 
 // outputTap records a cell's streamed output and publishes it to the
 // subscribers that take output, then hands it to the caller's callback.
-func (e *Engine) outputTap(cellID string, user func(stream, text string)) func(stream, text string) {
+func (e *Engine) outputTap(key Key, cellID string, user func(stream, text string)) func(stream, text string) {
 	return func(stream, text string) {
-		if kernel, owner, ok := e.cells.output(cellID, stream, text); ok {
+		if kernel, owner, ok := e.cells.output(key, cellID, stream, text); ok {
 			e.emit(Event{Type: EventCellOutput, Kernel: kernel, Owner: owner, Cell: cellID, Stream: stream, Text: text})
 		}
 		if user != nil {
@@ -206,10 +206,10 @@ const StreamDisplay = "display"
 
 // displayTap publishes a display made while the cell runs, as its label, to
 // the subscribers that watch output, and hands it to the caller.
-func (e *Engine) displayTap(cellID string, user func(Display)) func(Display) {
+func (e *Engine) displayTap(key Key, cellID string, user func(Display)) func(Display) {
 	return func(d Display) {
 		text := d.Label() + "\n"
-		if kernel, owner, ok := e.cells.output(cellID, StreamDisplay, text); ok {
+		if kernel, owner, ok := e.cells.output(key, cellID, StreamDisplay, text); ok {
 			e.emit(Event{Type: EventCellOutput, Kernel: kernel, Owner: owner, Cell: cellID, Stream: StreamDisplay, Text: text})
 		}
 		if user != nil {
@@ -277,7 +277,7 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 		// A spawn gives the kernel a new id (a spare runner, a reset, a
 		// respawn): the cell is filed under the id it runs in, so whoever
 		// looks at the kernel sees it while it runs.
-		e.cells.moved(cellID, id)
+		e.cells.moved(k.key, cellID, id)
 		e.emit(cellEvent(EventCellStarted, k, c.id, "cell "+c.id))
 		out = e.runCell(ctx, k, c)
 		if out.kind != outDead {

@@ -44,9 +44,20 @@ type CellRecord struct {
 	ToolCallsMade   int    `json:"tool_calls_made"`
 	// Error is why the engine could not give the cell a result.
 	Error string `json:"error,omitempty"`
+	// key is the kernel key the cell ran for: an id names a cell of its
+	// key alone (another key's cell of the same id is another record).
+	key Key
 	// done is closed when the cell finishes.
 	done chan struct{}
 }
+
+// cellRef names a record: a cell id is its caller's, within its key.
+type cellRef struct {
+	key Key
+	id  string
+}
+
+func (r *CellRecord) ref() cellRef { return cellRef{r.key, r.ID} }
 
 // Excerpt is the head and tail of a stream; Bytes is its length as the
 // engine saw it, so Bytes > len(Head)+len(Tail) means the middle is left
@@ -110,18 +121,18 @@ func lastBytes(s string, n int) string {
 type cellLog struct {
 	mu       sync.Mutex
 	byKernel map[string][]*CellRecord
-	byID     map[string]*CellRecord
+	byID     map[cellRef]*CellRecord
 	order    []*CellRecord // by start, oldest first; dropped ones are skipped
 	live     int           // records in order that are not dropped
 }
 
 func newCellLog() *cellLog {
-	return &cellLog{byKernel: map[string][]*CellRecord{}, byID: map[string]*CellRecord{}}
+	return &cellLog{byKernel: map[string][]*CellRecord{}, byID: map[cellRef]*CellRecord{}}
 }
 
 // start records a cell that begins on kernel k.
 func (l *cellLog) start(k *Kernel, id, code string, now time.Time) {
-	rec := &CellRecord{ID: id, Kernel: k.id, Owner: k.key.Owner, Key: k.key.String(), Running: true, Started: now, done: make(chan struct{})}
+	rec := &CellRecord{ID: id, Kernel: k.id, Owner: k.key.Owner, Key: k.key.String(), key: k.key, Running: true, Started: now, done: make(chan struct{})}
 	if len(code) > recordCodeMax {
 		cut := recordCodeMax
 		for cut > 0 && !utf8.RuneStart(code[cut]) {
@@ -133,10 +144,10 @@ func (l *cellLog) start(k *Kernel, id, code string, now time.Time) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if old := l.byID[id]; old != nil {
-		l.dropLocked(old) // a cell id is one cell: the newer record is the one
+	if old := l.byID[rec.ref()]; old != nil {
+		l.dropLocked(old) // a cell id is one cell of its key: the newer record is the one
 	}
-	l.byID[id] = rec
+	l.byID[rec.ref()] = rec
 	l.byKernel[rec.Kernel] = append(l.byKernel[rec.Kernel], rec)
 	l.order = append(l.order, rec)
 	l.live++
@@ -149,7 +160,7 @@ func (l *cellLog) start(k *Kernel, id, code string, now time.Time) {
 	if len(l.order) > 2*cellsTotal { // compact the skipped entries away
 		kept := l.order[:0]
 		for _, r := range l.order {
-			if l.byID[r.ID] == r {
+			if l.byID[r.ref()] == r {
 				kept = append(kept, r)
 			}
 		}
@@ -161,7 +172,7 @@ func (l *cellLog) start(k *Kernel, id, code string, now time.Time) {
 func (l *cellLog) oldestLocked() *CellRecord {
 	for len(l.order) > 0 {
 		r := l.order[0]
-		if l.byID[r.ID] == r {
+		if l.byID[r.ref()] == r {
 			return r
 		}
 		l.order = l.order[1:]
@@ -170,10 +181,10 @@ func (l *cellLog) oldestLocked() *CellRecord {
 }
 
 func (l *cellLog) dropLocked(r *CellRecord) {
-	if r == nil || l.byID[r.ID] != r {
+	if r == nil || l.byID[r.ref()] != r {
 		return
 	}
-	delete(l.byID, r.ID)
+	delete(l.byID, r.ref())
 	l.live--
 	ks := l.byKernel[r.Kernel]
 	for i, x := range ks {
@@ -191,10 +202,10 @@ func (l *cellLog) dropLocked(r *CellRecord) {
 
 // output adds streamed output to a running cell's record and returns the
 // cell's kernel and owner (ok false for a cell it does not hold).
-func (l *cellLog) output(id, stream, text string) (kernel, owner string, ok bool) {
+func (l *cellLog) output(key Key, id, stream, text string) (kernel, owner string, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := l.byID[id]
+	r := l.byID[cellRef{key, id}]
 	if r == nil || !r.Running {
 		return "", "", false
 	}
@@ -209,10 +220,10 @@ func (l *cellLog) output(id, stream, text string) (kernel, owner string, ok bool
 }
 
 // moved notes that a cell's kernel was respawned under a new id.
-func (l *cellLog) moved(id, kernel string) {
+func (l *cellLog) moved(key Key, id, kernel string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := l.byID[id]
+	r := l.byID[cellRef{key, id}]
 	if r == nil || r.Kernel == kernel {
 		return
 	}
@@ -234,10 +245,10 @@ func (l *cellLog) moved(id, kernel string) {
 
 // finish records how a cell ended: its result, or the error that left it
 // without one.
-func (l *cellLog) finish(id string, res *Result, err error, d time.Duration) {
+func (l *cellLog) finish(key Key, id string, res *Result, err error, d time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := l.byID[id]
+	r := l.byID[cellRef{key, id}]
 	if r == nil || !r.Running {
 		return
 	}
@@ -273,11 +284,12 @@ func (l *cellLog) of(kernel string) []CellRecord {
 	return out
 }
 
-// get returns a copy of cell id's record; ok false when there is none.
-func (l *cellLog) get(id string) (rec CellRecord, ok bool) {
+// get returns a copy of the record of key's cell id; ok false when there is
+// none (another key's cell of that id is none of key's).
+func (l *cellLog) get(key Key, id string) (rec CellRecord, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := l.byID[id]
+	r := l.byID[cellRef{key, id}]
 	if r == nil {
 		return CellRecord{}, false
 	}

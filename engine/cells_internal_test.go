@@ -20,7 +20,7 @@ func TestCellLogBounds(t *testing.T) {
 	for i := range 30 {
 		id := fmt.Sprintf("a%02d", i)
 		l.start(kernel(0), id, "code "+id, now)
-		l.finish(id, &Result{Status: StatusSuccess, Stdout: id}, nil, time.Millisecond)
+		l.finish(kernel(0).key, id, &Result{Status: StatusSuccess, Stdout: id}, nil, time.Millisecond)
 	}
 	recs := l.of("k0")
 	if len(recs) != cellsPerKernel || recs[0].ID != "a10" || recs[len(recs)-1].ID != "a29" || recs[0].Stdout.Head != "a10" {
@@ -51,9 +51,9 @@ func TestCellRecordExcerpts(t *testing.T) {
 	code := strings.Repeat("é", recordCodeMax) // 2 bytes a rune
 	l.start(&Kernel{id: "k"}, "c1", code, time.Now())
 	for range 1000 {
-		l.output("c1", "stdout", "ü€"+strings.Repeat("x", 97))
+		l.output(Key{}, "c1", "stdout", "ü€"+strings.Repeat("x", 97))
 	}
-	l.output("c1", "stderr", "warn\n")
+	l.output(Key{}, "c1", "stderr", "warn\n")
 	r := l.of("k")[0]
 	if !r.CodeClipped || len(r.Code) > recordCodeMax || !utf8.ValidString(r.Code) {
 		t.Fatalf("code: %d bytes, clipped %v, valid %v", len(r.Code), r.CodeClipped, utf8.ValidString(r.Code))
@@ -66,8 +66,41 @@ func TestCellRecordExcerpts(t *testing.T) {
 	if r.Stderr.Head != "warn\n" || r.Stderr.Tail != "" {
 		t.Fatalf("stderr excerpt %+v", r.Stderr)
 	}
-	l.finish("c1", nil, fmt.Errorf("boom"), time.Second)
+	l.finish(Key{}, "c1", nil, fmt.Errorf("boom"), time.Second)
 	if r := l.of("k")[0]; r.Running || r.Status != StatusError || r.Error != "boom" || r.Stdout.Bytes != 1000*102 {
 		t.Fatalf("a cell that ended in an error: %+v", r)
+	}
+}
+
+// A cell id names a cell within its key, told apart by the key's
+// structure: two keys whose strings read the same ("a" with task "b/c",
+// and "a/b" with task "c") keep records of the same id apart, and what one
+// records, finishes or streams never reaches the other's.
+func TestCellIDsBelongToTheirKey(t *testing.T) {
+	l := newCellLog()
+	a := &Kernel{id: "ka", key: Key{Owner: "a", Task: "b/c", Backend: "local"}}
+	ab := &Kernel{id: "kab", key: Key{Owner: "a/b", Task: "c", Backend: "local"}}
+	member := &Kernel{id: "km", key: Key{Owner: "a", Task: "b/c", Backend: "local?user=a"}}
+	if a.key.String() != ab.key.String() {
+		t.Fatalf("the keys' strings differ (%s, %s): this test wants them alike", a.key, ab.key)
+	}
+	now := time.Now()
+	l.start(a, "x1", "secret = 1", now)
+	l.start(ab, "x1", "mine = 2", now)
+	l.start(member, "x1", "member = 3", now)
+	l.output(a.key, "x1", "stdout", "a's secret\n")
+	l.finish(a.key, "x1", &Result{Status: StatusSuccess, Stdout: "a's secret\n"}, nil, time.Millisecond)
+	got, ok := l.get(ab.key, "x1")
+	if !ok || got.Kernel != "kab" || got.Code != "mine = 2" || !got.Running || got.Stdout.Bytes != 0 {
+		t.Fatalf("a/b's x1: %+v %v; want its own running record, untouched by a's", got, ok)
+	}
+	if got, _ := l.get(a.key, "x1"); got.Running || got.Stdout.Head != "a's secret\n" {
+		t.Fatalf("a's x1: %+v", got)
+	}
+	if got, _ := l.get(member.key, "x1"); got.Kernel != "km" || !got.Running {
+		t.Fatalf("the member's x1: %+v", got)
+	}
+	if _, ok := l.get(Key{Owner: "a"}, "x1"); ok {
+		t.Fatal("a key that ran no x1 found a record of it")
 	}
 }

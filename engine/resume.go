@@ -107,8 +107,8 @@ func (e *Engine) collect(ctx context.Context, k *Kernel, id string) {
 	e.mu.Lock()
 	k.runningCell, k.runningSince = id, e.cfg.Now()
 	e.mu.Unlock()
-	c := newCellRun(id, "", start.Add(e.cfg.CellTimeout), e.outputTap(id, nil), false)
-	c.onDisplay = e.displayTap(id, nil)
+	c := newCellRun(id, "", start.Add(e.cfg.CellTimeout), e.outputTap(k.key, id, nil), false)
+	c.onDisplay = e.displayTap(k.key, id, nil)
 	c.reached(reachSocket) // sent before: it may have run
 	c.rpc = e.newRPCSession(ctx, k, c)
 	e.emit(cellEvent(EventCellStarted, k, id, "cell "+id+" (sent by the engine before this one; collecting its result)"))
@@ -122,7 +122,7 @@ func (e *Engine) collect(ctx context.Context, k *Kernel, id string) {
 		res.ToolCallsMade = made
 		res.Cell = id
 	}
-	e.cells.finish(id, res, err, time.Since(start))
+	e.cells.finish(k.key, id, res, err, time.Since(start))
 }
 
 // ValidCellID says whether id can name a cell: what runners accept.
@@ -138,14 +138,11 @@ func ValidCellID(id string) bool {
 	return true
 }
 
-// answerAgain answers a call for a cell this engine already knows by its
-// caller's id: once the cell finished, with what the engine kept of it,
-// never by running it again. A record of another kernel's key is refused:
-// an id is no way into another's results.
+// answerAgain answers a call for a cell of key this engine already knows by
+// its caller's id: once the cell finished, with what the engine kept of it,
+// never by running it again. Only key's own records come here: another
+// key's cell of the same id is not known to key at all.
 func (e *Engine) answerAgain(ctx context.Context, rec CellRecord, key Key, start, deadline time.Time) (*Result, error) {
-	if rec.Key != key.String() {
-		return nil, fmt.Errorf("cell %s: %w", rec.ID, ErrCellOfAnother)
-	}
 	if rec.Running {
 		timer := time.NewTimer(time.Until(deadline))
 		defer timer.Stop()
@@ -157,7 +154,7 @@ func (e *Engine) answerAgain(ctx context.Context, rec CellRecord, key Key, start
 		case <-ctx.Done():
 			return nil, fmt.Errorf("cell %s: %w", rec.ID, ctx.Err())
 		}
-		if rec, _ = e.cells.get(rec.ID); rec.Running {
+		if rec, _ = e.cells.get(key, rec.ID); rec.Running {
 			return nil, fmt.Errorf("cell %s: its record was replaced while it ran", rec.ID)
 		}
 	}

@@ -51,8 +51,6 @@ var (
 	ErrOwnerQuota = errors.New("no room for another kernel of this owner")
 	// ErrBadCellID: a caller's cell id that no runner would take.
 	ErrBadCellID = errors.New("invalid cell id")
-	// ErrCellOfAnother: a caller's cell id names a cell of another kernel.
-	ErrCellOfAnother = errors.New("the cell id names a cell of another kernel")
 	// ErrKernelBusy: the kernel has a cell running or queued.
 	ErrKernelBusy = errors.New("kernel is busy")
 )
