@@ -1074,6 +1074,12 @@ func (e *Engine) killBatch(ctx context.Context, batch []*pendingKill) {
 		if p.runner.dir == "" || p.runner.pid <= 0 {
 			continue
 		}
+		if !killableDir(p.runner.env.TempDir(), p.runner.dir, p.runner.id) {
+			// Its record (a journal) names a dir no spawn makes: nothing
+			// there is removed, nobody is killed.
+			e.emit(p.runner.event(EventNotice, fmt.Sprintf("did not kill pid %d nor remove %s: not the dir of kernel %s under a kernel root", p.runner.pid, p.runner.dir, p.runner.id)))
+			continue
+		}
 		if e.cfg.ToolOutput != nil && !e.cfg.KeepToolOutput && p.retry == nil {
 			e.cfg.ToolOutput.Forget(p.runner.key.Owner, p.runner.id)
 		}

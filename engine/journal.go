@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -25,8 +23,18 @@ import (
 // atomically whenever a kernel or a spare comes or goes, beside a lock
 // file the engine holds (flock) for as long as its process lives. A lock
 // that can be taken is an engine that is gone; Close removes both files.
+// A journal is sealed (sealed.go) under journal.key in the same dir: its
+// records say which processes a later engine kills and which dirs it
+// removes, so one that anyone else wrote is reported and left alone.
 
-// journalFile is one engine's journal as it is on disk.
+// journalKeyFile is the journal dir's key; journalKind is what a journal's
+// seal says it is.
+const (
+	journalKeyFile = "journal.key"
+	journalKind    = "kerneldeck journal"
+)
+
+// journalFile is one engine's journal as it is on disk (sealed).
 type journalFile struct {
 	PID     int          `json:"pid"`
 	Started time.Time    `json:"started"`
@@ -36,6 +44,7 @@ type journalFile struct {
 // journal is the running engine's own journal.
 type journal struct {
 	dir, name string
+	key       []byte
 	lock      *os.File
 	kick      chan struct{}
 	stop      chan struct{}
@@ -48,6 +57,10 @@ func openJournal(dir string) (*journal, error) {
 	if err := EnsurePrivateDir(dir); err != nil {
 		return nil, fmt.Errorf("kernel journal: %w", err)
 	}
+	key, err := stateKey(filepath.Join(dir, journalKeyFile), "journal key")
+	if err != nil {
+		return nil, fmt.Errorf("kernel journal: %w", err)
+	}
 	name := fmt.Sprintf("engine-%d-%s", os.Getpid(), randomHex(4))
 	lock, err := os.OpenFile(filepath.Join(dir, name+".lock"), os.O_CREATE|os.O_EXCL|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
@@ -58,7 +71,7 @@ func openJournal(dir string) (*journal, error) {
 		os.Remove(lock.Name())
 		return nil, fmt.Errorf("kernel journal: lock %s: %w", lock.Name(), err)
 	}
-	return &journal{dir: dir, name: name, lock: lock, kick: make(chan struct{}, 1),
+	return &journal{dir: dir, name: name, key: key, lock: lock, kick: make(chan struct{}, 1),
 		stop: make(chan struct{}), stopped: make(chan struct{}), started: time.Now()}, nil
 }
 
@@ -87,7 +100,7 @@ func (j *journal) write(kernels []KeptKernel) error {
 		}
 		return nil
 	}
-	data, err := json.Marshal(journalFile{PID: os.Getpid(), Started: j.started, Kernels: kernels})
+	data, err := seal(j.key, journalKind, journalFile{PID: os.Getpid(), Started: j.started, Kernels: kernels})
 	if err != nil {
 		return fmt.Errorf("kernel journal: %w", err)
 	}
@@ -122,7 +135,7 @@ type orphanJournal struct {
 
 // claimJournals locks and reads the journals in dir whose engines are gone
 // (their lock can be taken); mine is this engine's own, skipped.
-func claimJournals(dir, mine string) ([]orphanJournal, []error) {
+func claimJournals(dir, mine string, key []byte) ([]orphanJournal, []error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -147,7 +160,13 @@ func claimJournals(dir, mine string) ([]orphanJournal, []error) {
 			continue
 		}
 		oj := orphanJournal{path: filepath.Join(dir, base+".json"), lock: lock}
-		f, err := readJournal(oj.path)
+		f, err := readJournal(oj.path, key)
+		if errors.Is(err, ErrUnsealed) {
+			// Not this state dir's engines' to act on, nor to remove.
+			lock.Close()
+			errs = append(errs, err)
+			continue
+		}
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -158,16 +177,17 @@ func claimJournals(dir, mine string) ([]orphanJournal, []error) {
 }
 
 // readJournal reads a journal file, which must be private (it holds
-// secrets); a missing one has no kernels.
-func readJournal(path string) (journalFile, error) {
+// secrets) and sealed under key; a missing one has no kernels.
+func readJournal(path string, key []byte) (journalFile, error) {
 	var f journalFile
 	data, err := readSecretFile(path, "kernel journal", "its kernels are not taken back")
 	if data == nil || err != nil {
 		return f, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
+	if err := unseal(key, journalKind, data, &f); err != nil {
+		if errors.Is(err, ErrUnsealed) {
+			return journalFile{}, fmt.Errorf("kernel journal %s was left alone: %w; nothing it names is killed or removed, and its kernels exit by themselves after idle_exit", path, err)
+		}
 		return journalFile{}, fmt.Errorf("kernel journal %s does not parse (%v); its kernels exit by themselves after idle_exit", path, err)
 	}
 	return f, nil
@@ -204,7 +224,7 @@ func (e *Engine) TakeBack(ctx context.Context) (TakenBack, error) {
 	if e.journal == nil {
 		return tb, nil
 	}
-	orphans, errs := claimJournals(e.journal.dir, e.journal.name)
+	orphans, errs := claimJournals(e.journal.dir, e.journal.name, e.journal.key)
 	// A few at a time: each costs a command on its host and a dial.
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -322,7 +342,7 @@ func (e *Engine) Orphaned() (int, error) {
 	if e.journal == nil {
 		return 0, nil
 	}
-	orphans, errs := claimJournals(e.journal.dir, e.journal.name)
+	orphans, errs := claimJournals(e.journal.dir, e.journal.name, e.journal.key)
 	n := 0
 	for _, oj := range orphans {
 		for _, kk := range oj.file.Kernels {

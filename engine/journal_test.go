@@ -3,12 +3,14 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,6 +40,7 @@ func journalKernels(t *testing.T, dir string) []string {
 		if err != nil {
 			continue
 		}
+		var sealed struct{ Body json.RawMessage }
 		var j struct {
 			Kernels []struct {
 				ID    string
@@ -46,8 +49,8 @@ func journalKernels(t *testing.T, dir string) []string {
 				PID   int
 			}
 		}
-		if err := json.Unmarshal(data, &j); err != nil {
-			t.Fatalf("journal %s: %v", f, err)
+		if err := json.Unmarshal(data, &sealed); err != nil || json.Unmarshal(sealed.Body, &j) != nil {
+			t.Fatalf("journal %s: %v %s", f, err, data)
 		}
 		for _, k := range j.Kernels {
 			if k.Token == "" && !(k.Spare && k.PID == 0) { // a spare still starting has none yet
@@ -169,8 +172,11 @@ func TestAStartingSpareOfADeadEngineIsKilled(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, dead+".lock"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	journal := `{"pid":999999,"started":"2026-01-01T00:00:00Z","kernels":[{"id":"` + id + `","backend":"local","spare":true}]}`
-	if err := os.WriteFile(filepath.Join(dir, dead+".json"), []byte(journal), 0o600); err != nil {
+	journal, err := engine.SealJournal(dir, []byte(`{"pid":999999,"started":"2026-01-01T00:00:00Z","kernels":[{"id":"`+id+`","backend":"local","spare":true}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, dead+".json"), journal, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	eng, err := engine.New(engine.Config{Backends: []backends.Env{backends.NewLocal(tmp)}, StateDir: t.TempDir(), JournalDir: dir})
@@ -199,4 +205,80 @@ func currentLogin(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return u.Username
+}
+
+// A journal is believed only when an engine of the state dir sealed it:
+// one that another process of the login planted, naming a victim process
+// (another user's, where the test runs as root) and a victim dir, makes
+// the next engine kill and remove nothing, and it is reported and left
+// where it is. A sealed journal that names them anyway (an engine's own
+// mistake, or a pid reused since) kills only a process that is a runner
+// of the dir it names, and removes only dirs under a kernel root.
+func TestAPlantedJournalKillsAndRemovesNothing(t *testing.T) {
+	tmp := enginetest.ShortTempDir(t)
+	victimDir := filepath.Join(t.TempDir(), "victim")
+	if err := os.MkdirAll(victimDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(victimDir, "precious"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	shaped := filepath.Join(tmp, "kerneldeck-"+currentLogin(t), "k0123456789ab")
+	if err := os.MkdirAll(shaped, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	victim := exec.Command("sleep", "120")
+	if os.Geteuid() == 0 {
+		victim = exec.Command("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "sleep", "120")
+	}
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { victim.Process.Kill(); victim.Wait() })
+	pid := victim.Process.Pid
+	body := fmt.Sprintf(`{"pid":999999,"started":"2026-01-01T00:00:00Z","kernels":[`+
+		`{"id":"k0123456789aa","backend":"local","spare":true,"pid":%[1]d,"dir":%[2]q},`+
+		`{"id":"k0123456789ab","backend":"local","spare":true,"pid":%[1]d,"dir":%[3]q},`+
+		`{"id":"k0123456789ac","owner":"o","task":"t","backend":"local","pid":%[1]d,"dir":%[2]q,"token":"00"}]}`, pid, victimDir, shaped)
+	for _, sealed := range []bool{false, true} {
+		dir := filepath.Join(t.TempDir(), "journal")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		data := []byte(body)
+		if sealed {
+			var err error
+			if data, err = engine.SealJournal(dir, data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const dead = "engine-999999-abcd1234"
+		os.WriteFile(filepath.Join(dir, dead+".lock"), nil, 0o600)
+		if err := os.WriteFile(filepath.Join(dir, dead+".json"), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		eng, err := engine.New(engine.Config{Backends: []backends.Env{backends.NewLocal(tmp)}, StateDir: t.TempDir(), JournalDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, err := eng.TakeBack(context.Background())
+		eng.Close(context.Background(), false)
+		if !sealed {
+			if err == nil || !strings.Contains(err.Error(), "left alone") || tb.Kernels+tb.SparesKilled+len(tb.Failed) != 0 {
+				t.Errorf("TakeBack of a planted journal: %+v, %v; want it reported and left alone", tb, err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, dead+".json")); err != nil {
+				t.Errorf("the planted journal was removed: %v", err)
+			}
+		}
+		if victim.ProcessState != nil || syscall.Kill(pid, 0) != nil {
+			t.Fatalf("sealed %v: the victim process was killed", sealed)
+		}
+		if _, err := os.Stat(filepath.Join(victimDir, "precious")); err != nil {
+			t.Fatalf("sealed %v: the victim dir was removed: %v", sealed, err)
+		}
+		if _, err := os.Stat(shaped); (err == nil) == sealed {
+			t.Errorf("sealed %v: the kernel-shaped dir: %v; want it removed only for a sealed journal", sealed, err)
+		}
+	}
 }

@@ -647,6 +647,12 @@ func validKernelDir(tempDir, dir, id string, transient bool) bool {
 	return validKernelRoot(tempDir, path.Dir(dir))
 }
 
+// killableDir says whether dir is one a spawn of kernel id makes on a host
+// with tempDir, a kernel's or a per-call kernel's: a kill removes it.
+func killableDir(tempDir, dir, id string) bool {
+	return validKernelDir(tempDir, dir, id, false) || validKernelDir(tempDir, dir, id, true)
+}
+
 // validKernelRoot reports whether root has the shape of a kernel root,
 // <temp dir>/kerneldeck-<login>.
 func validKernelRoot(tempDir, root string) bool {

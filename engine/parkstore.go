@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -83,29 +82,7 @@ func openParkStore(dir string) (*parkStore, error) {
 	if err := EnsurePrivateDir(dir); err != nil {
 		return nil, fmt.Errorf("park dir: %w", err)
 	}
-	p := filepath.Join(dir, parkKeyFile)
-	key, err := readParkKey(p)
-	if errors.Is(err, os.ErrNotExist) {
-		key = make([]byte, 32)
-		rand.Read(key)
-		f, cerr := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
-		if errors.Is(cerr, os.ErrExist) {
-			time.Sleep(50 * time.Millisecond) // another engine on this dir is writing it
-			return openParkStore(dir)
-		}
-		if cerr != nil {
-			return nil, fmt.Errorf("park key %s: %w", p, cerr)
-		}
-		_, werr := f.Write(key)
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
-		if werr != nil {
-			os.Remove(p)
-			return nil, fmt.Errorf("park key %s: %w", p, werr)
-		}
-		err = nil
-	}
+	key, err := stateKey(filepath.Join(dir, parkKeyFile), "park key")
 	if err != nil {
 		return nil, err
 	}
@@ -123,30 +100,6 @@ func openParkStore(dir string) (*parkStore, error) {
 		ps.index[h.Key] = h
 	}
 	return ps, nil
-}
-
-func readParkKey(p string) ([]byte, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("park key %s: %w", p, err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("park key %s: %w", p, err)
-	}
-	if !st.Mode().IsRegular() || st.Mode().Perm()&0o077 != 0 || !ownedByMe(st) || st.Size() != 32 {
-		return nil, fmt.Errorf("park key %s must be a 32-byte file owned by you with mode 0600 (found %v, %d bytes); remove it and parked states with it",
-			p, st.Mode(), st.Size())
-	}
-	key := make([]byte, 32)
-	if _, err := io.ReadFull(f, key); err != nil {
-		return nil, fmt.Errorf("park key %s: %w", p, err)
-	}
-	return key, nil
 }
 
 // path is where key's parked state rests: one file per key, named by a

@@ -313,7 +313,12 @@ type killTarget struct {
 func killScript(targets []killTarget) string {
 	var b strings.Builder
 	b.WriteString("# kerneldeck:kill\n")
-	b.WriteString(`k() { [ -d "$1" ] && kill -KILL -- "-$2" "$2" 2>/dev/null; return 0; }
+	// k kills only a runner of dir $1: the process whose argv names
+	// $1/runner.py (its group is its own), so a record that names another
+	// process, or a pid reused since, kills nothing. A host without /proc
+	// cannot tell, and is trusted.
+	b.WriteString(`runs() { local a; [ -d /proc/self ] || return 0; [ -r "/proc/$2/cmdline" ] || return 1; mapfile -d '' -t a <"/proc/$2/cmdline" 2>/dev/null || return 1; for a in "${a[@]}"; do [ "$a" = "$1/runner.py" ] && return 0; done; return 1; }
+k() { [ -d "$1" ] && runs "$1" "$2" && kill -KILL -- "-$2" "$2" 2>/dev/null; return 0; }
 w() {
   # The runner's watcher keeps its exit status beside the dir and then
   # removes the dir: once the dir is gone, the status can go too.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,12 @@ func Completion(t *testing.T, env backends.Env) {
 	h := New(t, env, nil)
 	ctx := context.Background()
 	res, err := h.Eng.Execute(ctx, engine.Request{Owner: "a",
-		Code: "import os\nmeasurements = {'alpha': 1, 'beta': 2}\nclass Box:\n    def __init__(self):\n        self.payload_size = 3\nbox = Box()\nos.chdir(os.environ['TMPDIR'])\nopen('kd_probe_file.txt', 'w').close()"})
+		Code: "import os\nmeasurements = {'alpha': 1, 'beta': 2}\nclass Box:\n    def __init__(self):\n        self.payload_size = 3\nbox = Box()"})
+	if err != nil || res.Status != engine.StatusSuccess {
+		t.Fatalf("setup cell: %v %+v", err, res)
+	}
+	// A file to complete, in the kernel's own dir (it goes with the kernel).
+	res, err = h.Eng.Execute(ctx, engine.Request{Owner: "a", Code: "os.chdir(" + strconv.Quote(res.Kernel.Dir) + ")\nopen('kd_probe_file.txt', 'w').close()"})
 	if err != nil || res.Status != engine.StatusSuccess {
 		t.Fatalf("setup cell: %v %+v", err, res)
 	}
@@ -84,8 +90,8 @@ func Completion(t *testing.T, env backends.Env) {
 		t.Fatal(err)
 	}
 	after, err := h.Eng.Execute(ctx, engine.Request{Owner: "a", Code: "1"})
-	if err != nil || after.Kernel.ExecutionCount != 4 {
-		t.Errorf("after completions the execution count is %d (%v), want 4: completion runs no cell", after.Kernel.ExecutionCount, err)
+	if err != nil || after.Kernel.ExecutionCount != 5 {
+		t.Errorf("after completions the execution count is %d (%v), want 5 (the cells run): completion runs no cell", after.Kernel.ExecutionCount, err)
 	}
 	if _, err := h.Eng.Complete(ctx, "k-none", "x", 1); !errors.Is(err, engine.ErrUnknownKernel) {
 		t.Errorf("complete in an unknown kernel: %v, want ErrUnknownKernel", err)
