@@ -1,11 +1,9 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,12 +23,12 @@ import (
 // which spawns with them at once and checks in the background that the
 // host's interpreter is still the one kept.
 //
-// The file is code every later kernel runs, so it is trusted only where no
-// kernel can write it: remote hosts and containers cannot reach this
-// machine's state dir, and local runners are kept from it by Landlock
-// (runnerConfig.Deny). Without Landlock here, or with confinement off, the
-// local backend keeps nothing on disk; a local runner that says it is not
-// confined removes its backend's file.
+// The file is code every later kernel runs, so it is believed only with
+// proof: it is sealed (sealed.go) under runners/runners.key, which no
+// kernel can see (runners hide the state dir, runnerConfig.Deny). Without
+// Landlock here, or with confinement off, the local backend keeps nothing
+// on disk all the same; a local runner that says it is not confined
+// removes its backend's file.
 
 // cachedRunner is what a runners/ file holds.
 type cachedRunner struct {
@@ -46,6 +44,18 @@ type cachedRunner struct {
 
 // maxCachedRunner bounds a runners/ file: the code, in base64, and a little.
 const maxCachedRunner = maxRunnerCode*4/3 + 4096
+
+// The runners dir's key, and what a kept runner's seal says it is.
+const (
+	runnerKeyFile = "runners.key"
+	runnerKind    = "kerneldeck kept runner"
+)
+
+// runnerKey is the key kept runners are sealed with (made at the first
+// use).
+func (e *Engine) runnerKey() ([]byte, error) {
+	return stateKey(filepath.Join(e.runnerCacheDir(), runnerKeyFile), "runner key")
+}
 
 // runnerCacheDir is where the runners are kept, or "".
 func (e *Engine) runnerCacheDir() string {
@@ -110,9 +120,14 @@ func (e *Engine) loadRunnerCache(env backends.Env) bool {
 		return false
 	}
 	var c cachedRunner
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil || c.URI != env.URI() || c.Want != e.wantPython(env) ||
+	key, err := e.runnerKey()
+	if err == nil {
+		err = unseal(key, runnerKind, data, &c)
+	}
+	if err != nil {
+		e.emit(Event{Type: EventNotice, Detail: fmt.Sprintf("%s: the kept runner %s is not used: %v (it is removed)", env.URI(), path, err)})
+	}
+	if err != nil || c.URI != env.URI() || c.Want != e.wantPython(env) ||
 		!strings.HasPrefix(c.Exe, "/") || strings.ContainsFunc(c.Exe, func(r rune) bool { return r <= ' ' }) ||
 		len(c.Code) < 8 || len(c.Code) > maxRunnerCode {
 		os.Remove(path)
@@ -135,7 +150,11 @@ func (e *Engine) saveRunnerCache(env backends.Env, exe string, code []byte) {
 	if path == "" {
 		return
 	}
-	data, err := json.Marshal(cachedRunner{URI: env.URI(), Want: e.wantPython(env), Exe: exe, Code: code, Root: e.kernelRoot(env)})
+	key, err := e.runnerKey()
+	if err != nil {
+		return
+	}
+	data, err := seal(key, runnerKind, cachedRunner{URI: env.URI(), Want: e.wantPython(env), Exe: exe, Code: code, Root: e.kernelRoot(env)})
 	if err != nil {
 		return
 	}

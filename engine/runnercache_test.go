@@ -100,13 +100,20 @@ func TestAFreshEngineSpawnsWithTheKeptRunner(t *testing.T) {
 	}
 	var kept map[string]any
 	data, _ := os.ReadFile(files[0])
-	json.Unmarshal(data, &kept)
+	body, err := engine.UnsealKeptRunner(state, data)
+	if err != nil {
+		t.Fatalf("the kept runner is not sealed: %v", err)
+	}
+	json.Unmarshal(body, &kept)
 	kept["exe"] = link
 	root, _ := kept["root"].(string)
 	if !strings.Contains(root, "/kerneldeck-") {
 		t.Fatalf("the kept runner holds kernel root %q, want the host's", root)
 	}
-	data, _ = json.Marshal(kept)
+	body, _ = json.Marshal(kept)
+	if data, err = engine.SealKeptRunner(state, body); err != nil {
+		t.Fatal(err)
+	}
 	if err := engine.WritePrivateFile(files[0], data); err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +145,30 @@ func TestAFreshEngineSpawnsWithTheKeptRunner(t *testing.T) {
 	log.WaitFor(t, "the refusal", 10*time.Second, func(ev engine.Event) bool {
 		return ev.Type == engine.EventNotice && strings.Contains(ev.Detail, "the kept runner is not used") && strings.Contains(ev.Detail, "0600")
 	})
+
+	// A kept runner anyone else of the login wrote (a kernel, once, when
+	// the state dir was open to it) names a planted interpreter: it is not
+	// sealed, so it is not used, and the planted program never runs.
+	marker := filepath.Join(t.TempDir(), "planted-ran")
+	planted := filepath.Join(t.TempDir(), "python3")
+	if err := os.WriteFile(planted, []byte("#!/bin/sh\ntouch "+marker+"\nexec "+exe+" \"$@\"\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	kept["exe"] = planted
+	body, _ = json.Marshal(kept)
+	if err := engine.WritePrivateFile(files[0], body); err != nil {
+		t.Fatal(err)
+	}
+	third, log := cacheEngine(t, tmp, state, false)
+	log.WaitFor(t, "the planted runner's refusal", 10*time.Second, func(ev engine.Event) bool {
+		return ev.Type == engine.EventNotice && strings.Contains(ev.Detail, "the kept runner") && strings.Contains(ev.Detail, "not sealed")
+	})
+	if got := pythonOf(t, third.Eng, "d"); got != exe {
+		t.Errorf("after a planted runner file a kernel ran %s, want %s", got, exe)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the planted interpreter ran")
+	}
 }
 
 // Without confinement a local kernel could write the state dir: nothing is
