@@ -2,6 +2,7 @@ package backends
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -80,6 +81,24 @@ func (l *Local) AsUser(uid int) (Env, error) {
 	return &Local{tempDir: temp, as: as}, nil
 }
 
+// AsKernelUID returns the backend as uid, an OS user id of no login (one
+// of a root engine's kernel_uids), whose URI says so (local?uid=N):
+// commands run as uid, gid uid, no supplementary groups, in home (HOME)
+// with a plain PATH and none of the engine's environment.
+func (l *Local) AsKernelUID(uid uint32, home string) (Env, error) {
+	if os.Geteuid() != 0 {
+		return nil, ErrNotRoot
+	}
+	if l.as != nil || uid == 0 {
+		return nil, fmt.Errorf("local: no kernels as uid %d on %s", uid, l.URI())
+	}
+	temp := l.tempDir
+	if st, err := os.Stat(temp); err != nil || st.Mode().Perm()&0o002 == 0 || st.Mode()&os.ModeSticky == 0 {
+		temp = "/tmp"
+	}
+	return &Local{tempDir: temp, as: &osUser{uid: uid, gid: uid, home: home}}, nil
+}
+
 // NewLocal returns the local backend. tempDir is where kernel roots go; empty
 // means os.TempDir().
 func NewLocal(tempDir string) *Local {
@@ -91,10 +110,13 @@ func NewLocal(tempDir string) *Local {
 
 // URI implements Env: local, or local?user=LOGIN for another OS user.
 func (l *Local) URI() string {
-	if l.as != nil {
-		return "local?user=" + l.as.login
+	switch {
+	case l.as == nil:
+		return "local"
+	case l.as.login == "":
+		return fmt.Sprintf("local?uid=%d", l.as.uid)
 	}
-	return "local"
+	return "local?user=" + l.as.login
 }
 
 // TempDir implements Env.
@@ -113,7 +135,8 @@ func (l *Local) Execute(ctx context.Context, command string, opts ExecOptions) (
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if u := l.as; u != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}
-		cmd.Env = []string{"HOME=" + u.home, "USER=" + u.login, "LOGNAME=" + u.login, "SHELL=/bin/bash",
+		login := cmp.Or(u.login, fmt.Sprintf("uid%d", u.uid))
+		cmd.Env = []string{"HOME=" + u.home, "USER=" + login, "LOGNAME=" + login, "SHELL=/bin/bash",
 			"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C.UTF-8"}
 		cmd.Dir = "/"
 		if st, err := os.Stat(u.home); err == nil && st.IsDir() {

@@ -243,6 +243,7 @@ func openEngine(f *engineFlags, s *resolved) (eng *engine.Engine, cleanup func()
 		ApprovalTimeout: s.cfg.ApprovalTimeout,
 		KeepToolOutput:  s.cfg.KeepToolOutput,
 		NoConfine:       s.cfg.NoConfine,
+		KernelUIDs:      s.cfg.KernelUIDs,
 		Python:          s.cfg.Python,
 		Pythons:         s.pythons(),
 		KernelLimits:    engine.KernelLimits{Memory: s.cfg.KernelMemory, CPUTime: s.cfg.KernelCPUTime, MaxProcs: s.cfg.KernelMaxProcs},

@@ -218,7 +218,7 @@ func (e *Engine) Adopt(ctx context.Context, kept []KeptKernel) (adopted int, ski
 }
 
 func (e *Engine) adoptOne(ctx context.Context, kk KeptKernel, detail string) (*Kernel, error) {
-	env, ok := e.env(kk.Backend)
+	env, ok := e.rebuiltEnv(kk.Backend)
 	if !ok {
 		return nil, fmt.Errorf("backend %s is not configured here", kk.Backend)
 	}

@@ -114,6 +114,11 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 	req.Task = cmp.Or(req.Task, "default")
 	req.Owner = cmp.Or(req.Owner, req.Task)
 	req.Backend = cmp.Or(req.Backend, e.DefaultBackend())
+	backend, err := e.ownerBackend(req.Owner, req.Backend, req.Member)
+	if err != nil {
+		return nil, err
+	}
+	req.Backend = backend
 	env, ok := e.env(req.Backend)
 	if !ok {
 		return nil, fmt.Errorf("%w %q; configured backends: %s", ErrUnknownBackend, req.Backend, strings.Join(e.Backends(), ", "))

@@ -135,6 +135,13 @@ type Config struct {
 	ParkRetention  time.Duration
 	ParkTotalBytes int64
 
+	// KernelUIDs, on a root engine, is the range of OS user ids its
+	// owners' kernels run as on this machine, one uid per owner (see
+	// uids.go); KernelHomes is where their homes are made (default
+	// DefaultKernelHomes). Zero: kernels run as the engine's user.
+	KernelUIDs  UIDRange
+	KernelHomes string
+
 	// HidePaths are more paths of this machine that local runners must
 	// not see, besides the state dir: the engine's socket, or its dir.
 	HidePaths []string
@@ -178,6 +185,7 @@ type Engine struct {
 	// idle, so reapIdle need not scan the registry before idleSince +
 	// idle_exit: a release only moves lastUsed later. Zero forces a scan.
 	idleSince time.Time
+	uids      *kernelUIDs       // the owners' uids (Config.KernelUIDs), or nil
 	pythons   map[string]string // backend URI -> interpreter path its runners reported
 	umask     int               // what cells create files with: this process's
 	roots     map[string]string // backend URI -> the kernel root its runners were spawned in
@@ -306,6 +314,18 @@ func New(cfg Config) (*Engine, error) {
 				e.emit(Event{Type: EventNotice, Detail: fmt.Sprintf("%s: removed %d kernels' own hosts left by an engine that is gone: %s",
 					b.URI(), len(gone), strings.Join(gone, ", "))})
 			}
+		}
+	}
+	if !cfg.KernelUIDs.IsZero() {
+		u, err := openKernelUIDs(cfg.KernelUIDs, cfg.KernelHomes, cfg.StateDir)
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		e.uids = u
+		// A spare of the local backend would run as root, whoever took it.
+		if n := cfg.SpareKernels["local"]; n > 0 {
+			e.cfg.SpareKernels = maps.Clone(cfg.SpareKernels)
+			delete(e.cfg.SpareKernels, "local")
 		}
 	}
 	if cfg.ParkDir != "" {

@@ -257,7 +257,7 @@ const takeBackAtOnce = 8
 
 func (e *Engine) takeBackOne(ctx context.Context, from journalFile, kk KeptKernel, tb *TakenBack, mu *sync.Mutex) {
 	count := func(f func()) { mu.Lock(); f(); mu.Unlock() }
-	env, ok := e.env(kk.Backend)
+	env, ok := e.rebuiltEnv(kk.Backend)
 	gone := &Kernel{env: env, backend: env, id: kk.ID, pid: kk.PID, dir: kk.Dir, token: kk.Token, state: phaseGone, spare: kk.Spare}
 	if kk.Spare {
 		gone.goneReason = "a spare runner of an engine that is gone"

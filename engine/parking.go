@@ -87,12 +87,13 @@ func (e *Engine) DropParked(owner, backend, task, child string, tools []string) 
 	if e.parks == nil {
 		return false, ErrNoParking
 	}
-	key, err := NewKey(owner, backend, cmp.Or(task, "default"), child, tools)
+	backend, err := e.ownerBackend(owner, cmp.Or(backend, e.DefaultBackend()), false)
 	if err != nil {
 		return false, err
 	}
-	if key.Backend == "" {
-		key.Backend = e.DefaultBackend()
+	key, err := NewKey(owner, backend, cmp.Or(task, "default"), child, tools)
+	if err != nil {
+		return false, err
 	}
 	if !e.parks.drop(key) {
 		return false, nil

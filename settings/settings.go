@@ -48,6 +48,9 @@ type Values struct {
 	KeepToolOutput      bool
 	// NoConfine asks runners not to confine themselves with Landlock.
 	NoConfine bool
+	// KernelUIDs, on a root engine, are the uids its owners' kernels run
+	// as (zero: the engine's user).
+	KernelUIDs engine.UIDRange
 	// Python is the interpreter kernels run with ("": python3 on each
 	// host's PATH).
 	Python string
@@ -81,6 +84,7 @@ const (
 	Megabytes             // a whole number of megabytes, kept as bytes
 	Bool                  // true or false
 	Program               // an interpreter: an absolute path, or a name looked up on PATH
+	UIDs                  // a range of OS user ids: "200000-265535"
 )
 
 // Section is the part of --help a setting's flag is listed in.
@@ -160,10 +164,17 @@ var table = []Setting{
 		DefaultText: "no limit",
 		field:       func(v *Values) any { return &v.KernelMaxProcs }},
 	{Key: "confine_kernels", Flag: "no-confine", Kind: Bool, Negated: true,
-		Help: "let runners skip confining themselves with Landlock. Confined, a " +
-			"kernel cannot reach other kernels' dirs, nor files created directly in the temp dir after it started (its " +
-			"TMPDIR is a private dir); the other protections between kernels hold either way",
+		Help: "let runners skip hiding what kernels must not see: the engine's state dir and socket, the login's " +
+			"control sockets and other kernels' dirs, covered with empty mounts in a mount namespace of each runner " +
+			"(or, where the host gives none, denied by Landlock). Confined or not, a kernel reaches everything else its " +
+			"user may, and the other protections between kernels hold",
 		field: func(v *Values) any { return &v.NoConfine }},
+	{Key: "kernel_uids", Flag: "kernel-uids", Kind: UIDs, Example: "200000-265535",
+		Help: "on a root engine, run each owner's kernels on this machine as an OS user id of that owner's own from this " +
+			"`RANGE` (no user may have one, nor /etc/subuid give it), with a home of its own under " + engine.DefaultKernelHomes +
+			": owners are kept apart by the OS, and no kernel is root. Members of --allow-group run as their login",
+		DefaultText: "none: kernels run as the engine's user",
+		field:       func(v *Values) any { return &v.KernelUIDs }},
 	{Key: "park_kernels", Flag: "no-park", Kind: Bool, Negated: true,
 		Help: "let kernels that the cap evicts or idle_exit reaps lose their state. Parked (the default), a kernel's " +
 			"namespace is saved in the state dir first, as far as it pickles, and its owner's next call gets it back",
@@ -251,6 +262,8 @@ func (s Setting) Rule() string {
 		return "a size of at least " + formatSize(s.Min)
 	case Program:
 		return "an absolute path or a command name, without spaces or quotes"
+	case UIDs:
+		return "a range of user ids FIRST-LAST above 0 that no user has, nor /etc/subuid gives anyone"
 	default:
 		return "true or false"
 	}
@@ -272,7 +285,7 @@ func (s Setting) FlagExample() string { return "--" + s.Flag + " " + s.Example }
 
 // FileExample is the setting written well in the config file.
 func (s Setting) FileExample() string {
-	if s.Kind == Duration || s.Kind == Size || s.Kind == Program {
+	if s.Kind == Duration || s.Kind == Size || s.Kind == Program || s.Kind == UIDs {
 		return s.Key + " = " + strconv.Quote(s.Example)
 	}
 	return s.Key + " = " + s.Example
@@ -308,6 +321,10 @@ func (s Setting) ParseFile(where string, v any) (any, error) {
 	case Program:
 		if text, ok = v.(string); !ok {
 			return nil, bad("a program is a quoted string")
+		}
+	case UIDs:
+		if text, ok = v.(string); !ok {
+			return nil, bad("a range is a quoted string")
 		}
 	default:
 		var b bool
@@ -360,6 +377,12 @@ func (s Setting) parse(text string, quoted bool, bad func(why string) error) (an
 			return nil, bad(fmt.Sprintf("%q is a relative path; give an absolute one, or a name looked up on PATH", text))
 		}
 		return text, nil
+	case UIDs:
+		r, err := engine.ParseUIDRange(text)
+		if err != nil {
+			return nil, bad(err.Error())
+		}
+		return r, nil
 	default:
 		b, err := strconv.ParseBool(text)
 		if err != nil {
@@ -430,6 +453,8 @@ func (s Setting) Set(vals *Values, v any) {
 		*p = v.(bool)
 	case *string:
 		*p = v.(string)
+	case *engine.UIDRange:
+		*p = v.(engine.UIDRange)
 	}
 	if s.given != nil {
 		s.given(vals)
