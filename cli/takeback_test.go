@@ -264,3 +264,43 @@ func TestAREPLRidesThroughAnEngineRestart(t *testing.T) {
 		t.Errorf("stderr does not say it reconnected: %s", errOut.String())
 	}
 }
+
+// A kernel that claims another owner's cell id (its cell adds the id to its
+// runner's pending set) gets nothing of that cell when the engine dies and
+// the next one takes both kernels back: a cell id is its key's. The victim
+// gets its own result, once; the claimant, asking with the id, gets no
+// word of it. Once, the claim dropped the victim's record, and what was
+// collected went by the id alone.
+func TestATakenBackKernelCannotClaimAnotherOwnersCell(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	t.Cleanup(func() { killProcessesUnder(t, dirs.kernels) })
+	args := []string{"--cell-timeout", "30s"}
+	se := startServe(t, bin, dirs, args...)
+	a := startAgent(t, bin, dirs.env(), "--connect", se.sock)
+	a.send(map[string]any{"id": "claim", "op": "execute", "owner": "mallory",
+		"code": "import gc\nr = [o for o in gc.get_objects() if type(o).__name__ == 'Runner'][0]\nr.pending.add('oy-cell')\nprint('claimed')"})
+	if r := a.answer("claim"); r["stdout"] != "claimed\n" {
+		t.Fatalf("mallory's claim: %v", r)
+	}
+	a.send(map[string]any{"id": "oy", "op": "execute", "owner": "oy", "cell": "oy-cell",
+		"code": "import time; time.sleep(4); print('oy secret')"})
+	waitUntil(t, "oy's cell to run", func() bool {
+		a.send(map[string]any{"id": "list", "op": "kernels"})
+		time.Sleep(100 * time.Millisecond)
+		return runningKernels(a) == 1
+	})
+	time.Sleep(time.Second) // the runner has the cell a moment after the listing says running
+	se.cmd.Process.Kill()
+	se.cmd.Wait()
+
+	se = startServe(t, bin, dirs, args...)
+	if r := a.answer("oy"); r["stdout"] != "oy secret\n" {
+		t.Fatalf("oy's cell across the engine's death: %v\nagent's stderr: %s\nserve's: %s", r, a.err.String(), se.stderr.String())
+	}
+	a.send(map[string]any{"id": "steal", "op": "execute", "owner": "mallory", "cell": "oy-cell", "timeout": 2, "code": "print('mine')"})
+	r := a.answer("steal")
+	if s := fmt.Sprint(r); strings.Contains(s, "oy secret") || strings.Contains(s, "another kernel") {
+		t.Errorf("mallory asking with oy's cell id got: %v", r)
+	}
+}
