@@ -131,3 +131,51 @@ func TestARootEnginesOwnersRunAsUIDsOfTheirOwn(t *testing.T) {
 		t.Errorf("a range holding nobody's uid: %v", err)
 	}
 }
+
+// A member's kernel (local?user=LOGIN, on a root engine) and an owner's
+// kernel of kernel_uids (local?uid=N) outlive their engine: the next one
+// makes their backends again from its local backend and adopts them, with
+// their state. A member's kernel was once left running, "not configured
+// here", and its owner's next call ran in a new kernel.
+func TestKernelsOfOtherUsersAreAdopted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only a root engine runs kernels as other users")
+	}
+	homes := kernelHomes(t)
+	state := filepath.Join(t.TempDir(), "state")
+	tmp := enginetest.ShortTempDir(t)
+	mk := func() *enginetest.Harness {
+		return enginetest.New(t, backends.NewLocal(tmp), func(c *engine.Config) {
+			c.StateDir, c.KernelUIDs, c.KernelHomes = state, testUIDs, homes
+		})
+	}
+	first := mk()
+	member, err := first.Eng.MemberBackend("local", 65534)
+	if err != nil || member != "local?user=nobody" {
+		t.Fatalf("MemberBackend: %q %v", member, err)
+	}
+	ctx := context.Background()
+	for _, req := range []engine.Request{{Owner: "nobody", Backend: member, Member: true, Code: "x = 'member'"}, {Owner: "alice", Code: "x = 'owner'"}} {
+		if res, err := first.Eng.Execute(ctx, req); err != nil || res.Status != engine.StatusSuccess {
+			t.Fatalf("%s: %v %+v", req.Owner, err, res)
+		}
+	}
+	kept := first.Eng.Kept()
+	if len(kept) != 2 {
+		t.Fatalf("kept %d kernels, want 2", len(kept))
+	}
+	first.Eng.Close(ctx, true)
+
+	second := mk()
+	adopted, skipped := second.Eng.Adopt(ctx, kept)
+	t.Cleanup(func() { second.Eng.Close(context.Background(), false) })
+	if adopted != 2 || len(skipped) != 0 {
+		t.Fatalf("adopted %d, skipped %v; want both", adopted, skipped)
+	}
+	for _, req := range []engine.Request{{Owner: "nobody", Backend: member, Member: true, Code: "print(x)"}, {Owner: "alice", Code: "print(x)"}} {
+		res, err := second.Eng.Execute(ctx, req)
+		if err != nil || res.Status != engine.StatusSuccess || !res.Kernel.Reused || res.Stdout == "" {
+			t.Errorf("%s after the adoption: %v %+v", req.Owner, err, res)
+		}
+	}
+}
