@@ -332,3 +332,23 @@ func currentBlock(s string) string {
 	}
 	return s[:j+len(bashrcEnd)]
 }
+
+// OSUser makes sure the OS user name exists (root only: the test is
+// skipped otherwise) and returns it, for tests that run a program as it.
+func OSUser(t testing.TB, name string) *user.User {
+	t.Helper()
+	if !CanCreateUsers() {
+		t.Skip("only root can make another OS user")
+	}
+	if !validName.MatchString(name) {
+		t.Fatalf("sshdtest: bad user name %q", name)
+	}
+	if err := ensureOSUser(name); err != nil {
+		t.Fatalf("sshdtest: user %s: %v", name, err)
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatalf("sshdtest: user %s: %v", name, err)
+	}
+	return u
+}
