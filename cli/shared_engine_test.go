@@ -81,8 +81,17 @@ type agent struct {
 
 func startAgent(t *testing.T, bin string, env []string, args ...string) *agent {
 	t.Helper()
+	return startAgentAs(t, nil, bin, env, args...)
+}
+
+// startAgentAs is startAgent as another OS user (cred; nil: this one).
+func startAgentAs(t *testing.T, cred *syscall.Credential, bin string, env []string, args ...string) *agent {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"headless"}, args...)...)
 	cmd.Env = env
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	a := &agent{t: t, cmd: cmd, in: in, ended: make(chan struct{}), err: &syncBuffer{}}

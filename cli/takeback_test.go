@@ -3,7 +3,9 @@ package cli
 import (
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -303,4 +305,74 @@ func TestATakenBackKernelCannotClaimAnotherOwnersCell(t *testing.T) {
 	if s := fmt.Sprint(r); strings.Contains(s, "oy secret") || strings.Contains(s, "another kernel") {
 		t.Errorf("mallory asking with oy's cell id got: %v", r)
 	}
+}
+
+// A member's kernel outlives a SIGKILL of a root engine: the next serve
+// takes it back (its local?user= backend made again), and the member's
+// relay, sending its execute again, gets the cell's one result: it ran
+// once, and the old runner does not outlive the next clean stop. Once the
+// kernel was left running, "not configured here", and the execute sent
+// again ran a second time in a new kernel.
+func TestAMembersKernelOutlivesTheEngine(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only a root engine runs a member's kernels as the member")
+	}
+	const nobody, users = 65534, 100
+	shared, err := os.MkdirTemp("", "kd-member-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	os.Chmod(shared, 0o755)
+	bin := filepath.Join(shared, "kerneldeck")
+	if out, err := exec.Command("cp", buildBinary(t), bin).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	os.Chmod(bin, 0o755)
+	dirs := newDashboardDirs(t)
+	os.Chmod(filepath.Dir(dirs.state), 0o755) // the socket's dir is in it
+	t.Cleanup(func() { killProcessesUnder(t, "/tmp/kerneldeck-nobody") })
+	args := []string{"--allow-group", "users", "--cell-timeout", "30s"}
+	se := startServe(t, bin, dirs, args...)
+	count := filepath.Join(shared, "count")
+	os.WriteFile(count, nil, 0o666)
+	os.Chmod(count, 0o666)
+	memberEnv := []string{"HOME=" + shared, "PATH=/usr/bin:/bin", "XDG_RUNTIME_DIR=", "XDG_STATE_HOME=" + filepath.Join(shared, "state-nobody")}
+	m := startAgentAs(t, &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{users}}, bin, memberEnv, "--connect", se.sock)
+	m.send(map[string]any{"id": "set", "op": "execute", "code": "x = 1"})
+	if r := m.answer("set"); r["status"] != "success" {
+		t.Fatalf("the member's first cell: %v\n%s", r, m.err.String())
+	}
+	m.send(map[string]any{"id": "mid", "op": "execute",
+		"code": fmt.Sprintf("import os, time\ntime.sleep(4)\nx += 1\nopen(%q, 'a').write('ran %%d\\n' %% os.getuid())\nprint(x)", count)})
+	waitUntil(t, "the member's cell to run", func() bool { return kernelsRunning(t, bin, se) == 1 })
+	time.Sleep(time.Second) // the runner has the cell a moment after the listing says running
+	se.cmd.Process.Kill()
+	se.cmd.Wait()
+
+	se = startServe(t, bin, dirs, args...)
+	if r := m.answer("mid"); r["stdout"] != "2\n" {
+		t.Fatalf("the member's cell across the engine's death: %v\nrelay: %s\nserve: %s", r, m.err.String(), se.stderr.String())
+	}
+	if got, _ := os.ReadFile(count); string(got) != fmt.Sprintf("ran %d\n", nobody) {
+		t.Errorf("the member's cell ran %q; want once, as nobody", got)
+	}
+	m.send(map[string]any{"id": "after", "op": "execute", "code": "print(x)"})
+	if r := m.answer("after"); r["stdout"] != "2\n" {
+		t.Errorf("the member's kernel after the take-back: %v", r)
+	}
+	se.cmd.Process.Signal(syscall.SIGTERM)
+	se.cmd.Wait()
+	wantNoProcessesUnder(t, "/tmp/kerneldeck-nobody")
+}
+
+// kernelsRunning is how many kernels of se's engine run a cell, as its
+// owner sees them.
+func kernelsRunning(t *testing.T, bin string, se *servedEngine) int {
+	a := startAgent(t, bin, se.dirs.env(), "--connect", se.sock)
+	a.send(map[string]any{"id": "list", "op": "kernels"})
+	a.answer("list")
+	n := runningKernels(a)
+	a.in.Close()
+	return n
 }
