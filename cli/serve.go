@@ -141,6 +141,10 @@ func (c *serveCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if c.allowGroup != "" {
 		fmt.Fprintf(std.err, "  group %s: %s\n", c.allowGroup, headless.MemberBackends(eng.MemberBackends()))
 	}
+	if os.Geteuid() == 0 && s.cfg.KernelUIDs.IsZero() {
+		fmt.Fprintf(std.err, "  kernels:   owners' local kernels run as root (in namespaces of their own, the engine's files hidden); "+
+			"--kernel-uids FIRST-LAST gives each owner a uid of its own\n")
+	}
 	if err := note.Ready(path); err != nil {
 		fmt.Fprintf(std.err, "%s: %v\n", prog, err)
 	}
