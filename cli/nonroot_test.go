@@ -135,3 +135,85 @@ func TestANonRootEnginesKernels(t *testing.T) {
 		t.Error("the kernel planted a file in the state dir")
 	}
 }
+
+// nonRootBinary copies the binary where another user can run it.
+func nonRootBinary(t *testing.T) (dir, bin string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "kd-nonroot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	bin = filepath.Join(dir, "kerneldeck")
+	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	os.Chmod(bin, 0o755)
+	return dir, bin
+}
+
+// helloAs connects to sock as uid with the groups and says hello; it
+// returns the engine's answer line, or why it could not.
+func helloAs(t *testing.T, sock string, uid, gid int, groups []uint32) string {
+	t.Helper()
+	cmd := exec.Command("/usr/bin/python3", "-c", `
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(20)
+try:
+    s.connect(sys.argv[1])
+    s.sendall(b'{"id":"h","op":"hello"}\n')
+    print(s.makefile().readline().strip())
+except OSError as e:
+    print("error:", e)
+`, sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: groups}}
+	out, _ := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out))
+}
+
+// A non-root engine shared with a group admits the group's members (it
+// once refused every one: it read EPERM, which a non-root engine gets for
+// another user's process, as "the process that connected has exited").
+// Shared with a group its user is not in, serve says which group and how
+// to join it.
+func TestANonRootEngineAdmitsItsGroup(t *testing.T) {
+	u := sshdtest.OSUser(t, "kdtest1")
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	dir, bin := nonRootBinary(t)
+	run := filepath.Join(dir, "run")
+	os.Mkdir(run, 0o755)
+	os.Chown(run, uid, gid)
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(u.HomeDir, ".local", "state", "kerneldeck")) })
+	serve := func(group string) (*exec.Cmd, *syncBuffer, string) {
+		sock := filepath.Join(run, group, "engine.sock")
+		cmd := exec.Command(bin, "serve", "--listen", sock, "--allow-group", group, "--spare-kernels", "0")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+		cmd.Env = []string{"HOME=" + u.HomeDir, "USER=" + u.Username, "PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C.UTF-8"}
+		cmd.Dir = u.HomeDir
+		stderr := &syncBuffer{}
+		cmd.Stderr = stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
+		return cmd, stderr, sock
+	}
+	_, stderr, sock := serve(u.Username)
+	waitUntil(t, "the engine to serve", func() bool { return strings.Contains(stderr.String(), "serving the engine") })
+	const nobody = 65534
+	if got := helloAs(t, sock, nobody, nobody, []uint32{uint32(gid)}); !strings.Contains(got, `"owner":"nobody"`) {
+		t.Errorf("a member's hello to a non-root engine: %s\nserve: %s", got, stderr.String())
+	}
+	if got := helloAs(t, sock, nobody, nobody, nil); strings.Contains(got, `"owner"`) {
+		t.Errorf("a user outside the group was admitted: %s", got)
+	}
+
+	cmd, stderr, _ := serve("users")
+	cmd.Wait()
+	if want := "the engine's user is not in group users: add it (usermod -aG users kdtest1)"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("serve --allow-group users by a user outside it says:\n%s\nwant it to say %q", stderr.String(), want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,7 +27,7 @@ func ensureDir(dir string, mode os.FileMode, gid int) error {
 		}
 		if gid >= 0 {
 			if err := os.Chown(dir, -1, gid); err != nil {
-				return fmt.Errorf("give dir %s to group %d: %w", dir, gid, err)
+				return fmt.Errorf("give dir %s to group %s: %w%s", dir, groupName(gid), err, notInGroup(err, gid))
 			}
 		}
 	}
@@ -49,9 +50,39 @@ func checkMode(path string, typ, mode os.FileMode, gid int) error {
 	case st.Mode().Perm() != mode:
 		return fmt.Errorf("%s has mode %v, want %v; fix it with chmod %o or pick another --listen path", path, st.Mode().Perm(), mode, mode)
 	case gid >= 0 && int(sys.Gid) != gid:
-		return fmt.Errorf("%s has group %d, want %d", path, sys.Gid, gid)
+		return fmt.Errorf("%s has group %s, want %s: give it to %s (chgrp), or pick another --listen path%s",
+			path, groupName(int(sys.Gid)), groupName(gid), groupName(gid), notInGroup(syscall.EPERM, gid))
 	}
 	return nil
+}
+
+// groupName is gid's name and number, as messages give a group.
+func groupName(gid int) string {
+	if g, err := user.LookupGroupId(strconv.Itoa(gid)); err == nil {
+		return fmt.Sprintf("%s (%d)", g.Name, gid)
+	}
+	return strconv.Itoa(gid)
+}
+
+// notInGroup is the fix for a chown to gid that err refused, when the
+// engine's user is not in the group: say so, and how to put it there.
+func notInGroup(err error, gid int) string {
+	if !errors.Is(err, syscall.EPERM) || os.Geteuid() == 0 {
+		return ""
+	}
+	groups, _ := os.Getgroups()
+	if slices.Contains(groups, gid) || os.Getegid() == gid {
+		return ""
+	}
+	login := "USER"
+	if u, err := user.Current(); err == nil {
+		login = u.Username
+	}
+	name := groupName(gid)
+	if g, err := user.LookupGroupId(strconv.Itoa(gid)); err == nil {
+		name = g.Name
+	}
+	return fmt.Sprintf("; the engine's user is not in group %s: add it (usermod -aG %s %s) and log in again, or serve as root", name, name, login)
 }
 
 func kind(typ os.FileMode) string {

@@ -91,7 +91,15 @@ func checkPeerNS(uc *net.UnixConn, credPid int, ns userNS) error {
 	}
 	if pidfd >= 0 {
 		// Still the process that connected, so the pid read above was its.
-		if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
+		// ESRCH says it exited; a non-root engine gets EPERM for another
+		// user's process (a member), whose pidfd then tells (-1 once gone).
+		err := unix.PidfdSendSignal(pidfd, 0, nil, 0)
+		if errors.Is(err, unix.EPERM) {
+			if now, perr := pidfdPid(pidfd); perr == nil && now == pid {
+				err = nil
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("the process that connected has exited")
 		}
 	}

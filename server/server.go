@@ -157,7 +157,9 @@ func Listen(eng *engine.Engine, o Options) (*Server, error) {
 	}
 	ln.SetUnlinkOnClose(true)
 	if err := os.Chmod(o.Path, sockMode); err == nil && s.gid >= 0 {
-		err = os.Chown(o.Path, -1, s.gid)
+		if err = os.Chown(o.Path, -1, s.gid); err != nil {
+			err = fmt.Errorf("give it to group %s: %w%s", groupName(s.gid), err, notInGroup(err, s.gid))
+		}
 	}
 	if err == nil {
 		err = checkMode(o.Path, os.ModeSocket, sockMode, s.gid)
