@@ -87,6 +87,11 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 					return exitOK
 				}
 			}
+			if args[1] != "version" && args[1] != "help" {
+				fmt.Fprintf(stderr, "kerneldeck help: no command %q; help knows dashboard, %s.\nRun 'kerneldeck --help' for usage.\n",
+					args[1], strings.Join(commandNames(all), ", "))
+				return exitUsage
+			}
 		}
 		writeUsage(stdout, all)
 		return exitOK
@@ -96,13 +101,18 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return m.run(args[1:], std)
 		}
 	}
+	fmt.Fprintf(stderr, "kerneldeck: unknown command %q; the commands are %s, version and help (no command opens the dashboard).\nRun 'kerneldeck --help' for usage.\n",
+		args[0], strings.Join(commandNames(all), ", "))
+	return exitUsage
+}
+
+// commandNames are the commands' names (the dashboard has none).
+func commandNames(all []mode) []string {
 	var names []string
 	for _, m := range all[1:] {
 		names = append(names, m.name)
 	}
-	fmt.Fprintf(stderr, "kerneldeck: unknown command %q; the commands are %s, version and help (no command opens the dashboard).\nRun 'kerneldeck --help' for usage.\n",
-		args[0], strings.Join(names, ", "))
-	return exitUsage
+	return names
 }
 
 // usageDescAt is the description column of the usage list.

@@ -134,6 +134,7 @@ func TestCommands(t *testing.T) {
 		{[]string{"-h"}, 0, []string{"kerneldeck headless [flags]"}, nil},
 		{[]string{"help"}, 0, []string{"kerneldeck headless [flags]"}, nil},
 		{[]string{"help", "headless"}, 0, []string{"--backend URI", "--max-kernels N"}, nil},
+		{[]string{"help", "nosuch"}, 2, nil, []string{`no command "nosuch"`, "help knows dashboard, headless", "--help"}},
 		{[]string{"version"}, 0, []string{"kerneldeck ", "go1."}, nil},
 		{[]string{"dashboard"}, 2, nil, []string{`unknown command "dashboard"`, "--help"}},
 		{[]string{"headless", "--help"}, 0, []string{
