@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -323,6 +324,9 @@ func newCellRun(id, code string, deadline time.Time, onOutput func(stream, text 
 	return c
 }
 
+// kernelIDs finds kernel ids in a message (two spawns' errors differ by them).
+var kernelIDs = regexp.MustCompile(`\bk[0-9a-f]{12}\b`)
+
 // failOpen is the spawn-failure path: the kernel leaves the registry and the
 // code runs once in a fresh private dir, and the result says so.
 func (e *Engine) failOpen(ctx context.Context, k *Kernel, req Request, call cellCall, timeout time.Duration, start time.Time, cause error) (*Result, error) {
@@ -344,6 +348,9 @@ func (e *Engine) failOpen(ctx context.Context, k *Kernel, req Request, call cell
 	}
 	res, err := e.runOnce(ctx, k, req, call, start.Add(timeout))
 	if err != nil {
+		if kernelIDs.ReplaceAllString(err.Error(), "") == kernelIDs.ReplaceAllString(cause.Error(), "") {
+			return nil, fmt.Errorf("%w; the per-call fallback failed the same way", cause)
+		}
 		return nil, fmt.Errorf("%w; the per-call fallback failed too: %w", cause, err)
 	}
 	res.Fallback = "per_call"

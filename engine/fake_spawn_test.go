@@ -233,6 +233,16 @@ func TestSpawnFailureFailsOpen(t *testing.T) {
 			t.Fatalf("%d spawns, %d commands; want the failed spawn and the failed transient spawn only", n, len(r.env.Calls()))
 		}
 	})
+
+	// Failed the same way (no interpreter, say): the reason is said once.
+	t.Run("per-call run fails the same way", func(t *testing.T) {
+		r := newRig(t)
+		r.env.Prepend(fakeenv.On("spawn", fakeenv.SpawnFailed("python3 was not found on this host")))
+		_, err := r.eng.Execute(context.Background(), engine.Request{Code: "1"})
+		if err == nil || strings.Count(err.Error(), "python3 was not found") != 1 || !strings.Contains(err.Error(), "failed the same way") {
+			t.Fatalf("want the reason once and the fallback said to have failed the same way, got %v", err)
+		}
+	})
 }
 
 // ---- reset -----------------------------------------------------------------
