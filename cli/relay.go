@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -300,9 +301,19 @@ func (r *relay) run(conn *client.Conn, sigs <-chan os.Signal) int {
 			return fail(err)
 		}
 		r.mu.Lock()
-		left = len(r.pending)
+		now := len(r.pending)
 		r.mu.Unlock()
-		fmt.Fprintf(r.std.err, "%s: reconnected to the engine at %s; sent %s again\n", r.prog, r.where, english.Count(left, "request"))
+		// Requests read while it was away go now too: said apart, so the
+		// counts of the two lines agree.
+		switch {
+		case now == left:
+			fmt.Fprintf(r.std.err, "%s: reconnected to the engine at %s; sent %s again\n", r.prog, r.where, english.Count(left, "request"))
+		case left == 0:
+			fmt.Fprintf(r.std.err, "%s: reconnected to the engine at %s; sent the %s that came meanwhile\n", r.prog, r.where, english.Count(now-left, "request"))
+		default:
+			fmt.Fprintf(r.std.err, "%s: reconnected to the engine at %s; sent %s again and %s that came meanwhile\n",
+				r.prog, r.where, english.Count(left, "request"), strconv.Itoa(max(now-left, 0))+" more")
+		}
 	}
 }
 

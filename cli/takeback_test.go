@@ -376,3 +376,26 @@ func kernelsRunning(t *testing.T, bin string, se *servedEngine) int {
 	a.in.Close()
 	return n
 }
+
+// An agent whose engine went away with nothing unanswered, given a request
+// while it reconnects, says it sent that one, not that it sent it "again".
+func TestAnAgentSaysWhatItSentAfterAReconnect(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	t.Cleanup(func() { killProcessesUnder(t, dirs.kernels) })
+	se := startServe(t, bin, dirs)
+	a := startAgent(t, bin, dirs.env(), "--connect", se.sock)
+	a.send(map[string]any{"id": "1", "op": "execute", "owner": "agent", "code": "x = 1"})
+	a.answer("1")
+	se.cmd.Process.Kill()
+	se.cmd.Wait()
+	waitUntil(t, "the agent to see the engine gone", func() bool { return strings.Contains(a.err.String(), "with 0 requests unanswered; reconnecting") })
+	a.send(map[string]any{"id": "2", "op": "execute", "owner": "agent", "code": "print(x)"})
+	se = startServe(t, bin, dirs)
+	if r := a.answer("2"); r["stdout"] != "1\n" {
+		t.Fatalf("the request sent while the engine was away: %v\n%s", r, a.err.String())
+	}
+	if want := "; sent the 1 request that came meanwhile"; !strings.Contains(a.err.String(), want) {
+		t.Errorf("the agent's stderr does not say %q:\n%s", want, a.err.String())
+	}
+}
