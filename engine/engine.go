@@ -822,13 +822,16 @@ func (e *Engine) enforceCap(cause string) {
 				why += fmt.Sprintf(" (next: %s)", keyName(idle[i+1]))
 			}
 			detail := fmt.Sprintf("cap %d exceeded by %d: %s, %s", e.max, over-i, why, idleFor(now.Sub(k.lastUsed)))
+			others := busy
 			if cause != "" {
 				detail += "; " + cause
 			} else if n := e.takeRoomForLocked(k); n != nil {
+				// The new kernel is busy too: named once, as the one made room for.
 				detail += "; made room for " + keyName(n)
+				others = slices.DeleteFunc(slices.Clone(busy), func(b string) bool { return b == keyName(n) })
 			}
-			if len(busy) > 0 {
-				detail += "; busy, never evicted: " + listSome(busy, 5)
+			if len(others) > 0 {
+				detail += "; busy, never evicted: " + listSome(others, 5)
 			}
 			e.emit(kernelEvent(EventEvictedCap, k, detail))
 			victims = append(victims, k)

@@ -397,4 +397,8 @@ func TestEvictionNamesTheKernelItMadeRoomFor(t *testing.T) {
 	if ev.Owner != "ann" || !strings.Contains(ev.Detail, "; made room for dave/default (") {
 		t.Fatalf("evicted_cap %+v, want ann's kernel, made room for dave/default", ev)
 	}
+	// dave's kernel is busy too, but named once: as the one made room for.
+	if n := strings.Count(ev.Detail, "dave/default"); n != 1 {
+		t.Errorf("evicted_cap %q names dave's kernel %d times, want once", ev.Detail, n)
+	}
 }

@@ -420,18 +420,21 @@ func (e *Engine) restore(ctx context.Context, k *Kernel) restoreOutcome {
 		return restoreOutcome{note: fmt.Sprintf("the parked state of kernel %s could not be restored (%v); state from earlier calls was lost", h.Kernel, err)}
 	}
 	lost := append(append([]NotSaved(nil), h.NotSaved...), failed...)
-	note := fmt.Sprintf("restored %s parked from kernel %s", english.Count(len(names), "name"), h.Kernel)
+	restored := fmt.Sprintf("restored %s parked from kernel %s", english.Count(len(names), "name"), h.Kernel)
+	notRestored := ""
 	if len(lost) > 0 {
 		parts := make([]string, len(lost))
 		for i, n := range lost {
 			parts[i] = n.Name + " (" + n.Why + ")"
 		}
-		note += "; not restored: " + listSome(parts, 8)
+		notRestored = "; not restored: " + listSome(parts, 8)
 	}
+	note := restored + notRestored
 	e.mu.Lock()
 	k.execCount = max(k.execCount, h.ExecutionCount)
 	e.mu.Unlock()
-	e.emit(kernelEvent(EventRestored, k, fmt.Sprintf("%s (%s) in %s", note, english.Bytes(h.Bytes), english.Duration(time.Since(start)))))
+	// The size is the parked state's, said before what did not come back.
+	e.emit(kernelEvent(EventRestored, k, fmt.Sprintf("%s, %s, in %s%s", restored, english.Bytes(h.Bytes), english.Duration(time.Since(start)), notRestored)))
 	return restoreOutcome{restored: true, note: note}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -107,8 +108,12 @@ func Parking(t *testing.T, env backends.Env, opts ParkingOptions) {
 				t.Fatalf("numpy and pandas after the restore: %q %q", r.Stdout, r.Traceback)
 			}
 		}
-		if len(h.EventsOf(engine.EventRestored)) != 1 {
-			t.Fatalf("restored events: %v", h.EventsOf(engine.EventRestored))
+		if ev := h.EventsOf(engine.EventRestored); len(ev) != 1 {
+			t.Fatalf("restored events: %v", ev)
+		} else if d := ev[0].Detail; strings.Contains(d, "not restored") && !regexp.MustCompile(`^restored \d+ names? parked from kernel k[0-9a-f]+, [^;]*(bytes|B), in [^;]+; not restored: `).MatchString(d) {
+			// The parked state's size comes before what did not come back,
+			// so that it cannot read as the size of the last of them.
+			t.Errorf("restored event %q", d)
 		}
 		// The restored state is used up: bob's kernel went for alice's and
 		// is parked now, alice's is not.
