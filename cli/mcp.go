@@ -159,7 +159,7 @@ func (c *mcpCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if set["http"] {
 		serveErr = c.serveHTTP(ctx, srv, token, std)
 	} else {
-		serveErr = srv.MCP().Run(ctx, &mcp.StdioTransport{})
+		serveErr = srv.MCP().Run(ctx, mcpserver.StdioTransport(os.Stdin, os.Stdout))
 	}
 	srv.Close()
 	closeErr := closeEng()

@@ -571,3 +571,42 @@ func TestMCPCallRidesThroughAnEngineRestart(t *testing.T) {
 		t.Fatalf("the kernel after the restart (the cell in flight ran once: x is 11): %v", m)
 	}
 }
+
+// A line that is not a JSON-RPC message gets a JSON-RPC error answer and
+// the session goes on (the SDK's stdio transport ended it at the first
+// such line): a client that sends one bad line keeps its kernels.
+func TestMCPStdioSurvivesBadLines(t *testing.T) {
+	bin := buildBinary(t)
+	kernels := isolate(t)
+	t.Cleanup(func() { killProcessesUnder(t, kernels) })
+	cmd := exec.Command(bin, "mcp")
+	cmd.Stdin = strings.NewReader(strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{not json`,
+		`{"foo": 1}`,
+		`[]`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+	}, "\n") + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kerneldeck mcp: %v\n%s", err, out)
+	}
+	var codes []float64
+	listed := false
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("a line of the server's is not JSON: %q", line)
+		}
+		if e, ok := m["error"].(map[string]any); ok {
+			codes = append(codes, e["code"].(float64))
+		}
+		if m["id"] == float64(2) && m["result"] != nil {
+			listed = true
+		}
+	}
+	if fmt.Sprint(codes) != "[-32700 -32600 -32600]" || !listed {
+		t.Errorf("answers %s; want a parse error, two invalid requests, then the tools listed", out)
+	}
+}
