@@ -101,15 +101,26 @@ func parseK8sURI(uri string) (kubeContext, namespace, pod, container string, err
 // k8sConfig reads the client config as kubectl does: KUBECONFIG (a list of
 // files) or ~/.kube/config, the context given or the current one; in a pod
 // with no kubeconfig, the pod's own service account.
-func k8sConfig(kubeContext string) (*rest.Config, error) {
+// It also returns the context's namespace ("" where it names none).
+func k8sConfig(kubeContext string) (*rest.Config, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
 	cfg, err := cc.ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		// client-go's own words name KUBERNETES_MASTER, which kubectl
+		// users never set.
+		return nil, "", errors.New("no Kubernetes client config: set KUBECONFIG to a kubeconfig file, or write ~/.kube/config " +
+			"(as kubectl does), or run kerneldeck in a pod with a service account")
+	}
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config (KUBECONFIG, ~/.kube/config or in-cluster): %w", err)
+		return nil, "", fmt.Errorf("kubernetes client config (KUBECONFIG, ~/.kube/config or in-cluster): %w", err)
 	}
 	cfg.UserAgent = "kerneldeck"
-	return cfg, nil
+	namespace, _, err := cc.Namespace()
+	if err != nil {
+		namespace = ""
+	}
+	return cfg, namespace, nil
 }
 
 // quietClientGo sends client-go's own log nowhere: it prints errors it
@@ -125,7 +136,7 @@ func NewK8s(uri string, opts Options) (*K8s, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := k8sConfig(kubeContext)
+	cfg, _, err := k8sConfig(kubeContext)
 	if err != nil {
 		return nil, fmt.Errorf("k8s %s: %w", uri, err)
 	}

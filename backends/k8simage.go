@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Defaults of a per-kernel pod.
@@ -178,16 +177,11 @@ func NewPodSandbox(uri string, opts Options) (*PodSandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
-	if b.cfg, err = k8sConfig(kubeContext); err != nil {
+	var namespace string
+	if b.cfg, namespace, err = k8sConfig(kubeContext); err != nil {
 		return nil, fmt.Errorf("k8s-image %s: %w", uri, err)
 	}
-	if b.namespace == "" {
-		if b.namespace, _, err = cc.Namespace(); err != nil || b.namespace == "" {
-			b.namespace = "default"
-		}
-	}
+	b.namespace = cmp.Or(b.namespace, namespace, "default")
 	if b.core, b.params, err = coreClient(b.cfg); err != nil {
 		return nil, fmt.Errorf("k8s-image %s: %w", uri, err)
 	}
