@@ -207,6 +207,10 @@ func (e *Engine) retireLocked(victims []*Kernel) {
 	}
 }
 
+// errEmptyNamespace: a kernel had nothing in its namespace to park, and so
+// nothing to lose.
+var errEmptyNamespace = errors.New("its namespace is empty")
+
 // parkThenKill parks k (out of the registry), says how it went, and kills
 // it; done closes once the outcome is known to the key's next call.
 func (e *Engine) parkThenKill(ctx context.Context, k *Kernel, done chan struct{}) (parkHeader, error) {
@@ -216,16 +220,18 @@ func (e *Engine) parkThenKill(ctx context.Context, k *Kernel, done chan struct{}
 	if e.parking[k.key] == done {
 		delete(e.parking, k.key)
 	}
-	if err == nil {
+	if err == nil || errors.Is(err, errEmptyNamespace) {
 		delete(e.lost, k.key)
 	} else if e.kernels[k.key] == nil {
 		e.noteLostLocked(k.key, fmt.Sprintf("kernel %s was %s and could not be parked (%v); state from earlier calls was lost", k.id, k.goneReason, err))
 	}
 	e.mu.Unlock()
 	close(done)
-	if err != nil {
+	switch {
+	case errors.Is(err, errEmptyNamespace):
+	case err != nil:
 		e.emit(kernelEvent(EventParkFailed, k, fmt.Sprintf("not parked: %v; its state was lost", err)))
-	} else {
+	default:
 		e.emit(kernelEvent(EventParked, k, fmt.Sprintf("parked %s (%s) in %s%s",
 			english.Count(len(h.Names)+len(h.Modules), "name"), english.Bytes(h.Bytes), english.Duration(time.Since(start)), notSavedSuffix("; not saved: ", h.NotSaved))))
 		e.pruneParked(false)
@@ -315,6 +321,14 @@ func (e *Engine) park(ctx context.Context, k *Kernel) (parkHeader, error) {
 			return parkHeader{}, fmt.Errorf("its runner: %s", termtext.Line(clip(f.Error, 300)))
 		case "parked":
 			h, err := parkedHeader(f, key, id, reason, max(count, f.ExecutionCount), e.cfg.Now())
+			if err == nil && len(h.Names)+len(h.Modules) == 0 {
+				// Nothing to bring back: no parked state, which would only
+				// be restored as nothing (and listed until then).
+				err = errEmptyNamespace
+				if len(h.NotSaved) > 0 {
+					err = fmt.Errorf("nothing in its namespace could be saved%s", notSavedSuffix(": ", h.NotSaved))
+				}
+			}
 			if err != nil {
 				w.abort()
 				return parkHeader{}, err

@@ -149,3 +149,31 @@ func TestTheJournalKeepsAKernelBeingParked(t *testing.T) {
 	}
 	waitJournal(t, dir, nil)
 }
+
+// A kernel whose namespace holds nothing is not parked when the cap
+// evicts it: there is nothing to restore, nothing is listed, nothing is
+// said to be lost. One that holds only what cannot be saved is not parked
+// either, and its state is said to be lost.
+func TestNothingToSaveIsNotParked(t *testing.T) {
+	h := enginetest.New(t, backends.NewLocal(enginetest.ShortTempDir(t)), func(c *engine.Config) {
+		c.MaxKernels, c.ParkDir = 1, filepath.Join(t.TempDir(), "parked")
+	})
+	h.Run("empty", "1 + 1", 30*time.Second)
+	h.Run("file", "f = open('/dev/null')", 30*time.Second)
+	h.Run("other", "x = 1", 30*time.Second)
+	h.WaitFor("both evictions to settle", 20*time.Second, func() bool {
+		return len(h.EventsOf(engine.EventParkFailed)) == 1
+	})
+	if p := h.Eng.Parked(); len(p) != 0 {
+		t.Errorf("parked states %+v; want none", p)
+	}
+	if failed := h.EventsOf(engine.EventParkFailed); failed[0].Owner != "file" || !strings.Contains(failed[0].Detail, "f (open file)") {
+		t.Errorf("park_failed %+v; want the file's, naming f", failed)
+	}
+	if again := h.Run("empty", "print(1)", 30*time.Second); again.Kernel.StateLost || again.Kernel.StateRestored {
+		t.Errorf("the empty kernel's next call: %+v; want neither lost nor restored", again.Kernel)
+	}
+	if again := h.Run("file", "print(1)", 30*time.Second); !again.Kernel.StateLost {
+		t.Errorf("the file's kernel's next call: %+v; want its state said lost", again.Kernel)
+	}
+}
