@@ -160,6 +160,16 @@ func (c *dashboardCmd) run(args []string, std stdio, help func(io.Writer)) int {
 	if !ok {
 		return code
 	}
+	if c.replay != "" && c.eng.stateDir == "" {
+		// A replay is a show of its own: it neither lists nor restores
+		// what earlier runs parked, nor leaves anything for later ones.
+		scratch, err := os.MkdirTemp("", "kerneldeck-replay-")
+		if err != nil {
+			return r.fail(fmt.Errorf("--replay: a state dir of its own: %w", err))
+		}
+		defer os.RemoveAll(scratch)
+		s.stateDir = scratch
+	}
 	if path, ok := c.engineServingHere(s.stateDir); ok {
 		c.attach, c.attachedHere = path, true
 		return c.runAttached(std)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"image"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -699,3 +700,39 @@ func cutColumns(line string, starts []int) map[string]string {
 
 // onePixelPNG is a 1×1 PNG, base64.
 const onePixelPNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+// A replay runs on a state dir of its own: it does not list (nor restore)
+// what an earlier run parked in the user's state dir, and leaves nothing
+// there.
+func TestReplayRunsOnAStateDirOfItsOwn(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	t.Cleanup(func() { killProcessesUnder(t, dirs.kernels) })
+	state := filepath.Join(dirs.home, ".local", "state", "kerneldeck")
+	// An earlier run parks ghost's kernel (the cap evicts it) and stops.
+	cmd := exec.Command(bin, "headless", "--max-kernels", "1", "--spare-kernels", "0")
+	cmd.Env = dirs.env()
+	cmd.Stdin = strings.NewReader(`{"id":"1","op":"execute","owner":"ghost","code":"x = 1"}` + "\n" + `{"id":"2","op":"execute","owner":"other","code":"y = 2"}` + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the earlier run: %v\n%s", err, out)
+	}
+	parked, _ := filepath.Glob(filepath.Join(state, "parked", "*.park"))
+	if len(parked) != 1 {
+		t.Fatalf("the earlier run left %v parked; want ghost's", parked)
+	}
+	before, _ := filepath.Glob(filepath.Join(state, "*"))
+	replayFile := filepath.Join(t.TempDir(), "replay.jsonl")
+	os.WriteFile(replayFile, []byte(`{"id":"1","op":"execute","owner":"shown","code":"1"}`+"\n"), 0o600)
+	s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--replay", replayFile, "--listen", "none"}, Env: dirs.env(), Width: 100, Height: 30})
+	screen := s.WaitScreen("the replay's kernel", tmuxWait, func(screen string) bool { return strings.Contains(screen, "shown") })
+	if strings.Contains(screen, "ghost") {
+		t.Errorf("the replay lists an earlier run's parked kernel:\n%s", screen)
+	}
+	s.Keys("q")
+	s.WaitScreen("the quit question", tmuxWait, func(screen string) bool { return strings.Contains(screen, "Quit and kill") })
+	s.Keys("y")
+	s.WaitExit(tmuxWait)
+	if after, _ := filepath.Glob(filepath.Join(state, "*")); !slices.Equal(before, after) {
+		t.Errorf("the replay changed the user's state dir: %v, then %v", before, after)
+	}
+}
