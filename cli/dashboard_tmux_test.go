@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"image"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -720,11 +721,13 @@ func TestReplayRunsOnAStateDirOfItsOwn(t *testing.T) {
 	if len(parked) != 1 {
 		t.Fatalf("the earlier run left %v parked; want ghost's", parked)
 	}
-	before, _ := filepath.Glob(filepath.Join(state, "*"))
+	before := treeOf(state)
 	replayFile := filepath.Join(t.TempDir(), "replay.jsonl")
 	os.WriteFile(replayFile, []byte(`{"id":"1","op":"execute","owner":"shown","code":"1"}`+"\n"), 0o600)
 	s := tmuxtest.Start(t, tmuxtest.Options{Args: []string{bin, "--replay", replayFile, "--listen", "none"}, Env: dirs.env(), Width: 100, Height: 30})
-	screen := s.WaitScreen("the replay's kernel", tmuxWait, func(screen string) bool { return strings.Contains(screen, "shown") })
+	s.WaitScreen("the replay's kernel", tmuxWait, func(screen string) bool { return strings.Contains(screen, "shown") })
+	time.Sleep(2 * time.Second) // parked states are listed within a second
+	screen, _ := s.Screen()
 	if strings.Contains(screen, "ghost") {
 		t.Errorf("the replay lists an earlier run's parked kernel:\n%s", screen)
 	}
@@ -732,7 +735,23 @@ func TestReplayRunsOnAStateDirOfItsOwn(t *testing.T) {
 	s.WaitScreen("the quit question", tmuxWait, func(screen string) bool { return strings.Contains(screen, "Quit and kill") })
 	s.Keys("y")
 	s.WaitExit(tmuxWait)
-	if after, _ := filepath.Glob(filepath.Join(state, "*")); !slices.Equal(before, after) {
+	if after := treeOf(state); !slices.Equal(before, after) {
 		t.Errorf("the replay changed the user's state dir: %v, then %v", before, after)
 	}
+}
+
+// treeOf lists every path under dir, with each file's size.
+func treeOf(dir string) []string {
+	var out []string
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil {
+			info, _ := d.Info()
+			if info != nil && !d.IsDir() {
+				p += fmt.Sprintf(" %d", info.Size())
+			}
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
 }
