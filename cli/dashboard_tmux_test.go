@@ -710,8 +710,9 @@ func TestReplayRunsOnAStateDirOfItsOwn(t *testing.T) {
 	dirs := newDashboardDirs(t)
 	t.Cleanup(func() { killProcessesUnder(t, dirs.kernels) })
 	state := filepath.Join(dirs.home, ".local", "state", "kerneldeck")
-	// An earlier run parks ghost's kernel (the cap evicts it) and stops.
-	cmd := exec.Command(bin, "headless", "--max-kernels", "1", "--spare-kernels", "0")
+	// An earlier run parks ghost's kernel (the cap evicts it) and stops,
+	// keeping its kernels (a clean stop that keeps nothing drops its parks).
+	cmd := exec.Command(bin, "headless", "--max-kernels", "1", "--spare-kernels", "0", "--keep-kernels")
 	cmd.Env = dirs.env()
 	cmd.Stdin = strings.NewReader(`{"id":"1","op":"execute","owner":"ghost","code":"x = 1"}` + "\n" + `{"id":"2","op":"execute","owner":"other","code":"y = 2"}` + "\n")
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -37,6 +37,9 @@ type KeptKernel struct {
 	// Spare marks a spare runner, nobody's kernel (journals only): a later
 	// engine kills it.
 	Spare bool `json:"spare,omitempty"`
+	// Engine names the engine that kept it, whose parked states the
+	// engine that takes it holds from then on.
+	Engine string `json:"engine,omitempty"`
 }
 
 // Kept lists the registered kernels that are ready, for SaveKept before
@@ -47,14 +50,14 @@ func (e *Engine) Kept() []KeptKernel {
 	var out []KeptKernel
 	for _, k := range e.kernels {
 		if k.state == phaseReady {
-			out = append(out, keptOf(k))
+			out = append(out, keptOf(k, e.parkName))
 		}
 	}
 	return out
 }
 
-func keptOf(k *Kernel) KeptKernel {
-	return KeptKernel{ID: k.id, Owner: k.key.Owner, Task: k.key.Task, Backend: k.key.Backend,
+func keptOf(k *Kernel, engine string) KeptKernel {
+	return KeptKernel{Engine: engine, ID: k.id, Owner: k.key.Owner, Task: k.key.Task, Backend: k.key.Backend,
 		Child: k.key.Child, Tools: k.key.ToolList(), PID: k.pid, Dir: k.dir, Token: k.token,
 		ExecutionCount: k.execCount, LastUsed: k.lastUsed, Confinement: k.confinement}
 }
@@ -258,6 +261,9 @@ func (e *Engine) adoptOne(ctx context.Context, kk KeptKernel, detail string) (*K
 		lastUsed: last, execCount: kk.ExecutionCount, confinement: confinement, holding: true}
 	e.kernels[key] = k
 	e.byID[k.id] = k
+	if kk.Engine != "" {
+		e.parkEngines[kk.Engine] = true // its engine's parked states come along
+	}
 	e.orderDirty()
 	e.idleSince = time.Time{} // it may have been idle for long: scan again
 	e.journalTouch()

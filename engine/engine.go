@@ -227,9 +227,14 @@ type Engine struct {
 	// parks keeps parked states (nil: no Config.ParkDir); parking holds,
 	// per key, the park under way, closed once it is over; parkPruned is
 	// when the parked states were last pruned.
-	parks      *parkStore
-	parking    map[Key]chan struct{}
-	parkPruned time.Time
+	parks *parkStore
+	// parkName is what this engine's parked states say of whose they are;
+	// parkEngines are the engines whose parked states it holds: itself,
+	// and those it took kernels back from (guarded by mu).
+	parkName    string
+	parkEngines map[string]bool
+	parking     map[Key]chan struct{}
+	parkPruned  time.Time
 	// retiring are the kernels out of the registry being parked, by id:
 	// the journal keeps them until they are killed, so that an engine that
 	// dies meanwhile leaves them to the next one, state and all.
@@ -335,11 +340,13 @@ func New(cfg Config) (*Engine, error) {
 		}
 		e.parks = p
 	}
+	e.parkName, e.parkEngines = "engine-"+randomHex(8), map[string]bool{}
 	if cfg.JournalDir != "" {
 		j, err := openJournal(cfg.JournalDir)
 		if err != nil {
 			return nil, err
 		}
+		e.parkName = j.name
 		e.journal = j
 		go j.run(e.journalRecords, func(err error) {
 			e.emit(Event{Type: EventNotice, Detail: err.Error() + "; a later engine may not take back every kernel if this one dies"})
@@ -675,6 +682,9 @@ func (e *Engine) Close(ctx context.Context, keep bool) error {
 		e.killPending(ctx, e.takeUnkilled(true))
 	case <-ctx.Done():
 		err = errors.Join(err, fmt.Errorf("engine close: %w", ctx.Err()))
+	}
+	if !keep {
+		e.dropOwnParks()
 	}
 	if e.journal != nil {
 		e.journal.close()

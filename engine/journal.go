@@ -225,6 +225,12 @@ func (e *Engine) TakeBack(ctx context.Context) (TakenBack, error) {
 		return tb, nil
 	}
 	orphans, errs := claimJournals(e.journal.dir, e.journal.name, e.journal.key)
+	e.mu.Lock()
+	for _, oj := range orphans {
+		// Their parked states are this engine's now, to drop at its clean stop.
+		e.parkEngines[strings.TrimSuffix(filepath.Base(oj.path), ".json")] = true
+	}
+	e.mu.Unlock()
 	// A few at a time: each costs a command on its host and a dial.
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -322,7 +328,7 @@ func (e *Engine) journalRecords() []KeptKernel {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, k := range e.retiring {
-		out = append(out, keptOf(k))
+		out = append(out, keptOf(k, e.parkName))
 	}
 	for uri, sb := range e.spareSets {
 		for _, s := range sb.ready {
@@ -343,6 +349,12 @@ func (e *Engine) Orphaned() (int, error) {
 		return 0, nil
 	}
 	orphans, errs := claimJournals(e.journal.dir, e.journal.name, e.journal.key)
+	e.mu.Lock()
+	for _, oj := range orphans {
+		// Their parked states are this engine's now, to drop at its clean stop.
+		e.parkEngines[strings.TrimSuffix(filepath.Base(oj.path), ".json")] = true
+	}
+	e.mu.Unlock()
 	n := 0
 	for _, oj := range orphans {
 		for _, kk := range oj.file.Kernels {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"time"
@@ -333,6 +334,7 @@ func (e *Engine) park(ctx context.Context, k *Kernel) (parkHeader, error) {
 				w.abort()
 				return parkHeader{}, err
 			}
+			h.Engine = e.parkName
 			if err := w.commit(h); err != nil {
 				return parkHeader{}, err
 			}
@@ -539,4 +541,27 @@ func (e *Engine) pruneParked(sweep bool) {
 func timedOut(ctx context.Context, err error) bool {
 	return err != nil && (errors.Is(err, errReadCanceled) || errors.Is(err, os.ErrDeadlineExceeded) ||
 		errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil)
+}
+
+// dropOwnParks drops, at a clean stop that does not keep its kernels, the
+// parked states of this engine and of those it took kernels back from:
+// they belong to the session that made them, and a later, unrelated one
+// must not restore them. They survive a crash, and --keep-kernels.
+func (e *Engine) dropOwnParks() {
+	if e.parks == nil {
+		return
+	}
+	e.mu.Lock()
+	owners := maps.Clone(e.parkEngines)
+	e.mu.Unlock()
+	owners[e.parkName] = true
+	n := 0
+	for _, h := range e.parks.list() {
+		if h.Engine != "" && owners[h.Engine] && e.parks.drop(h.Key) {
+			n++
+		}
+	}
+	if n > 0 {
+		e.emit(Event{Type: EventParkDropped, Detail: fmt.Sprintf("dropped %s parked in this session: the engine stopped without keeping its kernels", english.Count(n, "state"))})
+	}
 }

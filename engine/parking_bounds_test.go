@@ -78,9 +78,12 @@ func TestParkingBounds(t *testing.T) {
 	}
 }
 
-// A parked state outlives its engine: the next engine on the same state
-// dir restores it. A reset drops it, and so does its owner's shutdown; a
-// park key anyone else could read makes the engine refuse to start.
+// A parked state outlives its engine where the engine keeps its kernels
+// (and after a crash): the next engine on the same state dir, adopting
+// them, restores it. A reset drops it, and so does its owner's shutdown,
+// and a clean stop that keeps nothing (the session is over: a later,
+// unrelated one must not get its state); a park key anyone else could
+// read makes the engine refuse to start.
 func TestParkedStateOutlivesItsEngine(t *testing.T) {
 	env := backends.NewLocal(enginetest.ShortTempDir(t))
 	parkDir := filepath.Join(t.TempDir(), "parked")
@@ -91,11 +94,15 @@ func TestParkedStateOutlivesItsEngine(t *testing.T) {
 	first.Run("alice", "x = 41", 0)
 	first.Run("bob", "y = 1", 0)
 	first.WaitFor("alice parked", time.Minute, func() bool { return len(first.Eng.Parked()) == 1 })
-	if err := first.Eng.Close(context.Background(), false); err != nil {
+	kept := first.Eng.Kept()
+	if err := first.Eng.Close(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
 
 	second := enginetest.New(t, env, park)
+	if n, skipped := second.Eng.Adopt(context.Background(), kept); n != 1 {
+		t.Fatalf("adopted %d (%v), want bob's kernel", n, skipped)
+	}
 	if got := parkedOwners(second.Eng); len(got) != 1 || got[0] != "alice" {
 		t.Fatalf("the next engine's parked states: %v", got)
 	}
@@ -120,6 +127,20 @@ func TestParkedStateOutlivesItsEngine(t *testing.T) {
 	if len(drops) != 2 || !strings.Contains(drops[0].Detail, "a reset was asked") || !strings.Contains(drops[1].Detail, "its owner shut down") {
 		t.Fatalf("park_dropped: %v", drops)
 	}
+
+	// A clean stop that keeps nothing: its parked states go with it, the
+	// one it parked and the one it got with the kernels it adopted.
+	second.Run("alice", "w = 1", 0)
+	second.Run("carol", "z = 3", 0) // parks alice
+	second.WaitFor("alice parked for the last time", time.Minute, func() bool { return len(second.Eng.Parked()) == 1 })
+	if err := second.Eng.Close(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	third := enginetest.New(t, env, park)
+	if got := parkedOwners(third.Eng); len(got) != 0 {
+		t.Fatalf("parked states after a clean stop: %v", got)
+	}
+	third.Eng.Close(context.Background(), false)
 
 	// A park key others could read: refused, saying what to do.
 	if err := os.Chmod(filepath.Join(parkDir, "park.key"), 0o644); err != nil {

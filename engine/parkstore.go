@@ -63,6 +63,9 @@ type parkHeader struct {
 	ExecutionCount int         `json:"execution_count"`
 	Bytes          int64       `json:"bytes"`
 	MAC            string      `json:"mac,omitempty"`
+	// Engine names the engine that parked it (its journal's name): its
+	// clean stop drops it, unless it keeps its kernels.
+	Engine string `json:"engine,omitempty"`
 }
 
 // parkStore keeps parked states in dir, and their headers in memory (a

@@ -132,7 +132,8 @@ func Parking(t *testing.T, env backends.Env, opts ParkingOptions) {
 			if err := os.WriteFile(path, b, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			res := h.Run("bob", `print("secret" in globals())`, 0)
+			// (b: a namespace with nothing in it would not be parked next.)
+			res := h.Run("bob", "print(\"secret\" in globals())\nb = 1", 0)
 			if res.Stdout != "False\n" || !res.Kernel.StateLost || res.Kernel.StateRestored || !strings.Contains(res.Kernel.Note, "refused") {
 				t.Fatalf("a changed parked state: %q %+v", res.Stdout, res.Kernel)
 			}
