@@ -221,6 +221,10 @@ type Engine struct {
 	// firstBegun are closed, per configured backend, when a kernel's
 	// spawn on it begins.
 	firstBegun map[string]chan struct{}
+	// sparesFree are closed, per configured backend, once its first spares
+	// may start (after its first spawn, see New): until then the sweep
+	// starts none, which would run the python3 on PATH beside that spawn.
+	sparesFree map[string]chan struct{}
 	// journal records the kernels for an engine after this one (nil: no
 	// Config.JournalDir).
 	journal *journal
@@ -302,6 +306,7 @@ func New(cfg Config) (*Engine, error) {
 		runnerFiles: map[string]string{},
 		firstSpawns: map[string]chan struct{}{},
 		firstBegun:  map[string]chan struct{}{},
+		sparesFree:  sparesFreeOf(cfg.Backends),
 		max:         cfg.MaxKernels,
 		perOwner:    cfg.MaxKernelsPerOwner,
 		idleExit:    cfg.IdleExit,
@@ -362,7 +367,7 @@ func New(cfg Config) (*Engine, error) {
 		if e.loadRunnerCache(b) {
 			kept = e.python(b)
 		}
-		first, begun := make(chan struct{}), make(chan struct{})
+		first, begun, free := make(chan struct{}), make(chan struct{}), e.sparesFree[b.URI()]
 		e.firstSpawns[b.URI()], e.firstBegun[b.URI()] = first, begun
 		// Nothing that can wait runs beside the first kernel's spawn: the
 		// spares start once it is done (or after firstSpawnWait), and so
@@ -393,6 +398,7 @@ func New(cfg Config) (*Engine, error) {
 			case <-e.base.Done():
 				return
 			}
+			close(free)
 			e.refillSpares(b)
 			if kept != "" {
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(e.base), spawnTimeout)
@@ -402,6 +408,16 @@ func New(cfg Config) (*Engine, error) {
 		}()
 	}
 	return e, nil
+}
+
+// sparesFreeOf makes the sparesFree channels of the configured backends,
+// before the sweep that reads them starts.
+func sparesFreeOf(bs []backends.Env) map[string]chan struct{} {
+	m := make(map[string]chan struct{}, len(bs))
+	for _, b := range bs {
+		m[b.URI()] = make(chan struct{})
+	}
+	return m
 }
 
 // firstSpawnWait is how long spares and checks wait for the first kernel's

@@ -26,8 +26,10 @@ func compiledRunnerEngine(t *testing.T, spares int) (*Engine, backends.Env) {
 	env := backends.NewLocal(tmp)
 	// The spares wait for the test's first spawn to begin: past 250 ms (a
 	// loaded machine) they would start first, with the python3 on PATH.
+	// The sweep runs often, as under load a first spawn outlasts its
+	// second: it must not start them before that spawn either.
 	eng, err := New(Config{Backends: []backends.Env{env}, StateDir: t.TempDir(), SpareKernels: map[string]int{env.URI(): spares},
-		firstSpawnWait: time.Minute})
+		firstSpawnWait: time.Minute, SweepEvery: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,11 +144,22 @@ func TestFirstSparesShipTheCompiledRunner(t *testing.T) {
 // after it; the python3 on PATH compiles nothing of its own.
 func TestRunnerCompiledOnceWhereSparesAreKept(t *testing.T) {
 	eng, env := compiledRunnerEngine(t, 1)
-	codeRun(t, eng, "first", "1")
+	sub := eng.Subscribe(1 << 10)
+	defer sub.Close()
+	first := codeRun(t, eng, "first", "1")
+	if first.Fallback != "" || first.Kernel.Reused {
+		t.Fatalf("the first call did not spawn a kernel: %+v %+v", first, first.Kernel)
+	}
+	told := eng.python(env)
 	waitRunnerCode(t, eng, env)
 	codeRun(t, eng, "second", "1")
 	if onPath := eng.codes.get(codeKey(env, "")); onPath != nil {
-		t.Error("the python3 on PATH compiled the runner too, though the first spawn had told the interpreter")
+		var said []string
+		for len(sub.C) > 0 {
+			ev := <-sub.C
+			said = append(said, string(ev.Type)+": "+ev.Detail)
+		}
+		t.Errorf("the python3 on PATH compiled the runner too, though the first spawn had told the interpreter (%q); events: %q", told, said)
 	}
 	if n := eng.codes.len(); n != 1 {
 		t.Errorf("%d compiled runners for one backend and interpreter, want 1", n)

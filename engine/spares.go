@@ -224,6 +224,10 @@ func (e *Engine) refreshSpares() {
 	e.mu.Unlock()
 	e.killAsync(stale)
 	for _, b := range e.cfg.Backends {
-		e.refillSpares(b)
+		select {
+		case <-e.sparesFree[b.URI()]: // not written after New: no lock
+			e.refillSpares(b)
+		default: // the first spawn first (a slow one can take seconds)
+		}
 	}
 }
