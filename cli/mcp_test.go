@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -580,33 +582,51 @@ func TestMCPStdioSurvivesBadLines(t *testing.T) {
 	kernels := isolate(t)
 	t.Cleanup(func() { killProcessesUnder(t, kernels) })
 	cmd := exec.Command(bin, "mcp")
-	cmd.Stdin = strings.NewReader(strings.Join([]string{
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
+	// The input stays open until the answers came: at its end the session
+	// ends, and what it had not answered yet with it.
+	io.WriteString(in, strings.Join([]string{
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
 		`{not json`,
 		`{"foo": 1}`,
 		`[]`,
 		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
-	}, "\n") + "\n")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("kerneldeck mcp: %v\n%s", err, out)
-	}
+	}, "\n")+"\n")
 	var codes []float64
-	listed := false
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("a line of the server's is not JSON: %q", line)
+	var lines []string
+	listed := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var m map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Errorf("a line of the server's is not JSON: %q", sc.Text())
+				continue
+			}
+			lines = append(lines, sc.Text())
+			if e, ok := m["error"].(map[string]any); ok {
+				codes = append(codes, e["code"].(float64))
+			}
+			if m["id"] == float64(2) && m["result"] != nil {
+				listed <- true
+				return
+			}
 		}
-		if e, ok := m["error"].(map[string]any); ok {
-			codes = append(codes, e["code"].(float64))
+		listed <- false
+	}()
+	select {
+	case ok := <-listed:
+		if !ok || fmt.Sprint(codes) != "[-32700 -32600 -32600]" {
+			t.Errorf("answers %q; want a parse error, two invalid requests, then the tools listed", lines)
 		}
-		if m["id"] == float64(2) && m["result"] != nil {
-			listed = true
-		}
-	}
-	if fmt.Sprint(codes) != "[-32700 -32600 -32600]" || !listed {
-		t.Errorf("answers %s; want a parse error, two invalid requests, then the tools listed", out)
+	case <-time.After(60 * time.Second):
+		t.Fatal("no tools listed within 60 s")
 	}
 }
