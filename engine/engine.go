@@ -564,12 +564,7 @@ func (e *Engine) MemberBackend(uri string, uid int) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrMemberBackend, err)
 	}
-	e.backendsMu.Lock()
-	defer e.backendsMu.Unlock()
-	if _, ok := e.backends[mine.URI()]; !ok {
-		e.backends[mine.URI()] = mine
-	}
-	return mine.URI(), nil
+	return e.addBackend(mine).URI(), nil
 }
 
 // MemberBackends lists the configured backends where members of the

@@ -98,6 +98,7 @@ type kernelUIDs struct {
 	key   []byte
 	mu    sync.Mutex
 	of    map[string]uint32
+	made  map[uint32]bool // the homes this engine made or checked
 }
 
 const (
@@ -121,7 +122,7 @@ func openKernelUIDs(r UIDRange, homes, stateDir string) (*kernelUIDs, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := &kernelUIDs{rng: r, homes: cmp.Or(homes, DefaultKernelHomes), path: filepath.Join(stateDir, uidsFile), key: key, of: map[string]uint32{}}
+	u := &kernelUIDs{rng: r, homes: cmp.Or(homes, DefaultKernelHomes), path: filepath.Join(stateDir, uidsFile), key: key, of: map[string]uint32{}, made: map[uint32]bool{}}
 	data, err := readPrivateFile(u.path, 64<<20)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -169,11 +170,21 @@ func (u *kernelUIDs) uidOf(owner string) (uint32, string, error) {
 			return 0, "", fmt.Errorf("kernel uids: %w", err)
 		}
 	}
+	home, err := u.homeLocked(uid)
+	return uid, home, err
+}
+
+// homeLocked is uid's home, made (and checked) once per engine: a cell's
+// call asks for it every time.
+func (u *kernelUIDs) homeLocked(uid uint32) (string, error) {
 	home := filepath.Join(u.homes, strconv.FormatUint(uint64(uid), 10))
-	if err := makeHome(u.homes, home, uid); err != nil {
-		return 0, "", err
+	if !u.made[uid] {
+		if err := makeHome(u.homes, home, uid); err != nil {
+			return "", err
+		}
+		u.made[uid] = true
 	}
-	return uid, home, nil
+	return home, nil
 }
 
 // makeHome makes a kernel uid's home: the homes dir root's and 0755, the
@@ -227,12 +238,19 @@ func (e *Engine) ownerBackend(owner, backend string, member bool) (string, error
 	if err != nil {
 		return "", err
 	}
+	return e.addBackend(mine).URI(), nil
+}
+
+// addBackend registers env, a backend made for a user (a member, a kernel
+// uid), unless one of its URI is there already, and returns the one that is.
+func (e *Engine) addBackend(env backends.Env) backends.Env {
 	e.backendsMu.Lock()
 	defer e.backendsMu.Unlock()
-	if _, ok := e.backends[mine.URI()]; !ok {
-		e.backends[mine.URI()] = mine
+	if have, ok := e.backends[env.URI()]; ok {
+		return have
 	}
-	return mine.URI(), nil
+	e.backends[env.URI()] = env
+	return env
 }
 
 // rebuiltEnv is the backend of uri where an engine that is gone made it for
@@ -258,8 +276,10 @@ func (e *Engine) rebuiltEnv(uri string) (backends.Env, bool) {
 		if perr != nil || e.uids == nil || uint32(n) < e.uids.rng.First || uint32(n) > e.uids.rng.Last {
 			return nil, false
 		}
-		home := filepath.Join(e.uids.homes, strconv.FormatUint(n, 10))
-		if makeHome(e.uids.homes, home, uint32(n)) != nil {
+		e.uids.mu.Lock()
+		home, herr := e.uids.homeLocked(uint32(n))
+		e.uids.mu.Unlock()
+		if herr != nil {
 			return nil, false
 		}
 		env, err = local.AsKernelUID(uint32(n), home)
@@ -276,11 +296,5 @@ func (e *Engine) rebuiltEnv(uri string) (backends.Env, bool) {
 	if err != nil || env.URI() != uri {
 		return nil, false
 	}
-	e.backendsMu.Lock()
-	defer e.backendsMu.Unlock()
-	if have, ok := e.backends[uri]; ok {
-		return have, true
-	}
-	e.backends[uri] = env
-	return env, true
+	return e.addBackend(env), true
 }
