@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -234,7 +233,11 @@ func TestAPlantedJournalKillsAndRemovesNothing(t *testing.T) {
 	if err := victim.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { victim.Process.Kill(); victim.Wait() })
+	// Killed, it would stay a zombie of this process: kill(pid, 0) would
+	// still find it. Its Wait tells.
+	gone := make(chan struct{})
+	go func() { victim.Wait(); close(gone) }()
+	t.Cleanup(func() { victim.Process.Kill(); <-gone })
 	pid := victim.Process.Pid
 	body := fmt.Sprintf(`{"pid":999999,"started":"2026-01-01T00:00:00Z","kernels":[`+
 		`{"id":"k0123456789aa","backend":"local","spare":true,"pid":%[1]d,"dir":%[2]q},`+
@@ -271,8 +274,10 @@ func TestAPlantedJournalKillsAndRemovesNothing(t *testing.T) {
 				t.Errorf("the planted journal was removed: %v", err)
 			}
 		}
-		if victim.ProcessState != nil || syscall.Kill(pid, 0) != nil {
+		select {
+		case <-gone:
 			t.Fatalf("sealed %v: the victim process was killed", sealed)
+		case <-time.After(300 * time.Millisecond):
 		}
 		if _, err := os.Stat(filepath.Join(victimDir, "precious")); err != nil {
 			t.Fatalf("sealed %v: the victim dir was removed: %v", sealed, err)
