@@ -57,20 +57,8 @@ func TestANonRootEnginesKernels(t *testing.T) {
 	u := sshdtest.OSUser(t, "kdtest1")
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	dir, err := os.MkdirTemp("", "kd-nonroot-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		os.RemoveAll(dir)
-		os.RemoveAll(filepath.Join(u.HomeDir, ".local", "state", "kerneldeck"))
-	})
-	os.Chmod(dir, 0o755)
-	bin := filepath.Join(dir, "kerneldeck")
-	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	os.Chmod(bin, 0o755)
+	_, bin := nonRootBinary(t)
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(u.HomeDir, ".local", "state", "kerneldeck")) })
 	req, _ := json.Marshal(map[string]any{"id": "probe", "op": "execute", "code": nonRootProbe})
 	cmd := exec.Command("/bin/sh", "-c", `umask 022; exec "$0" headless --spare-kernels 0`, bin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}

@@ -287,11 +287,7 @@ func TestATakenBackKernelCannotClaimAnotherOwnersCell(t *testing.T) {
 	}
 	a.send(map[string]any{"id": "oy", "op": "execute", "owner": "oy", "cell": "oy-cell",
 		"code": "import time; time.sleep(4); print('oy secret')"})
-	waitUntil(t, "oy's cell to run", func() bool {
-		a.send(map[string]any{"id": "list", "op": "kernels"})
-		time.Sleep(100 * time.Millisecond)
-		return runningKernels(a) == 1
-	})
+	waitUntil(t, "oy's cell to run", func() bool { return kernelsRunning(t, bin, se) == 1 })
 	time.Sleep(time.Second) // the runner has the cell a moment after the listing says running
 	se.cmd.Process.Kill()
 	se.cmd.Wait()
@@ -318,17 +314,7 @@ func TestAMembersKernelOutlivesTheEngine(t *testing.T) {
 		t.Skip("only a root engine runs a member's kernels as the member")
 	}
 	const nobody, users = 65534, 100
-	shared, err := os.MkdirTemp("", "kd-member-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(shared) })
-	os.Chmod(shared, 0o755)
-	bin := filepath.Join(shared, "kerneldeck")
-	if out, err := exec.Command("cp", buildBinary(t), bin).CombinedOutput(); err != nil {
-		t.Fatalf("cp: %v %s", err, out)
-	}
-	os.Chmod(bin, 0o755)
+	shared, bin := nonRootBinary(t)
 	dirs := newDashboardDirs(t)
 	os.Chmod(filepath.Dir(dirs.state), 0o755) // the socket's dir is in it
 	t.Cleanup(func() { killProcessesUnder(t, "/tmp/kerneldeck-nobody") })
