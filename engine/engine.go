@@ -400,7 +400,7 @@ func New(cfg Config) (*Engine, error) {
 			}
 			close(free)
 			e.refillSpares(b)
-			if kept != "" {
+			if kept != "" && herePython(b, e.wantPython(b)) == "" { // else what it resolved to is the truth
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(e.base), spawnTimeout)
 				defer cancel()
 				e.recheckPython(ctx, b, kept)

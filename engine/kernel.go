@@ -21,6 +21,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/engine/runner"
 	"github.com/kerneldeck/kerneldeck/internal/english"
 	"github.com/kerneldeck/kerneldeck/internal/kernelauth"
+	"github.com/kerneldeck/kerneldeck/interp"
 )
 
 // phase is where a registry entry is in its life.
@@ -624,12 +625,37 @@ func (e *Engine) kernelRoot(env backends.Env) string {
 	return e.roots[env.URI()]
 }
 
-// python returns the interpreter path learnt on env's host, else the one
-// configured (Config.Python), else "" (python3 on PATH).
+// python returns the interpreter env's next kernel runs: on the engine's
+// own local backend, what python3 (or Config.Python) resolves to in this
+// process's environment now (its PATH, venv, pyenv version); elsewhere the
+// interpreter path learnt on env's host, else the one configured, else ""
+// (python3 on PATH).
 func (e *Engine) python(env backends.Env) string {
+	here := herePython(env, e.wantPython(env))
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if here != "" {
+		e.pythons[env.URI()] = here // spares of another are stale (dropStaleSparesLocked)
+		return here
+	}
 	return cmp.Or(e.pythons[env.URI()], e.wantPython(env))
+}
+
+// herePython is what want resolves to for env, the engine's own local
+// backend, in this process's environment, found without a process
+// (interp); "" for other backends, or where only a process could tell.
+func herePython(env backends.Env, want string) string {
+	if env.URI() != "local" {
+		return ""
+	}
+	if _, local := backends.Find[*backends.Local](env); !local {
+		return ""
+	}
+	exe, err := interp.Resolve(want, interp.Here())
+	if err != nil || !filepath.IsAbs(exe) || strings.ContainsFunc(exe, func(r rune) bool { return r <= ' ' }) {
+		return ""
+	}
+	return exe
 }
 
 // wantPython is the interpreter configured for env's kernels, or "".

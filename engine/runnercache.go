@@ -87,7 +87,9 @@ func (e *Engine) runnerCacheFile(env backends.Env) string {
 		return ""
 	}
 	sum := sha256.New()
-	for _, s := range []string{env.URI(), e.wantPython(env), string(runner.Source)} {
+	// The interpreter python3 resolves to here now is part of the key: a
+	// venv activated, or another pyenv version, has a runner of its own.
+	for _, s := range []string{env.URI(), e.wantPython(env), herePython(env, e.wantPython(env)), string(runner.Source)} {
 		sum.Write([]byte(s))
 		sum.Write([]byte{0})
 	}
@@ -127,7 +129,8 @@ func (e *Engine) loadRunnerCache(env backends.Env) bool {
 	if err != nil {
 		e.emit(Event{Type: EventNotice, Detail: fmt.Sprintf("%s: the kept runner %s is not used: %v (it is removed)", env.URI(), path, err)})
 	}
-	if err != nil || c.URI != env.URI() || c.Want != e.wantPython(env) ||
+	here := herePython(env, e.wantPython(env))
+	if err != nil || c.URI != env.URI() || c.Want != e.wantPython(env) || (here != "" && c.Exe != here) ||
 		!strings.HasPrefix(c.Exe, "/") || strings.ContainsFunc(c.Exe, func(r rune) bool { return r <= ' ' }) ||
 		len(c.Code) < 8 || len(c.Code) > maxRunnerCode {
 		os.Remove(path)
