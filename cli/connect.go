@@ -10,6 +10,7 @@ import (
 
 	"github.com/kerneldeck/kerneldeck/client"
 	"github.com/kerneldeck/kerneldeck/config"
+	"github.com/kerneldeck/kerneldeck/engine"
 )
 
 // connectTarget describes --connect and --attach, which take the same value.
@@ -50,6 +51,17 @@ func redialEngine(ctx context.Context, f *engineFlags, target string, o client.O
 	}, say), nil
 }
 
+// clientPlace is where this process works, for the engine at target to
+// run the kernels it makes for us there (engine.PlaceHere); zero for an
+// engine over ssh, on another filesystem, where its backends' defaults
+// apply.
+func clientPlace(target, python string) engine.Place {
+	if strings.HasPrefix(target, "ssh://") {
+		return engine.Place{}
+	}
+	return engine.PlaceHere(python)
+}
+
 // dialEngine connects to the engine at target for a client, within 30 s
 // and while ctx lasts.
 func dialEngine(ctx context.Context, f *engineFlags, target string, o client.Options) (*client.Client, error) {
@@ -65,6 +77,10 @@ func dialEngine(ctx context.Context, f *engineFlags, target string, o client.Opt
 	conn, err := client.Dial(ctx, target, client.DialOptions{StateDir: stateDir, SSH: f.ssh})
 	if err != nil {
 		return nil, err
+	}
+	if o.Place.IsZero() {
+		python, _ := f.values["python"].(string)
+		o.Place = clientPlace(target, python)
 	}
 	c, err := client.New(ctx, conn, conn.Where, o)
 	if err != nil {

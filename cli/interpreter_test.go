@@ -2,11 +2,14 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kerneldeck/kerneldeck/engine"
 )
 
 // executableIn runs a one-shot headless in dir with the test's environment
@@ -117,4 +120,112 @@ func TestTheFirstKernelRunsTheInterpreterOfThisMoment(t *testing.T) {
 	if len(kept) < 2 {
 		t.Fatalf("the state dir keeps %d runners; each interpreter should have its own, for the next engine's fast start", len(kept))
 	}
+}
+
+// replIn runs `kerneldeck repl --connect sock` as owner in dir with umask
+// and env, feeding it code, and returns what it printed.
+func replIn(t *testing.T, bin, sock, owner, dir, umask string, env []string, code string) string {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", `umask "$1"; shift; exec "$@"`, "sh", umask, bin, "repl", "--connect", sock, "--owner", owner)
+	cmd.Dir, cmd.Env, cmd.Stdin = dir, env, strings.NewReader(code)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("repl --connect in %s: %v\n%s", dir, err, out)
+	}
+	return string(out)
+}
+
+// A client of a shared engine gets kernels that work where it does: its
+// directory, the interpreter its PATH (here a venv) resolves to and its
+// umask; a kernel it runs from a spare runner too. They once ran in the
+// serve's directory, on its interpreter, with its umask (issue 55, point 4).
+func TestAConnectedClientsKernelWorksWhereItDoes(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newDashboardDirs(t)
+	se := startServe(t, bin, dirs, "--spare-kernels", "1")
+	watcher := startAgent(t, bin, dirs.env(), "--connect", se.sock)
+	watcher.send(map[string]any{"id": "sub", "op": "subscribe"})
+	watcher.answer("sub", "ok")
+
+	project := t.TempDir()
+	venv := filepath.Join(project, "venv")
+	if out, err := exec.Command("/usr/bin/python3", "-m", "venv", "--without-pip", venv).CombinedOutput(); err != nil {
+		t.Fatalf("venv: %v: %s", err, out)
+	}
+	const probe = "import os, sys\nopen('made.csv', 'w').close()\nprint('where', os.getcwd(), sys.executable, oct(os.stat('made.csv').st_mode & 0o777))\n"
+	activated := envWithOverrides(dirs.env(), map[string]string{"PATH": venv + "/bin:" + os.Getenv("PATH"), "VIRTUAL_ENV": venv})
+	out := replIn(t, bin, se.sock, "ana", project, "027", activated, probe)
+	if want := "where " + project + " " + venv + "/bin/python3 0o640"; !strings.Contains(out, want) {
+		t.Fatalf("a venv's client in %s with umask 027: the kernel said\n%s\nwant %q", project, out, want)
+	}
+	if st, err := os.Stat(filepath.Join(project, "made.csv")); err != nil || st.Mode().Perm() != 0o640 {
+		t.Fatalf("the kernel's file in the client's dir: %v %v, want mode 0640", st, err)
+	}
+
+	// Without the venv, python3 resolves to what the serve's kernels run:
+	// the spare runner is taken, and it too works where its client does.
+	waitUntil(t, "a spare runner", func() bool {
+		watcher.send(map[string]any{"id": "k", "op": "kernels"})
+		n, _ := watcher.answer("k", "kernels")["spares"].(float64)
+		watcher.mu.Lock()
+		watcher.lines = nil
+		watcher.mu.Unlock()
+		return n >= 1
+	})
+	other := t.TempDir()
+	out = replIn(t, bin, se.sock, "bo", other, "077", dirs.env(), probe)
+	if want := "where " + other + " "; !strings.Contains(out, want) || !strings.Contains(out, " 0o600") {
+		t.Fatalf("a client in %s with umask 077: the kernel said\n%s\nwant it there, making 0600 files", other, out)
+	}
+	waitUntil(t, "bo's kernel to be told spawned from the spare", func() bool {
+		watcher.mu.Lock()
+		defer watcher.mu.Unlock()
+		for _, l := range watcher.lines {
+			if l["type"] == "spawned" && l["owner"] == "bo" {
+				if !strings.Contains(fmt.Sprint(l["detail"]), "a spare runner") {
+					t.Fatalf("bo's kernel did not come from the spare: %v\n%v", l, watcher.lines)
+				}
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// headless --connect's relay adds where its agent works to the executes
+// that do not say, and leaves alone those that do and every other op.
+func TestTheRelaySaysWhereItsAgentWorks(t *testing.T) {
+	umask := 0o027
+	place := engine.Place{Dir: "/home/ana/project", Python: "/home/ana/project/venv/bin/python3", Umask: &umask}
+	decode := func(line []byte) map[string]any {
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		return m
+	}
+	got := decode(mustTrack(t, `{"id":"1","op":"execute","code":"1"}`, place))
+	if got["cwd"] != place.Dir || got["python"] != place.Python || got["umask"] != float64(umask) || got["code"] != "1" || got["cell"] == nil {
+		t.Errorf("an execute that says nothing became %v", got)
+	}
+	got = decode(mustTrack(t, `{"id":"2","op":"execute","code":"1","cwd":"/srv/other"}`, place))
+	if got["cwd"] != "/srv/other" || got["python"] != nil || got["umask"] != nil {
+		t.Errorf("an execute that says where it works became %v", got)
+	}
+	got = decode(mustTrack(t, `{"id":"3","op":"kernels"}`, place))
+	if len(got) != 2 {
+		t.Errorf("a kernels request became %v", got)
+	}
+	if got := decode(mustTrack(t, `{"id":"4","op":"execute","code":"1"}`, engine.Place{})); got["cwd"] != nil {
+		t.Errorf("a relay over ssh added a place: %v", got)
+	}
+}
+
+func mustTrack(t *testing.T, line string, place engine.Place) []byte {
+	t.Helper()
+	out, p := track([]byte(line), place)
+	if p == nil {
+		t.Fatalf("%s was not tracked", line)
+	}
+	return out
 }

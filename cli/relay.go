@@ -42,6 +42,8 @@ type relay struct {
 	where  string
 	events bool
 	dial   func(ctx context.Context) (*client.Conn, error)
+	// place is where the agent works, for its executes that do not say.
+	place engine.Place
 
 	wmu sync.Mutex // held while writing to the engine, so resent lines stay in order
 	mu  sync.Mutex // guards the fields below
@@ -59,20 +61,41 @@ type pendingRequest struct {
 }
 
 // track reads a request line's id and op, and gives an execute without a
-// cell id one of its own, so that sending it again never runs it twice.
-// Lines without a string id are not tracked (the engine answers them with
-// an error, once).
-func track(line []byte) ([]byte, *pendingRequest) {
+// cell id one of its own, so that sending it again never runs it twice,
+// and one that does not say where its client works the relay's place
+// (zero: none). Lines without a string id are not tracked (the engine
+// answers them with an error, once).
+func track(line []byte, place engine.Place) ([]byte, *pendingRequest) {
 	var head struct {
-		ID   json.RawMessage `json:"id"`
-		Op   wire.Op         `json:"op"`
-		Cell json.RawMessage `json:"cell"`
+		ID     json.RawMessage `json:"id"`
+		Op     wire.Op         `json:"op"`
+		Cell   json.RawMessage `json:"cell"`
+		Cwd    json.RawMessage `json:"cwd"`
+		Python json.RawMessage `json:"python"`
+		Umask  json.RawMessage `json:"umask"`
 	}
 	if json.Unmarshal(line, &head) != nil || len(head.ID) == 0 || head.ID[0] != '"' {
 		return line, nil
 	}
-	if trimmed := bytes.TrimLeft(line, " \t\r"); head.Op == wire.OpExecute && head.Cell == nil && len(trimmed) > 1 && trimmed[0] == '{' {
-		line = append([]byte(`{"cell":"h`+engine.NewCellID()+`",`), trimmed[1:]...)
+	if trimmed := bytes.TrimLeft(line, " \t\r"); head.Op == wire.OpExecute && len(trimmed) > 1 && trimmed[0] == '{' {
+		var add []byte
+		if head.Cell == nil {
+			add = append(add, `"cell":"h`+engine.NewCellID()+`",`...)
+		}
+		if head.Cwd == nil && head.Python == nil && head.Umask == nil && !place.IsZero() {
+			where, _ := json.Marshal(wire.Execute{Cwd: place.Dir, Python: place.Python, Umask: place.Umask})
+			var fields map[string]json.RawMessage
+			json.Unmarshal(where, &fields)
+			for _, k := range []string{"cwd", "python", "umask"} {
+				if v, ok := fields[k]; ok {
+					add = append(add, `"`+k+`":`...)
+					add = append(append(add, v...), ',')
+				}
+			}
+		}
+		if add != nil {
+			line = append(append([]byte{'{'}, add...), trimmed[1:]...)
+		}
 	}
 	return line, &pendingRequest{id: string(head.ID), op: head.Op, line: line}
 }
@@ -104,7 +127,7 @@ func (r *relay) readInput(done chan<- error) {
 			if line[len(line)-1] != '\n' {
 				line = append(line, '\n')
 			}
-			line, p := track(line)
+			line, p := track(line, r.place)
 			r.wmu.Lock()
 			r.mu.Lock()
 			if p != nil {

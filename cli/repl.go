@@ -277,8 +277,12 @@ func (c *replCmd) runConnected(std stdio) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
 	interactive := stdinIsTerminal(std.in)
 	if interactive {
-		fmt.Fprintf(std.err, "kerneldeck repl: Python on the engine at %s as owner %s, task %s.\nctrl+c interrupts a running block; ctrl+d exits and leaves the kernel there.\n",
-			cl.Where(), c.owner, c.task)
+		where := "the engine is on another host: a kernel it makes works where its backend starts it"
+		if p := clientPlace(c.connect, ""); !p.IsZero() {
+			where = fmt.Sprintf("a kernel it makes for you works in %s, on %s", p.Dir, cmp.Or(p.Python, "python3"))
+		}
+		fmt.Fprintf(std.err, "kerneldeck repl: Python on the engine at %s as owner %s, task %s; %s.\nctrl+c interrupts a running block; ctrl+d exits and leaves the kernel there.\n",
+			cl.Where(), c.owner, c.task, where)
 	}
 	stateDir := c.eng.stateDir
 	if stateDir == "" {

@@ -145,6 +145,11 @@ func (c *Client) kick() {
 func (c *Client) Execute(ctx context.Context, req engine.Request) (*engine.Result, error) {
 	r := wire.NewRequest(wire.OpExecute).(*wire.Execute)
 	r.Code, r.Owner, r.Task, r.Backend, r.Child, r.Tools, r.Reset, r.Cell = req.Code, req.Owner, req.Task, req.Backend, req.Child, req.Tools, req.Reset, req.Cell
+	place := req.Place
+	if place.IsZero() {
+		place = c.opts.Place
+	}
+	r.Cwd, r.Python, r.Umask = place.Dir, place.Python, place.Umask
 	r.Stream = req.OnOutput != nil || req.OnStart != nil || req.OnDisplay != nil
 	r.Input = req.OnInput != nil
 	if req.Timeout > 0 {

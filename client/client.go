@@ -43,6 +43,9 @@ type Options struct {
 	// 1 s); events renew it sooner, at most every RefreshEvery/2. A renewal
 	// while nothing changed costs the engine a hash, not a listing.
 	RefreshEvery time.Duration
+	// Place is where this client works (engine.PlaceHere): its Execute
+	// requests carry it, unless a request names its own.
+	Place engine.Place
 }
 
 // Hello is what the engine said of itself.

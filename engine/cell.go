@@ -67,6 +67,10 @@ type Request struct {
 	// is answered from what it kept of it, once it finished, and a runner
 	// never runs an id twice (it gives the result again).
 	Cell string
+	// Place is where the caller works (a client of a shared engine): a
+	// kernel made for this request on a local backend runs there, and
+	// keeps it.
+	Place Place
 }
 
 // Result is the outcome of a cell.
@@ -130,6 +134,9 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*Result, error) {
 	}
 	if req.Timeout < 0 {
 		return nil, fmt.Errorf("timeout must not be negative, got %v", req.Timeout)
+	}
+	if err := req.Place.Check(); err != nil {
+		return nil, err
 	}
 	timeout := cmp.Or(req.Timeout, e.cfg.CellTimeout)
 	deadline := start.Add(timeout)
@@ -238,6 +245,13 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 	kr := &KernelResult{StateLost: reaped != "", Note: reaped}
 	switch {
 	case created:
+		place := placeFor(req.Place, k.backendEnv())
+		if place.Dir == "" && k.backendEnv().URI() == "local" {
+			place.Dir = e.cwd // said in the listing; the runner starts there anyway
+		}
+		e.mu.Lock()
+		k.place = place
+		e.mu.Unlock()
 		if k.lostNote != "" {
 			// The key's previous kernel was evicted, reaped or lost: its
 			// state is gone, whoever removed it.
@@ -279,6 +293,9 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 		e.mu.Lock()
 		k.runningCell, k.runningSince = c.id, e.cfg.Now()
 		id := k.id
+		if p := k.firstPlaceLocked(); p != nil {
+			c.place = p // the runner is new: a respawn's takes it again
+		}
 		e.mu.Unlock()
 		// A spawn gives the kernel a new id (a spare runner, a reset, a
 		// respawn): the cell is filed under the id it runs in, so whoever
@@ -364,7 +381,10 @@ func (e *Engine) failOpen(ctx context.Context, k *Kernel, req Request, call cell
 // spawned for this call only, served like any cell (tool calls included),
 // and killed afterwards.
 func (e *Engine) runOnce(ctx context.Context, k *Kernel, req Request, call cellCall, deadline time.Time) (*Result, error) {
-	tk := &Kernel{key: k.key, env: k.transientHost(), backend: k.backendEnv(), id: newKernelID(), state: phaseStarting, holding: true, transient: true, lastUsed: e.cfg.Now()}
+	e.mu.Lock()
+	place := k.place
+	e.mu.Unlock()
+	tk := &Kernel{key: k.key, env: k.transientHost(), backend: k.backendEnv(), id: newKernelID(), state: phaseStarting, holding: true, transient: true, lastUsed: e.cfg.Now(), place: place}
 	if err := e.spawn(ctx, tk); err != nil {
 		return nil, err
 	}
@@ -380,6 +400,9 @@ func (e *Engine) runOnce(ctx context.Context, k *Kernel, req Request, call cellC
 	c := newCellRun(call.id, req.Code, deadline, req.OnOutput, call.userStream)
 	c.onDisplay, c.onInput = req.OnDisplay, req.OnInput
 	c.rpc = e.newRPCSession(ctx, tk, c)
+	e.mu.Lock()
+	c.place = tk.firstPlaceLocked()
+	e.mu.Unlock()
 	out := e.runCell(ctx, tk, c)
 	if out.kind == outDead {
 		out = outcome{kind: outLost, detail: "the per-call runner died before its cell"}
@@ -429,7 +452,10 @@ type cellRun struct {
 	userStream bool
 	// timeoutSec tells the runner how long the cell may take.
 	timeoutSec float64
-	rpc        *rpcSession
+	// place is the kernel's place, for its runner to apply before the
+	// cell: the runner's first cell carries it.
+	place *placeFrame
+	rpc   *rpcSession
 	// reach is how far the cell's request may have got (see mayHaveRun).
 	reach         reach
 	interrupted   bool // the deadline passed and the grace started

@@ -79,7 +79,7 @@ func (x *execDoor) run(ctx context.Context) outcome {
 		switch {
 		case publish:
 			// The request file's JSON, made only for this door.
-			req, _ := json.Marshal(map[string]any{"id": c.id, "code": c.code, "timeout": c.timeoutSec})
+			req, _ := json.Marshal(cellFrame{ID: c.id, Code: c.code, Timeout: c.timeoutSec, Place: c.place})
 			opts.Stdin = signed(token, kernelauth.Request, req)
 		case sendAnswers:
 			opts.Stdin = encodeAnswers(token, answers)

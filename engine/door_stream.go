@@ -29,7 +29,7 @@ type streamDoor struct {
 // door then finds out what happened on the host.
 func (s *streamDoor) run(ctx context.Context) (outcome, bool) {
 	e, k, c := s.e, s.k, s.c
-	req := cellFrame{Op: "cell", ID: c.id, Code: c.code, Stream: c.onOutput != nil && (c.userStream || e.bus.wantsOutput()), Timeout: c.timeoutSec}
+	req := cellFrame{Op: "cell", ID: c.id, Code: c.code, Stream: c.onOutput != nil && (c.userStream || e.bus.wantsOutput()), Timeout: c.timeoutSec, Place: c.place}
 	var conn *runnerConn
 	before, acked := c.reach, false
 	for {
@@ -125,11 +125,12 @@ type rpcResultFrame struct {
 
 // cellFrame asks a runner to run a cell.
 type cellFrame struct {
-	Op      string  `json:"op"`
-	ID      string  `json:"id"`
-	Code    string  `json:"code"`
-	Stream  bool    `json:"stream"`
-	Timeout float64 `json:"timeout"`
+	Op      string      `json:"op"`
+	ID      string      `json:"id"`
+	Code    string      `json:"code"`
+	Stream  bool        `json:"stream"`
+	Timeout float64     `json:"timeout"`
+	Place   *placeFrame `json:"place,omitempty"`
 }
 
 // open returns the kernel's stream, opening it when it has none or it

@@ -19,6 +19,7 @@ import (
 	"github.com/kerneldeck/kerneldeck/hosttools"
 	"github.com/kerneldeck/kerneldeck/internal/english"
 	"github.com/kerneldeck/kerneldeck/internal/kernelauth"
+	"github.com/kerneldeck/kerneldeck/interp"
 )
 
 // Defaults for Config fields left zero.
@@ -188,6 +189,7 @@ type Engine struct {
 	uids      *kernelUIDs       // the owners' uids (Config.KernelUIDs), or nil
 	pythons   map[string]string // backend URI -> interpreter path its runners reported
 	umask     int               // what cells create files with: this process's
+	cwd       string            // where local kernels start: this process's, unless a request says (Place)
 	roots     map[string]string // backend URI -> the kernel root its runners were spawned in
 	// unconfined holds, per backend URI, why its runners are not confined
 	// ("" once one was), so the event is said once per host.
@@ -293,6 +295,7 @@ func New(cfg Config) (*Engine, error) {
 		byID:        map[string]*Kernel{},
 		pythons:     map[string]string{},
 		umask:       processUmask(),
+		cwd:         interp.Here().Dir,
 		roots:       map[string]string{},
 		codes:       newRunnerCodes(),
 		unconfined:  map[string]string{},

@@ -76,6 +76,10 @@ type Kernel struct {
 	confinement string
 	// python is the interpreter the runner said it runs on ("": not told).
 	python string
+	// place is where the request that made the kernel works (placeFor);
+	// placePending: the runner has yet to apply it (firstPlaceLocked).
+	place        Place
+	placePending bool
 	// lostNote, on a kernel just created for a key whose previous kernel
 	// left the registry, says why; only the creating call reads it.
 	lostNote string
@@ -132,6 +136,9 @@ type KernelInfo struct {
 	// Python is the interpreter the kernel runs on, as its runner said
 	// ("" where it did not: a kernel taken over).
 	Python string `json:"python,omitempty"`
+	// Cwd is the directory the kernel started in, its client's on this
+	// machine ("" where the backend's default applies: another host).
+	Cwd string `json:"cwd,omitempty"`
 	// Host is where the kernel's own host is (its pod, its container);
 	// zero for a kernel on a shared host.
 	Host backends.Place `json:"host,omitzero"`
@@ -162,7 +169,7 @@ func (k *Kernel) fillInfoLocked(info *KernelInfo, now time.Time, next bool) {
 	info.ID, info.Owner, info.Task, info.Backend, info.Child = k.id, k.key.Owner, k.key.Task, k.key.Backend, k.key.Child
 	info.Tools, info.PID, info.Dir, info.State, info.Attached = k.toolList(), k.pid, k.dir, state, attached
 	info.Queued, info.RunningCell, info.RunningSince, info.LastUsed = len(k.waiters), k.runningCell, k.runningSince, k.lastUsed
-	info.ExecutionCount, info.NextEvict, info.Confinement, info.Python = k.execCount, next, k.confinement, k.python
+	info.ExecutionCount, info.NextEvict, info.Confinement, info.Python, info.Cwd = k.execCount, next, k.confinement, k.python, k.place.Dir
 	if p, ok := backends.Find[backends.Placement](k.env); ok && k.env != k.backendEnv() {
 		info.Host = p.Place()
 	}
@@ -368,7 +375,7 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 		e.mu.Unlock()
 	} else {
 		e.firstSpawnBegun(k.backendEnv().URI())
-		r, err = e.startRunner(ctx, k.env, id, k.key.ToolList(), k.transient)
+		r, err = e.startRunner(ctx, k.env, id, k.key.ToolList(), k.transient, k.place.Python)
 		e.firstSpawnEnded(k.backendEnv().URI())
 		if err != nil {
 			e.abandonSpawn(k.env, k.key, id, err)
@@ -388,6 +395,7 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 	}
 	k.id, k.pid, k.dir, k.token = id, pid, dir, token
 	k.execCount = 0
+	k.placePending = k.place.Dir != "" || k.place.Umask != nil
 	k.rpcSeen = nil
 	k.earlier = nil
 	k.lastUsed = e.cfg.Now()
@@ -441,20 +449,21 @@ func (e *Engine) installStubs(ctx context.Context, env backends.Env, dir string,
 }
 
 // startRunner starts a runner on env as kernel id, with tool stubs for
-// tools, and returns it once it answered READY.
-func (e *Engine) startRunner(ctx context.Context, env backends.Env, id string, tools []string, transient bool) (spawnedRunner, error) {
-	r, err := e.startRunnerShipping(ctx, env, id, tools, transient, true)
+// tools, on the interpreter python ("": env's, Engine.python), and returns
+// it once it answered READY.
+func (e *Engine) startRunner(ctx context.Context, env backends.Env, id string, tools []string, transient bool, python string) (spawnedRunner, error) {
+	r, err := e.startRunnerShipping(ctx, env, id, tools, transient, python, true)
 	if errors.Is(err, errNoCode) {
 		// The interpreter at that path changed since it compiled the
 		// runner: start from source (it compiles again for the next spawns).
-		return e.startRunnerShipping(ctx, env, id, tools, transient, false)
+		return e.startRunnerShipping(ctx, env, id, tools, transient, python, false)
 	}
 	return r, err
 }
 
 // startRunnerShipping is startRunner, shipping the compiled runner when
 // useCode is set and the engine has it for the host's interpreter.
-func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id string, tools []string, transient, useCode bool) (spawnedRunner, error) {
+func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id string, tools []string, transient bool, chosen string, useCode bool) (spawnedRunner, error) {
 	token := kernelauth.NewSecret()
 	e.mu.Lock()
 	idle := e.idleExit
@@ -471,7 +480,7 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 		SpillMax: e.cfg.SpillMax, Confine: !e.cfg.NoConfine, Deny: e.hiddenPaths(env), NoHide: e.cfg.LandlockOnly, Umask: e.umask,
 		MemoryLimit: lim.Memory, CPULimit: int64(lim.CPUTime.Seconds()), ProcsLimit: lim.MaxProcs})
 	config = append(config, '\n')
-	python := e.python(env)
+	python := cmp.Or(chosen, e.python(env))
 	script, code := runner.Source, []byte(nil)
 	if useCode {
 		script, code = e.shippedRunner(ctx, env, python)
@@ -506,7 +515,9 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 	learnt := ""
 	if len(fields) > 2 && strings.HasPrefix(fields[2], "/") {
 		learnt = fields[2]
-		e.pythons[env.URI()] = learnt
+		if chosen == "" { // not a client's own: the host's, for its next spawns
+			e.pythons[env.URI()] = learnt
+		}
 	}
 	if !transient {
 		e.roots[env.URI()] = path.Dir(dir)

@@ -150,7 +150,7 @@ func (e *Engine) loadRunnerCache(env backends.Env) bool {
 // the next engine; a failure only costs that engine the compile.
 func (e *Engine) saveRunnerCache(env backends.Env, exe string, code []byte) {
 	path := e.runnerCachePath(env)
-	if path == "" {
+	if path == "" || exe != e.python(env) { // a client's own interpreter is not the host's
 		return
 	}
 	key, err := e.runnerKey()

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
@@ -50,8 +51,12 @@ func (e *Engine) takeSpare(k *Kernel) (*spare, bool) {
 	e.mu.Lock()
 	stale := e.dropStaleSparesLocked()
 	var got *spare
-	if sb := e.spareSets[b.URI()]; sb != nil && len(sb.ready) > 0 {
-		got, sb.ready = sb.ready[0], sb.ready[1:]
+	if sb := e.spareSets[b.URI()]; sb != nil {
+		// A client's own interpreter takes only a spare that runs it.
+		if i := slices.IndexFunc(sb.ready, func(s *spare) bool { return k.place.Python == "" || s.runner.python == k.place.Python }); i >= 0 {
+			got = sb.ready[i] // before Delete, which clears the slot
+			sb.ready = slices.Delete(sb.ready, i, i+1)
+		}
 	}
 	e.mu.Unlock()
 	e.killAsync(stale)
@@ -175,7 +180,7 @@ func (e *Engine) refillSpares(env backends.Env) {
 			var r spawnedRunner
 			var dialed net.Conn
 			if err == nil {
-				r, err = e.startRunner(ctx, host, id, nil, false)
+				r, err = e.startRunner(ctx, host, id, nil, false, "")
 				if err != nil && own {
 					disposeHost(context.WithoutCancel(ctx), host)
 				}

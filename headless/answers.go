@@ -189,9 +189,10 @@ func (s *server) hello(r *request) {
 	if p := s.peer; p != nil {
 		you = wire.You{UID: p.UID, Login: p.Login, Owner: p.Owner}
 	}
+	python, cwd := s.eng.LocalPlace()
 	s.w.write(wire.Hello{Head: wire.Head{ID: r.id, Op: wire.OpHello}, Engine: "kerneldeck", Version: s.version, Protocol: wire.Protocol,
 		PID: os.Getpid(), Backends: s.eng.Backends(), MaxKernels: maxKernels, IdleExit: idleExit.Seconds(),
-		CellTimeout: s.eng.CellTimeout().Seconds(), You: you, Ops: wire.Ops()})
+		CellTimeout: s.eng.CellTimeout().Seconds(), You: you, Ops: wire.Ops(), Python: python, Cwd: cwd})
 }
 
 func (s *server) cells(r *request) {

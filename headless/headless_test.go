@@ -344,7 +344,10 @@ func TestKernelsListing(t *testing.T) {
 		k := ks[i].(line)
 		wantKeys(t, "kernel entry", k, "id", "owner", "task", "backend", "child", "tools", "pid", "dir",
 			"attached", "queued", "idle_s", "execution_count",
-			"state", "running_cell", "running_since", "last_used", "next_evict", "confinement", "python")
+			"state", "running_cell", "running_since", "last_used", "next_evict", "confinement", "python", "cwd")
+		if cwd, _ := os.Getwd(); k["cwd"] != cwd {
+			t.Errorf("kernel entry %v: cwd, want the engine's %s (the requests said none)", k, cwd)
+		}
 		if k["state"] != "idle" || k["running_cell"] != "" || k["running_since"] != nil || !strings.HasPrefix(k["confinement"].(string), "landlock:") ||
 			!strings.HasPrefix(fmt.Sprint(k["python"]), "/") {
 			t.Errorf("kernel entry %v: want an idle, confined kernel on an interpreter by its path", k)
@@ -442,6 +445,10 @@ func TestBadRequestsKeepServing(t *testing.T) {
 		{`{"id":"e15","op":"execute","code":"1","timeout":-1}`, "e15", []string{`"timeout" is in seconds`, "got -1"}},
 		{`{"id":"e16","op":"execute","code":"1","timeout":1e300}`, "e16", []string{`"timeout" is in seconds`}},
 		{`{"id":"e17","op":"execute","code":"1","backend":"ssh://nowhere"}`, "e17", []string{`unknown backend "ssh://nowhere"`, "local"}},
+		{`{"id":"e17c","op":"execute","code":"1","cwd":"project"}`, "e17c", []string{`"cwd", "python" and "umask" say where you work`, `dir "project" must be an absolute path`}},
+		{`{"id":"e17p","op":"execute","code":"1","python":"/usr/bin/python3\n"}`, "e17p", []string{`python`, "without control characters"}},
+		{`{"id":"e17u","op":"execute","code":"1","umask":512}`, "e17u", []string{`umask 512 must be from 0 to 0777`}},
+		{`{"id":"e17v","op":"execute","code":"1","umask":"022"}`, "e17v", []string{`"umask" must be a number`}},
 		{`{"id":"e18","op":"limits"}`, "e18", []string{`limits needs "max_kernels"`}},
 		{`{"id":"e19","op":"limits","max_kernels":0}`, "e19", []string{`"max_kernels": 0 is invalid: it must be a whole number >= 1`}},
 		{`{"id":"e20","op":"limits","max_kernels":2.5}`, "e20", []string{`whole number`}},

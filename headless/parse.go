@@ -171,7 +171,10 @@ func (s *server) parseExecute(f fields, msg *wire.Execute, r *request) error {
 		return errors.New(`execute needs "code": the Python source to run, as a string ("" is allowed)`)
 	}
 	x := engine.Request{Code: msg.Code, Owner: msg.Owner, Task: msg.Task, Backend: msg.Backend, Child: msg.Child,
-		Tools: msg.Tools, Reset: msg.Reset, Cell: msg.Cell}
+		Tools: msg.Tools, Reset: msg.Reset, Cell: msg.Cell, Place: engine.Place{Dir: msg.Cwd, Python: msg.Python, Umask: msg.Umask}}
+	if err := x.Place.Check(); err != nil {
+		return fmt.Errorf(`"cwd", "python" and "umask" say where you work (an absolute dir, an absolute interpreter path, a umask from 0 to 511): %w`, err)
+	}
 	if _, given := f.raw("cell"); given && !engine.ValidCellID(msg.Cell) {
 		return fmt.Errorf(`"cell" is your id for the cell, so that asking again never runs it twice: 1 to 64 letters, digits, _ or -, got %q`, msg.Cell)
 	}

@@ -37,7 +37,7 @@ func TestHello(t *testing.T) {
 	h := start(t, eng, Options{Version: "v9.9"})
 	got := h.call(line{"id": "h", "op": "hello"})
 	wantKeys(t, "hello", got, "id", "op", "engine", "version", "protocol", "pid", "backends", "max_kernels", "idle_exit",
-		"cell_timeout", "you", "ops")
+		"cell_timeout", "you", "ops", "python", "cwd")
 	you, _ := got["you"].(line)
 	if got["op"] != "hello" || got["engine"] != "kerneldeck" || got["version"] != "v9.9" || got["protocol"] != float64(wire.Protocol) ||
 		got["max_kernels"] != float64(3) || got["pid"] != float64(os.Getpid()) || you["uid"] != float64(os.Geteuid()) || you["owner"] != "" {

@@ -189,7 +189,8 @@ var table = []Setting{
 		field: func(v *Values) any { return &v.ParkTotalBytes }},
 	{Key: "python", Flag: "python", Kind: Program, Example: "/opt/venv/bin/python",
 		Help: "run kernels with this `PYTHON`: an absolute path, or a name looked up on each host's PATH (python3.12); " +
-			"a shim (pyenv) is resolved to the interpreter it runs, once per host",
+			"on this machine it is resolved at each new kernel as your shell would (PATH, a venv, the pyenv version), " +
+			"on other hosts a shim (pyenv) once per host",
 		DefaultText: "python3 on each host's PATH",
 		field:       func(v *Values) any { return &v.Python }},
 	{Key: "max_tool_calls", Flag: "max-tool-calls", Kind: Count, Min: 0, Max: 1 << 20, Zero: "0 allows no tool calls",

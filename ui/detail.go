@@ -123,6 +123,9 @@ func (m *Model) detailLines(d *kernelDetail, w int) []string {
 	if k.Python != "" {
 		add("python", plain(k.Python))
 	}
+	if k.Cwd != "" {
+		add("works in", plain(k.Cwd))
+	}
 	out = append(out, "", t.Bold.Render("Cells (recent, whoever ran them)"))
 	switch {
 	case d.err != nil:

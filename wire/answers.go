@@ -183,6 +183,7 @@ type Kernel struct {
 	NextEvict      bool               `json:"next_evict"`
 	Confinement    string             `json:"confinement"`
 	Python         string             `json:"python,omitempty"`
+	Cwd            string             `json:"cwd,omitempty"`
 	Host           backends.Place     `json:"host,omitzero"`
 }
 
@@ -197,7 +198,7 @@ func KernelOf(k engine.KernelInfo) Kernel {
 		Tools: tools, PID: k.PID, Dir: k.Dir, Attached: k.Attached, Queued: k.Queued,
 		IdleS: math.Round(k.Idle.Seconds()*1000) / 1000, ExecutionCount: k.ExecutionCount,
 		State: k.State, RunningCell: k.RunningCell, LastUsed: k.LastUsed, NextEvict: k.NextEvict, Confinement: k.Confinement,
-		Python: k.Python, Host: k.Host,
+		Python: k.Python, Cwd: k.Cwd, Host: k.Host,
 	}
 	if k.RunningCell != "" {
 		since := k.RunningSince
@@ -212,7 +213,7 @@ func (k Kernel) Info(skew time.Duration) engine.KernelInfo {
 	out := engine.KernelInfo{ID: k.ID, Owner: k.Owner, Task: k.Task, Backend: k.Backend, Child: k.Child,
 		Tools: k.Tools, PID: k.PID, Dir: k.Dir, Attached: k.Attached, Queued: k.Queued,
 		Idle: FromSeconds(k.IdleS), ExecutionCount: k.ExecutionCount, State: k.State, RunningCell: k.RunningCell,
-		LastUsed: k.LastUsed.Add(skew), NextEvict: k.NextEvict, Confinement: k.Confinement, Python: k.Python, Host: k.Host}
+		LastUsed: k.LastUsed.Add(skew), NextEvict: k.NextEvict, Confinement: k.Confinement, Python: k.Python, Cwd: k.Cwd, Host: k.Host}
 	if k.RunningSince != nil {
 		out.RunningSince = k.RunningSince.Add(skew)
 	}
@@ -233,6 +234,10 @@ type Hello struct {
 	CellTimeout float64  `json:"cell_timeout"`
 	You         You      `json:"you"`
 	Ops         []Op     `json:"ops"`
+	// Python and Cwd are where the engine's local kernels run for an
+	// execute that does not say where its client works (cwd, python).
+	Python string `json:"python,omitempty"`
+	Cwd    string `json:"cwd,omitempty"`
 }
 
 // You is the caller as the engine sees it.

@@ -29,6 +29,12 @@ type Execute struct {
 	// Input says the client answers the cell's input(): an InputRequest
 	// line comes, and an InputReply answers it.
 	Input bool `json:"input,omitempty"`
+	// Cwd, Python and Umask are where the client works (engine.Place): a
+	// kernel this request makes on a local backend starts in Cwd, runs
+	// Python and makes files with Umask, and keeps them.
+	Cwd    string `json:"cwd,omitempty"`
+	Python string `json:"python,omitempty"`
+	Umask  *int   `json:"umask,omitempty"`
 }
 
 // KernelsQuery asks for the kernels listing; given the last listing's

@@ -1046,10 +1046,13 @@ class Conn:
 
 
 class Cell:
-    def __init__(self, cid, code, stream, timeout=None):
+    def __init__(self, cid, code, stream, timeout=None, place=None):
         self.id = cid
         self.code = code
         self.stream = stream
+        # Where the kernel's client works, applied before the cell: a dict
+        # with "dir" and "umask", from the engine (its first cell's).
+        self.place = place if isinstance(place, dict) else None
         try:
             self.timeout = float(timeout) if timeout is not None else 300.0
         except (TypeError, ValueError):
@@ -1526,7 +1529,7 @@ class Runner:
             # the engine's choice not to stream and the cell's arrival).
             watched = conn.watch_next == cid
             conn.watch_next = None
-            self.submit(Cell(cid, code, bool(msg.get("stream")) or watched, msg.get("timeout")), conn)
+            self.submit(Cell(cid, code, bool(msg.get("stream")) or watched, msg.get("timeout"), msg.get("place")), conn)
         elif op == "interrupt":
             self.interrupt(msg.get("id"))
         elif op == "watch":
@@ -1673,7 +1676,7 @@ class Runner:
             except (OSError, ValueError, KeyError, TypeError) as e:
                 self.log("bad request %s: %s" % (arg, e))
                 return
-            self.submit(Cell(arg, code, False, req.get("timeout")), None)
+            self.submit(Cell(arg, code, False, req.get("timeout"), req.get("place")), None)
         elif verb == "rpc":
             self.sweep_rpc()
         elif verb == "rpcres" and arg.isdigit():
@@ -2043,6 +2046,8 @@ class Runner:
             self.out_cell = cell.id
         self.execution_count += 1
         self.start_displays(cell.id)
+        if cell.place:
+            enter_place(cell.place)
         try:
             status, tb = self.exec_user(cell)
         except KeyboardInterrupt:
@@ -2317,6 +2322,22 @@ def on_sigint(signum, frame):
 
 RUNNER = None
 SPAWN_FD = None  # the spawn's ready channel until READY is told (see tell_spawn)
+
+
+def enter_place(place):
+    """Work where the kernel's client works: its dir and its umask. A dir
+    the kernel's user cannot enter (another login's, or hidden) is said on
+    the cell's stderr, and the kernel stays where it is."""
+    umask = place.get("umask")
+    if isinstance(umask, int) and not isinstance(umask, bool) and 0 <= umask <= 0o777:
+        os.umask(umask)
+    path = place.get("dir")
+    if isinstance(path, str) and path.startswith("/") and "\0" not in path:
+        try:
+            os.chdir(path)
+        except OSError as e:
+            sys.stderr.write("kerneldeck: this kernel cannot work in %s, its client's directory (%s); it works in %s\n"
+                             % (path, e.strerror or e, os.getcwd()))
 
 
 def setup_streams():
