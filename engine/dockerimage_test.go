@@ -88,6 +88,9 @@ func TestDockerImageContainerPerKernel(t *testing.T) {
 		t.Fatalf("a warm cell cost %d execs and %d frames, want 0 and 1", after.Executes-before.Executes, after.Frames-before.Frames)
 	}
 	run("bob", "import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))", false)
+	if got := run("bob", workProbe, false); got.Stdout != workProbeWant {
+		t.Errorf("a newcomer's first steps in bob's container: %q %s, want %q", got.Stdout, got.Traceback, workProbeWant)
+	}
 
 	alice, bob := containerOf(t, "alice"), containerOf(t, "bob")
 	if alice.ID == bob.ID {
@@ -131,6 +134,22 @@ func TestDockerImageContainerPerKernel(t *testing.T) {
 		t.Errorf("the backend still tracks %v", left)
 	}
 }
+
+// workProbe is what a newcomer does first in a sandboxed kernel: list /tmp,
+// write there, in ~ and in the cwd. A container's kernel once could not
+// list /tmp (as root too), ran in / and had a read-only HOME.
+const workProbe = `import os
+r = []
+for what, do in [("ls /tmp", lambda: os.listdir("/tmp")), ("/tmp", lambda: open("/tmp/x.csv", "w").write("1")),
+                 ("~", lambda: open(os.path.expanduser("~/x.csv"), "w").write("1")), ("cwd", lambda: open("x.csv", "w").write("1"))]:
+    try:
+        do()
+        r.append("ok")
+    except OSError as e:
+        r.append("%s: %s" % (what, e))
+print(" ".join(r))`
+
+const workProbeWant = "ok ok ok ok\n"
 
 // sandboxEngine is an engine over b alone, closed when the test ends.
 func sandboxEngine(t *testing.T, b backends.Env) *engine.Engine {

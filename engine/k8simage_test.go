@@ -132,6 +132,9 @@ print(os.getuid(), ro, os.path.exists("/var/run/secrets/kubernetes.io"))`, false
 		if inside.Stdout != "1001 EROFS False\n" {
 			t.Errorf("inside bob's pod: %q, want uid 1001, a read-only root and no service account token", inside.Stdout)
 		}
+		if got := run("bob", workProbe, false); got.Stdout != workProbeWant {
+			t.Errorf("a newcomer's first steps in bob's pod: %q %s, want %q", got.Stdout, got.Traceback, workProbeWant)
+		}
 		alice, bob := c.podOf(t, "alice"), c.podOf(t, "bob")
 		if alice.Name == bob.Name {
 			t.Fatal("alice and bob share a pod")

@@ -476,7 +476,8 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 	// The runner's own stdin: its secret never touches a file, an
 	// environment or a command line.
 	lim := e.cfg.KernelLimits
-	config, _ := json.Marshal(runnerConfig{Secret: token, IdleExit: idle.Seconds(), Clip: e.cfg.ClipChars,
+	_, alone := backends.Find[backends.Disposer](env)
+	config, _ := json.Marshal(runnerConfig{Alone: alone, Secret: token, IdleExit: idle.Seconds(), Clip: e.cfg.ClipChars,
 		SpillMax: e.cfg.SpillMax, Confine: !e.cfg.NoConfine, Deny: e.hiddenPaths(env), NoHide: e.cfg.LandlockOnly, Umask: e.umask,
 		MemoryLimit: lim.Memory, CPULimit: int64(lim.CPUTime.Seconds()), ProcsLimit: lim.MaxProcs})
 	config = append(config, '\n')
@@ -587,6 +588,9 @@ type runnerConfig struct {
 	Deny []string `json:"deny,omitempty"`
 	// NoHide leaves the hiding to Landlock alone (tests of that fallback).
 	NoHide bool `json:"no_hide,omitempty"`
+	// Alone says the runner's host was made for its kernel alone (a
+	// container or pod of its own): nothing there is anyone else's.
+	Alone bool `json:"alone,omitempty"`
 	// Umask is what cells create files with (the engine's own).
 	Umask int `json:"umask"`
 	// Resource limits the runner sets on itself (0: none).

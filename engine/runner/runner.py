@@ -2324,6 +2324,25 @@ RUNNER = None
 SPAWN_FD = None  # the spawn's ready channel until READY is told (see tell_spawn)
 
 
+def settle_alone(temp):
+    """On a host of its own, whose root may be read-only, a kernel gets a
+    home and a working dir it can write: in the temp dir (bounded as that
+    is), where its HOME or its cwd cannot be written."""
+    for name in ("home", "work"):
+        path = os.path.join(temp, name)
+        current = os.environ.get("HOME", "") if name == "home" else os.getcwd()
+        if current.startswith("/") and os.access(current, os.W_OK):
+            continue
+        try:
+            os.makedirs(path, 0o700, exist_ok=True)
+            if name == "home":
+                os.environ["HOME"] = path
+            else:
+                os.chdir(path)
+        except OSError:
+            pass
+
+
 def enter_place(place):
     """Work where the kernel's client works: its dir and its umask. A dir
     the kernel's user cannot enter (another login's, or hidden) is said on
@@ -2905,8 +2924,13 @@ def main():
     runner.libc = libc
     confined = cfg.get("confine", True) is not False
     deny = cfg.get("deny") if isinstance(cfg.get("deny"), list) else []
-    hidden = False
-    if confined:
+    # A host made for this kernel alone (a container or pod of its own)
+    # holds nothing of anyone else's: there is nothing to hide, and its
+    # temp dir stays whole (Landlock alone would close /tmp to hide the
+    # kernel root's other entries, of which there are none).
+    alone = cfg.get("alone") is True
+    hidden = alone
+    if confined and not alone:
         why = "no mount namespace" if not mountns else \
             hide(libc, kdir, deny) if cfg.get("no_hide") is not True else "turned off by the engine"
         hidden = why is None
@@ -2919,7 +2943,7 @@ def main():
     if not confined:
         runner.confinement = _unconfined("turned off by the engine")
     else:
-        runner.confinement = confine(kdir, libc, deny, hidden) + ("+mountns" if hidden else "")
+        runner.confinement = confine(kdir, libc, deny, hidden) + ("+alone" if alone else "+mountns" if hidden else "")
     runner.confinement += userns
     if userns:
         try:
@@ -2928,6 +2952,8 @@ def main():
         except (OSError, ValueError):
             runner.unmapped_uid = 65534
     set_limits(cfg, runner)
+    if alone:
+        settle_alone(os.path.dirname(os.path.dirname(kdir)))
     tmp = os.path.join(kdir, "tmp")
     try:
         os.mkdir(tmp, 0o700)
