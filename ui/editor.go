@@ -52,6 +52,9 @@ type EditorPane struct {
 
 	form     *targetForm
 	backends []string // for the target form's check
+	// failed is the failed cell's code restore put back, until it runs
+	// or is cleared (heldFailed).
+	failed string
 
 	// view is the pane drawn after its last change (render): an idle
 	// dashboard redraws once a second, and the text area's own View is a
@@ -330,6 +333,13 @@ func (p *EditorPane) restore(t Target, code string) {
 	}
 	defer p.render()
 	p.area.SetValue(code)
+	p.failed = code
+}
+
+// heldFailed says whether the editor holds, unchanged, a failed cell that
+// restore put back: what is typed now goes into it.
+func (p *EditorPane) heldFailed() bool {
+	return p.failed != "" && p.area.Value() == p.failed
 }
 
 // remember adds code to the end of the history, once.

@@ -1143,6 +1143,15 @@ func TestKernelReplacedMarker(t *testing.T) {
 	f.keys(keyTab, keyTab, runes("z")) // the output pane, zoomed: all of it in view
 	v := f.m.View()
 	mustContain(t, v, "a new kernel k-two from here: the state above is gone", "variables defined before are gone")
+
+	// A kernel that got its parked state back: the state above is there.
+	f.keys(runes("z"), keyTab) // unzoomed, back to the kernels
+	runCell(&engine.Result{Status: engine.StatusSuccess, Stdout: "third\n", Kernel: &engine.KernelResult{ID: "k-three", ExecutionCount: 3, StateRestored: true,
+		Note: "restored 2 names parked from kernel k-two"}}, "third")
+	f.keys(keyTab, keyTab, runes("z"))
+	v = f.m.View()
+	mustContain(t, v, "a new kernel k-three from here, with the state above restored")
+	mustNotContain(t, v, "a new kernel k-three from here: the state above is gone")
 }
 
 // TestSortKeys: s cycles task, state, idle and LRU order within each
@@ -1538,6 +1547,10 @@ func TestFailedCellKeepsItsCode(t *testing.T) {
 		t.Fatalf("after a SyntaxError the editor holds %q, want the cell's code", got)
 	}
 	mustContain(t, f.m.editor.View(), "print(1")
+	// Back in the kernels pane, e for a new cell says the failed one waits
+	// in the editor (typing would go into it).
+	f.keys(keyEsc, keyEdit)
+	mustContain(t, f.m.View(), "the cell that failed is back in the editor")
 	f.m.editor.area.Reset()
 	runCell(engine.StatusSuccess, "x = 1", "")
 	if got := f.m.editor.area.Value(); got != "" {

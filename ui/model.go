@@ -324,7 +324,13 @@ func (m *Model) globalKeys() actions {
 		{k.Help, run(func() tea.Cmd { m.showHelp = !m.showHelp; m.layout(); return nil })},
 		{k.Zoom, run(func() tea.Cmd { m.zoomed = !m.zoomed; m.layout(); return nil })},
 		{k.Command, run(m.openCommand)},
-		{k.Edit, run(func() tea.Cmd { return m.focusPane(m.editor) })},
+		{k.Edit, run(func() tea.Cmd {
+			if m.editor.heldFailed() {
+				// A person who wants a new cell would type into the old one.
+				m.setStatus("the cell that failed is back in the editor, to fix; ctrl+c clears it for a new one (ctrl+p brings it back)", nil)
+			}
+			return m.focusPane(m.editor)
+		})},
 		{k.CapUp, run(func() tea.Cmd { return setCap(1) })},
 		{k.CapDown, run(func() tea.Cmd { return setCap(-1) })},
 		{k.IdleUp, run(func() tea.Cmd { return setIdle(true) })},

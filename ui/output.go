@@ -280,9 +280,14 @@ func (p *OutputPane) render() {
 		p.shown, p.starts = append(p.shown, r), append(p.starts, len(lines))
 		if r.res != nil && r.res.Kernel != nil {
 			// Where the target's kernel was replaced, a rule says so: the
-			// cells above ran in a kernel whose state is gone.
+			// cells above ran in a kernel whose state is gone, unless the
+			// new one got it back (its parked state, restored).
 			if id := r.res.Kernel.ID; lastKernel != "" && id != lastKernel {
-				lines = append(lines, p.ctx.Theme.Warn.Render(fit(fmt.Sprintf("── a new kernel %s from here: the state above is gone ", plain(id))+strings.Repeat("─", max(0, w)), w)))
+				rule, style := "── a new kernel %s from here: the state above is gone ", p.ctx.Theme.Warn
+				if r.res.Kernel.StateRestored {
+					rule, style = "── a new kernel %s from here, with the state above restored ", p.ctx.Theme.Muted
+				}
+				lines = append(lines, style.Render(fit(fmt.Sprintf(rule, plain(id))+strings.Repeat("─", max(0, w)), w)))
 			}
 			lastKernel = r.res.Kernel.ID
 		}
