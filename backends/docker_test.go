@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
 	"go.uber.org/goleak"
 
 	"github.com/kerneldeck/kerneldeck/backends"
@@ -156,5 +157,28 @@ func TestDockerImageContract(t *testing.T) {
 	})
 	if left := b.Containers(); len(left) != 0 {
 		t.Errorf("containers left: %v", left)
+	}
+}
+
+// A container create whose answer never came (the engine closing just as
+// its warm pool refilled) may have made the container: the backend
+// removes it by name.
+func TestDockerImageCreateWithoutAnAnswerLeavesNoContainer(t *testing.T) {
+	b, err := backends.NewImageSandbox("docker-image://"+dockertest.Image(t), backends.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if err := backends.LoseContainerCreateAnswers(b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Provision(context.Background(), "spare-lost"); err == nil || !strings.Contains(err.Error(), "the answer was lost") {
+		t.Fatalf("Provision: %v, want the lost answer", err)
+	}
+	if left := dockertest.Managed(t); len(left) != 0 {
+		for _, c := range left {
+			dockertest.Client(t).ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true})
+		}
+		t.Fatalf("a create without an answer left %d containers: %v", len(left), left[0].Names)
 	}
 }

@@ -270,13 +270,16 @@ func (b *ImageSandbox) Provision(ctx context.Context, key string) (Env, error) {
 		Labels:     map[string]string{LabelManaged: "1", LabelKey: key, LabelEngine: b.engine},
 	}
 	res, err := b.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
-	if err != nil {
-		return nil, fmt.Errorf("docker-image %s: create a container for %s: %w", b.uri, key, err)
-	}
 	remove := func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultDockerTimeout)
 		defer cancel()
-		b.cli.ContainerRemove(ctx, res.ID, client.ContainerRemoveOptions{Force: true})
+		b.cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
+	}
+	if err != nil {
+		// A create given up (the engine closing) may have made it all the
+		// same: its name is this call's alone.
+		remove()
+		return nil, fmt.Errorf("docker-image %s: create a container for %s: %w", b.uri, key, err)
 	}
 	if _, err := b.cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
 		remove()

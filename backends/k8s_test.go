@@ -187,3 +187,41 @@ current-context: x
 		}
 	}
 }
+
+// A pod create whose answer never came (the engine closing just as its
+// warm pool refilled) may have made the pod: the backend deletes it by
+// name. Such a spare pod once outlived every engine.
+func TestK8sImageCreateWithoutAnAnswerLeavesNoPod(t *testing.T) {
+	image := dockertest.Image(t)
+	c := k8stest.ForTest(t, image)
+	ctx := context.Background()
+	if err := c.Namespace(ctx, "kdlost"); err != nil {
+		t.Fatal(err)
+	}
+	env, err := backends.Open("k8s-image://"+image+"?namespace=kdlost&pull=Never", backends.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := env.(*backends.PodSandbox)
+	t.Cleanup(func() { b.Close() })
+	if err := backends.LoseCreateAnswers(b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Provision(ctx, "spare-lost"); err == nil || !strings.Contains(err.Error(), "the answer was lost") {
+		t.Fatalf("Provision: %v, want the lost answer", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		list, err := c.Client.CoreV1().Pods("kdlost").List(ctx, metav1.ListOptions{LabelSelector: backends.LabelManaged + "=1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a create without an answer left pod %s in the cluster", list.Items[0].Name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -436,8 +436,10 @@ func (b *PodSandbox) Provision(ctx context.Context, key string) (Env, error) {
 	created := &corev1.Pod{}
 	err := b.core.Post().Namespace(b.namespace).Resource("pods").Body(b.podSpec(name, key)).Do(ctx).Into(created)
 	if err != nil {
-		b.forget(d)
-		return nil, fmt.Errorf("k8s-image %s: create pod %s/%s for %s: %w%s", b.uri, b.namespace, name, key, err, apiHint(err, b.namespace))
+		// A create given up (the engine closing, a timeout) may have made
+		// the pod all the same: its name is this call's alone. (A refill's
+		// spare pod outlived every engine so.)
+		return fail(fmt.Errorf("k8s-image %s: create pod %s/%s for %s: %w%s", b.uri, b.namespace, name, key, err, apiHint(err, b.namespace)))
 	}
 	d.seen(created, false)
 	if err := d.waitRunning(ctx); err != nil {
