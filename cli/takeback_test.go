@@ -90,6 +90,11 @@ func TestAKilledEngineLosesNothing(t *testing.T) {
 			c := c.(map[string]any)
 			if out := c["stdout"].(map[string]any)["head"]; out == fmt.Sprintf("mid %d\n", k.x+100) && c["status"] == "success" {
 				ran++
+				// Its code is known: its runner says it (it was once "not
+				// known here").
+				if code := fmt.Sprint(c["code"]); !strings.Contains(code, "time.sleep(8)") {
+					t.Errorf("the cell taken back running in %s's kernel on %s shows code %q", k.owner, k.backend, code)
+				}
 			}
 		}
 		if ran != 1 {

@@ -67,6 +67,9 @@ type runnerFrame struct {
 	// latest finished one (op "pong").
 	Pending []string `json:"pending"`
 	Last    string   `json:"last"`
+	// PendingCode is the first pending cell's code, as the runner has it
+	// (bounded there; untrusted like all it says).
+	PendingCode string `json:"pending_code"`
 	// Start and Matches are a completion (op "completions").
 	Start   int      `json:"start"`
 	Matches []string `json:"matches"`

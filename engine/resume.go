@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,13 +14,15 @@ import (
 // held: resume asks its runner how many cells it ran and whether one is
 // still under way, collects that one, and only then lets calls in.
 
-// codeUnknown stands for the code of a cell an engine that is gone sent.
+// codeUnknown stands for the code of a cell an engine that is gone sent,
+// where its runner did not say it (an older runner).
 const codeUnknown = "(sent by the engine before it stopped; its code is not known here)"
 
 // runnerStatus is what a runner says of itself on its stream.
 type runnerStatus struct {
 	executionCount int
 	pending        string // a cell submitted and not finished, or ""
+	pendingCode    string // its code, as the runner has it
 	last           string // the latest finished cell, or ""
 }
 
@@ -48,7 +51,7 @@ func (e *Engine) statusOf(ctx context.Context, k *Kernel) (runnerStatus, error) 
 		if f.Op == "pong" {
 			st := runnerStatus{executionCount: f.ExecutionCount, last: f.Last}
 			if len(f.Pending) > 0 {
-				st.pending = f.Pending[0]
+				st.pending, st.pendingCode = f.Pending[0], f.PendingCode
 			}
 			return st, nil
 		}
@@ -83,7 +86,7 @@ func (e *Engine) resume(ctx context.Context, k *Kernel) string {
 	// Recorded before resume returns: a caller asking for the cell by its
 	// id (answerAgain) then waits for this collection.
 	e.mu.Lock()
-	e.cells.start(k, st.pending, codeUnknown, e.cfg.Now())
+	e.cells.start(k, st.pending, cmp.Or(st.pendingCode, codeUnknown), e.cfg.Now())
 	e.mu.Unlock()
 	e.wg.Add(1)
 	go func() {

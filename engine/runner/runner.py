@@ -482,6 +482,7 @@ OUTPUT_STREAMS = ("stdout", "stderr")
 
 
 COMPLETE_MAX = 1 << 20  # code sent for completion
+PENDING_CODE_MAX = 64 << 10  # characters of a pending cell's code told in a status frame
 COMPLETE_MATCHES = 200
 JEDI = {}  # "loading" once the import started, "module" once it is done
 
@@ -1139,6 +1140,9 @@ class Runner:
         self.seen = set()
         self.seen_order = []
         self.pending = set()  # submitted, result not yet written
+        # The pending cells' code, for an engine that takes this kernel over
+        # while one runs (its record then shows what runs).
+        self.pending_code = {}
         # Files of the latest cell (its .req written by the Execute door,
         # its .res, its spilled output), removed when the next one comes.
         self.cell_files = []
@@ -1775,6 +1779,9 @@ class Runner:
             # Submitted and not finished: a cell an engine that went away
             # sent (the engine runs one at a time, so at most one).
             "pending": sorted(self.pending),
+            # The first pending cell's code (the one resume collects),
+            # bounded: the frame goes on one line.
+            "pending_code": self.pending_code.get(min(self.pending), "")[:PENDING_CODE_MAX] if self.pending else "",
             "last": self.last[0] if self.last is not None else None,
             "execution_count": self.execution_count,
         }
@@ -1823,6 +1830,7 @@ class Runner:
             self.seen_order.append(cell.id)
             self.seen.difference_update(drop_oldest(self.seen_order, SEEN_KEEP))
             self.pending.add(cell.id)
+            self.pending_code[cell.id] = cell.code
             self.touch()
             # Publishing a new cell acknowledges the earlier ones: the engine
             # runs one cell at a time per kernel, so their results are
@@ -2220,6 +2228,7 @@ class Runner:
         with self.lock:
             self.last = (cid, frame)
             self.pending.discard(cid)
+            self.pending_code.pop(cid, None)
             self.running = None
             self.streamers = []
             waiters = [c for c in self.waiters.pop(cid, []) if c.alive]
