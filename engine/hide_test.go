@@ -172,3 +172,24 @@ print(os.environ.get("TMPDIR", "") == %q)
 		t.Errorf("confinement %s: the cell said\n%s\nwant\n%s", k.Confinement, res.Stdout, want)
 	}
 }
+
+// Where Landlock alone hides (no mount namespace), a PermissionError the
+// guard caused says so in the result, and what to do instead; one the
+// guard had no part in says nothing of it.
+func TestTheGuardSaysWhatItClosed(t *testing.T) {
+	tmp := enginetest.ShortTempDir(t)
+	h := enginetest.New(t, backends.NewLocal(tmp), func(c *engine.Config) { c.LandlockOnly = true })
+	res := h.Run("alice", fmt.Sprintf("open(%q, 'w')", filepath.Join(tmp, "new.csv")), 30*time.Second)
+	k, _ := h.Kernel("alice")
+	if !strings.HasPrefix(k.Confinement, "landlock:") || strings.Contains(k.Confinement, "+mountns") {
+		t.Skipf("runners here are not confined by Landlock alone (%s)", k.Confinement)
+	}
+	if res.Status != engine.StatusError || !strings.Contains(res.Traceback, "PermissionError") ||
+		!strings.Contains(res.Traceback, "kerneldeck: the guard did this") || !strings.Contains(res.Traceback, "Write under $TMPDIR") {
+		t.Errorf("a new file in the temp dir, which Landlock alone closes: %s %q", res.Status, res.Traceback)
+	}
+	res = h.Run("alice", "raise PermissionError(13, 'Permission denied', '/etc/kd-elsewhere')", 30*time.Second)
+	if !strings.Contains(res.Traceback, "PermissionError") || strings.Contains(res.Traceback, "kerneldeck:") {
+		t.Errorf("a PermissionError the guard had no part in: %q", res.Traceback)
+	}
+}

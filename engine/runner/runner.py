@@ -1181,6 +1181,7 @@ class Runner:
         self.auth = Auth(b"")
         self.confinement = "none:not-tried"
         self.unmapped_uid = -1  # the overflow uid, once in a user namespace of our own
+        self.landlock_alone = None  # (deny, kernel dir) where Landlock alone hides (guard_note)
         self.cell_deadline = 0.0
         self.rpc = RPC(self)
         self.rpc_dir = os.path.join(kdir, "rpc")
@@ -2207,10 +2208,39 @@ class Runner:
                 return "exit", ""
             return "exit", "SystemExit: %s\n" % (e.code,)
         except BaseException:
-            return "error", self.format_exc()
+            return "error", self.format_exc() + self.guard_note(sys.exc_info()[1])
         finally:
             self.in_user_code = False
             CELL_SOURCES.settle(filename, defines_code)
+
+    def guard_note(self, err):
+        """Where Landlock alone hides (no mount namespace here), the dirs
+        above what it hides take no new files: a PermissionError there is
+        the guard's doing, and the cell's result says so and what to do."""
+        if self.landlock_alone is None or not isinstance(err, PermissionError) or not isinstance(err.filename, str):
+            return ""
+        deny, kdir = self.landlock_alone
+        path = os.path.abspath(err.filename)
+        root = os.path.dirname(kdir)
+        temp = os.path.dirname(root)
+
+        def under(p, d):
+            return p == d or p.startswith(d.rstrip("/") + "/")
+
+        first = path[len(temp):].lstrip("/").split("/")[0] if under(path, temp) else ""
+        trees = deny + [root, temp + "/kerneldeck-"]  # what confine denies lies in these
+        if any(under(path, d) for d in deny) or (under(path, root) and not under(path, kdir)) or \
+                (first.startswith("kerneldeck-") and not under(path, root)):
+            why = "hides %s" % path
+        elif any(t.startswith(os.path.dirname(path).rstrip("/") + "/") for t in trees):
+            why = "the dirs above what it hides, %s among them, take no new files" % os.path.dirname(path)
+        else:
+            return ""
+        return ("kerneldeck: the guard did this, not your user's permissions: this host gives kernels no mount "
+                "namespace, so Landlock alone keeps the engine's files and other kernels' dirs from them, and %s. "
+                "Write under $TMPDIR (%s) or in a dir made before the kernel started; on a host that allows "
+                "unprivileged user namespaces, kernels write wherever their user may.\n"
+                % (why, os.environ.get("TMPDIR", "?")))
 
     @staticmethod
     def format_exc():
@@ -2953,6 +2983,9 @@ def main():
         runner.confinement = _unconfined("turned off by the engine")
     else:
         runner.confinement = confine(kdir, libc, deny, hidden) + ("+alone" if alone else "+mountns" if hidden else "")
+        if not hidden and runner.confinement.startswith("landlock:"):
+            # What Landlock alone denies (confine), for guard_note.
+            runner.landlock_alone = ([os.path.abspath(d) for d in deny if isinstance(d, str)], kdir)
     runner.confinement += userns
     if userns:
         try:
