@@ -187,7 +187,7 @@ type Engine struct {
 	// idle_exit: a release only moves lastUsed later. Zero forces a scan.
 	idleSince time.Time
 	uids      *kernelUIDs       // the owners' uids (Config.KernelUIDs), or nil
-	pythons   map[string]string // backend URI -> interpreter path its runners reported
+	pythons   map[string]hostPython // backend URI -> the interpreter its runners reported
 	umask     int               // what cells create files with: this process's
 	cwd       string            // where local kernels start: this process's, unless a request says (Place)
 	roots     map[string]string // backend URI -> the kernel root its runners were spawned in
@@ -293,7 +293,7 @@ func New(cfg Config) (*Engine, error) {
 		cells:       newCellLog(),
 		kernels:     map[Key]*Kernel{},
 		byID:        map[string]*Kernel{},
-		pythons:     map[string]string{},
+		pythons:     map[string]hostPython{},
 		umask:       processUmask(),
 		cwd:         interp.Here().Dir,
 		roots:       map[string]string{},

@@ -487,7 +487,7 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 		script, code = e.shippedRunner(ctx, env, python)
 	}
 	stdin := spawnStdin(script, code, stubs, config)
-	cmd := spawnScript(env.TempDir(), id, python, e.wantPython(env), e.kernelRoot(env), [3]int{len(script), len(code), len(stubs)}, 20, transient)
+	cmd := spawnScript(env.TempDir(), id, python, e.pythonLookup(env, python), e.wantPython(env), e.kernelRoot(env), [3]int{len(script), len(code), len(stubs)}, 20, transient)
 	res, err := env.Execute(ctx, cmd, backends.ExecOptions{Stdin: stdin, Timeout: spawnTimeout})
 	if err != nil {
 		return spawnedRunner{}, &transportError{fmt.Errorf("spawn kernel %s on %s: %w", id, env.URI(), err)}
@@ -517,7 +517,7 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 	if len(fields) > 2 && strings.HasPrefix(fields[2], "/") {
 		learnt = fields[2]
 		if chosen == "" { // not a client's own: the host's, for its next spawns
-			e.pythons[env.URI()] = learnt
+			e.pythons[env.URI()] = hostPython{exe: learnt, lookup: cmp.Or(fields[4:]...)}
 		}
 	}
 	if !transient {
@@ -650,10 +650,27 @@ func (e *Engine) python(env backends.Env) string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if here != "" {
-		e.pythons[env.URI()] = here // spares of another are stale (dropStaleSparesLocked)
+		e.pythons[env.URI()] = hostPython{exe: here} // spares of another are stale (dropStaleSparesLocked)
 		return here
 	}
-	return cmp.Or(e.pythons[env.URI()], e.wantPython(env))
+	return cmp.Or(e.pythons[env.URI()].exe, e.wantPython(env))
+}
+
+// hostPython is the interpreter a host's runners run: exe, as a runner
+// said, which the configured name's PATH lookup gave as lookup then ("":
+// not known, or a path was configured). A spawn runs exe only while PATH
+// still gives lookup (a venv, a reordered PATH); a pyenv shim's version is
+// checked in the background (recheckPython).
+type hostPython struct{ exe, lookup string }
+
+// pythonLookup is the lookup a spawn of python on env checks first, or "".
+func (e *Engine) pythonLookup(env backends.Env, python string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if hp := e.pythons[env.URI()]; hp.exe == python {
+		return hp.lookup
+	}
+	return ""
 }
 
 // herePython is what want resolves to for env, the engine's own local

@@ -35,7 +35,10 @@ type cachedRunner struct {
 	URI  string `json:"uri"`
 	Want string `json:"want"`
 	Exe  string `json:"exe"`
-	Code []byte `json:"code"`
+	// Lookup is what PATH gave for Want when Exe was found: the next
+	// engine's first spawn runs Exe only while PATH still gives it.
+	Lookup string `json:"lookup,omitempty"`
+	Code   []byte `json:"code"`
 	// Root is the host's kernel root, so that the next engine's first
 	// spawn need not ask id(1) for the login (a fork and an exec, 10-25 ms
 	// on a slow host); the spawn checks it as it checks a new one.
@@ -137,7 +140,7 @@ func (e *Engine) loadRunnerCache(env backends.Env) bool {
 		return false
 	}
 	e.mu.Lock()
-	e.pythons[env.URI()] = c.Exe
+	e.pythons[env.URI()] = hostPython{exe: c.Exe, lookup: c.Lookup}
 	if validKernelRoot(env.TempDir(), c.Root) { // not if the temp dir moved since
 		e.roots[env.URI()] = c.Root
 	}
@@ -157,7 +160,7 @@ func (e *Engine) saveRunnerCache(env backends.Env, exe string, code []byte) {
 	if err != nil {
 		return
 	}
-	data, err := seal(key, runnerKind, cachedRunner{URI: env.URI(), Want: e.wantPython(env), Exe: exe, Code: code, Root: e.kernelRoot(env)})
+	data, err := seal(key, runnerKind, cachedRunner{URI: env.URI(), Want: e.wantPython(env), Exe: exe, Lookup: e.pythonLookup(env, exe), Code: code, Root: e.kernelRoot(env)})
 	if err != nil {
 		return
 	}
@@ -212,7 +215,9 @@ func (e *Engine) recheckPython(ctx context.Context, env backends.Env, kept strin
 		return
 	}
 	e.mu.Lock()
-	e.pythons[env.URI()] = exe
+	hp := e.pythons[env.URI()]
+	hp.exe = exe
+	e.pythons[env.URI()] = hp
 	e.mu.Unlock()
 	if path := e.runnerCachePath(env); path != "" {
 		os.Remove(path)

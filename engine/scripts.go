@@ -43,7 +43,7 @@ var shq = backends.ShellQuote
 // learnt too, skips asking for the login. A transient kernel gets an
 // unpredictable dir of its own outside the root (the fallback when the
 // root is unusable): mkdir fails on anything planted.
-func spawnScript(tempDir, id, python, want, root string, sizes [3]int, readyTimeoutSec int, transient bool) string {
+func spawnScript(tempDir, id, python, lookup, want, root string, sizes [3]int, readyTimeoutSec int, transient bool) string {
 	// root, learnt from an earlier spawn on this host, saves asking id(1)
 	// for the login (a fork and an exec); it is only a shortcut to the same
 	// path, checked below like a new one.
@@ -71,7 +71,15 @@ export LC_ALL=C
 umask 077
 fail() { printf 'KD:ERR %%s\n' "$*"; exit 3; }
 py=%[6]s
-[ -n "$py" ] && [ -x "$py" ] || py=%[10]s
+want=%[10]s
+# What PATH gives for the name now (builtins only: no fork on the spawn's
+# path); python, learnt through lookup, runs only while PATH still gives
+# lookup (a venv activated or left, PATH reordered): else the name does.
+found=
+case $want in */*) ;; *) IFS=: read -ra pdirs <<<"$PATH:"; for d in "${pdirs[@]}"; do [ -f "${d:-.}/$want" ] && [ -x "${d:-.}/$want" ] && { found=${d:-.}/$want; break; }; done;; esac
+lookup=%[11]s
+[ -n "$lookup" ] && [ "$found" != "$lookup" ] && py=
+[ -n "$py" ] && [ -x "$py" ] || py=$want
 command -v "$py" >/dev/null 2>&1 || fail "$py was not found on this host (PATH=$PATH); install Python 3.8 or newer, or give --python the interpreter to use"
 t=%[1]s
 %[2]s
@@ -151,7 +159,7 @@ done
 [ "$rc" = 0 ] || { lines=(); mapfile -t lines <"$kd/runner.log"; log="$log${lines[*]}"; [ ${#log} -gt 1500 ] && log=${log: -1500}; } 2>/dev/null
 if [ "$rc" = 0 ] && [ "$word" = READY ] && [[ $rpid =~ ^[0-9]+$ ]] &&
   { [ ! -r "/proc/$rpid/stat" ] || { ppid_of "$rpid" && [ "$ppid" = "$watcher" ]; }; }; then
-  printf 'KD:SPAWNED %%s %%s %%s %%s\n' "$rpid" "$kd" "$exe" "$conf"
+  printf 'KD:SPAWNED %%s %%s %%s %%s %%s\n' "$rpid" "$kd" "$exe" "$conf" "$found"
   exit 0
 fi
 for p in /proc/[0-9]*; do ppid_of "${p#/proc/}" && [ "$ppid" = "$watcher" ] && kill -KILL -- "-${p#/proc/}" "${p#/proc/}" 2>/dev/null; done
@@ -171,7 +179,7 @@ rmkd
 [ "$rc" -gt 128 ] && fail "runner did not start within %[5]ds: $log"
 fail "runner exited before it was ready: $log"
 `, shq(tempDir), rootSetup, sizes[0], sizes[2], readyTimeoutSec, shq(python), sizes[1], shq(runner.StartProgram()), runner.StartFlags,
-		shq(cmp.Or(want, "python3")))
+		shq(cmp.Or(want, "python3")), shq(lookup))
 }
 
 // spawnStdin is a spawn script's stdin: runner.Bootstrap, then runner.py,

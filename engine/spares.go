@@ -77,7 +77,7 @@ func (e *Engine) dropStaleSparesLocked() []*Kernel {
 	for uri, sb := range e.spareSets {
 		kept := sb.ready[:0]
 		for _, s := range sb.ready {
-			moved := s.runner.python != "" && e.pythons[uri] != "" && s.runner.python != e.pythons[uri]
+			moved := s.runner.python != "" && e.pythons[uri].exe != "" && s.runner.python != e.pythons[uri].exe
 			if moved || e.cfg.Now().Sub(s.readySince) > e.idleExit/2 {
 				stale = append(stale, s.kernel())
 			} else {

@@ -48,12 +48,13 @@ func TestSpawnSaysTheRunnerExitedBeforeItWasReady(t *testing.T) {
 }
 
 // spawnRun is one run of the spawn script: the kernel id, the
-// interpreter learnt, the one configured (want) and kernel root (spawnScript's defaults when empty),
+// interpreter learnt and the PATH lookup it came through, the one
+// configured (want) and kernel root (spawnScript's defaults when empty),
 // runner.py (the runner's source when nil), the tool stubs and the size
 // the script is told they have (their own when 0), and the config line
 // (one with a secret when nil).
 type spawnRun struct {
-	id, python, want, root string
+	id, python, lookup, want, root string
 	script, stubs, config  []byte
 	stubsSize              int
 }
@@ -68,7 +69,7 @@ func runSpawn(t *testing.T, env *backends.Local, r spawnRun) backends.Result {
 	if r.stubsSize == 0 {
 		r.stubsSize = len(r.stubs)
 	}
-	script := spawnScript(env.TempDir(), r.id, r.python, r.want, r.root, [3]int{len(r.script), 0, r.stubsSize}, 20, false)
+	script := spawnScript(env.TempDir(), r.id, r.python, r.lookup, r.want, r.root, [3]int{len(r.script), 0, r.stubsSize}, 20, false)
 	if r.config == nil {
 		r.config = []byte(`{"secret": "` + strings.Repeat("ab", 32) + `"}` + "\n")
 	}
@@ -177,5 +178,39 @@ func TestSpawnScriptConfiguredPython(t *testing.T) {
 	// KD:SPAWNED pid dir interpreter confinement: the one configured.
 	if f := strings.Fields(res.Output); len(f) < 4 || f[0] != "KD:SPAWNED" || !strings.HasPrefix(f[3], "/usr/bin/python3") {
 		t.Fatalf("spawn with --python /usr/bin/python3: rc %d output %q", res.ReturnCode, res.Output)
+	}
+}
+
+// An interpreter learnt on a host runs only while PATH still gives the
+// name what it gave when it was learnt (a venv activated or left, PATH
+// reordered since): the spawn checks in its own round trip, and says what
+// PATH gives now, for the next spawns.
+func TestSpawnScriptChecksTheLearntInterpreterAgainstPATH(t *testing.T) {
+	env := backends.NewLocal(t.TempDir())
+	bin := t.TempDir()
+	if err := os.Symlink("/usr/bin/python3", filepath.Join(bin, "python3")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	spawned := func(r spawnRun) (exe, lookup string) {
+		t.Helper()
+		res := runSpawn(t, env, r)
+		f := strings.Fields(res.Output)
+		if len(f) < 6 || f[0] != "KD:SPAWNED" {
+			t.Fatalf("spawn %s: rc %d output %q, want KD:SPAWNED with the PATH lookup", r.id, res.ReturnCode, res.Output)
+		}
+		return f[3], f[5]
+	}
+	// Learnt through the PATH as it is: kept.
+	learnt := filepath.Join(t.TempDir(), "python-learnt")
+	if err := os.Symlink("/usr/bin/python3", learnt); err != nil {
+		t.Fatal(err)
+	}
+	if exe, lookup := spawned(spawnRun{id: "ksamepath", python: learnt, lookup: filepath.Join(bin, "python3")}); exe != learnt || lookup != filepath.Join(bin, "python3") {
+		t.Errorf("the PATH unchanged: ran %s (lookup %s), want the learnt %s", exe, lookup, learnt)
+	}
+	// Learnt when PATH gave another python3: the name runs.
+	if exe, _ := spawned(spawnRun{id: "kmoved", python: learnt, lookup: "/opt/venv/bin/python3"}); exe == learnt {
+		t.Errorf("PATH gives %s/python3 now, not the lookup the learnt interpreter came through: the spawn still ran %s", bin, exe)
 	}
 }
