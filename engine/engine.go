@@ -186,11 +186,11 @@ type Engine struct {
 	// idle, so reapIdle need not scan the registry before idleSince +
 	// idle_exit: a release only moves lastUsed later. Zero forces a scan.
 	idleSince time.Time
-	uids      *kernelUIDs       // the owners' uids (Config.KernelUIDs), or nil
+	uids      *kernelUIDs           // the owners' uids (Config.KernelUIDs), or nil
 	pythons   map[string]hostPython // backend URI -> the interpreter its runners reported
-	umask     int               // what cells create files with: this process's
-	cwd       string            // where local kernels start: this process's, unless a request says (Place)
-	roots     map[string]string // backend URI -> the kernel root its runners were spawned in
+	umask     int                   // what cells create files with: this process's
+	cwd       string                // where local kernels start: this process's, unless a request says (Place)
+	roots     map[string]string     // backend URI -> the kernel root its runners were spawned in
 	// unconfined holds, per backend URI, why its runners are not confined
 	// ("" once one was), so the event is said once per host.
 	unconfined map[string]string

@@ -55,8 +55,8 @@ func TestSpawnSaysTheRunnerExitedBeforeItWasReady(t *testing.T) {
 // (one with a secret when nil).
 type spawnRun struct {
 	id, python, lookup, want, root string
-	script, stubs, config  []byte
-	stubsSize              int
+	script, stubs, config          []byte
+	stubsSize                      int
 }
 
 // runSpawn runs the spawn script on env and kills a runner it started when
