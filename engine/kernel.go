@@ -478,7 +478,7 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 	lim := e.cfg.KernelLimits
 	_, alone := backends.Find[backends.Disposer](env)
 	config, _ := json.Marshal(runnerConfig{Alone: alone, Secret: token, IdleExit: idle.Seconds(), Clip: e.cfg.ClipChars,
-		SpillMax: e.cfg.SpillMax, Confine: !e.cfg.NoConfine, Deny: e.hiddenPaths(env), NoHide: e.cfg.LandlockOnly, Umask: e.umask,
+		SpillMax: e.cfg.SpillMax, Confine: !e.cfg.NoConfine, Deny: e.hiddenPaths(env), NoHide: e.cfg.LandlockOnly, Umask: e.umaskFor(env),
 		MemoryLimit: lim.Memory, CPULimit: int64(lim.CPUTime.Seconds()), ProcsLimit: lim.MaxProcs})
 	config = append(config, '\n')
 	python := cmp.Or(chosen, e.python(env))
@@ -591,8 +591,9 @@ type runnerConfig struct {
 	// Alone says the runner's host was made for its kernel alone (a
 	// container or pod of its own): nothing there is anyone else's.
 	Alone bool `json:"alone,omitempty"`
-	// Umask is what cells create files with (the engine's own).
-	Umask int `json:"umask"`
+	// Umask is what cells create files with: the engine's own on this
+	// machine; nil on another host, where the login's applies.
+	Umask *int `json:"umask,omitempty"`
 	// Resource limits the runner sets on itself (0: none).
 	MemoryLimit int64 `json:"memory_limit,omitempty"`
 	CPULimit    int64 `json:"cpu_limit,omitempty"`

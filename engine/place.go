@@ -73,6 +73,15 @@ func (e *Engine) LocalPlace() (python, dir string) {
 	return python, e.cwd
 }
 
+// umaskFor is the umask a runner on env gives its cells at its start: the
+// engine's on this machine, none (the login's there) on another host.
+func (e *Engine) umaskFor(env backends.Env) *int {
+	if _, local := backends.Find[*backends.Local](env); !local {
+		return nil
+	}
+	return &e.umask
+}
+
 // placeFor is the part of p that applies to a kernel on env: all of it on
 // this machine's local backends (the engine's user, a member's login, a
 // kernel uid), none elsewhere, where the backend's own defaults apply.

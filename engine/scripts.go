@@ -68,6 +68,9 @@ root="$kd"
 	return fmt.Sprintf(`# kerneldeck:spawn
 set -u
 export LC_ALL=C
+# The login's umask, for the cells of a host's own user (builtins only;
+# the runner's own files get explicit modes).
+u0=; while read -r k v; do [ "$k" = Umask: ] && { u0=$v; break; }; done 2>/dev/null </proc/$$/status
 umask 077
 fail() { printf 'KD:ERR %%s\n' "$*"; exit 3; }
 py=%[6]s
@@ -117,7 +120,7 @@ exec 5< <( exec 2>/dev/null
   printf 'W %%s\n' "$BASHPID"
   trap '' HUP
   read -r up _ </proc/uptime; up=${up%%.*}
-  KERNELDECK_STDIN='%[3]d %[7]d %[4]d' "$py" %[9]s -c %[8]s "$kd/runner.py" <&0 3>&1 2>&1 &
+  KERNELDECK_STDIN='%[3]d %[7]d %[4]d' KERNELDECK_UMASK=$u0 "$py" %[9]s -c %[8]s "$kd/runner.py" <&0 3>&1 2>&1 &
   rp=$!; exec >/dev/null </dev/null
   oomf=; while IFS= read -r l; do case $l in *:memory:*) oomf=/sys/fs/cgroup/memory${l#*:memory:}/memory.oom_control;; 0::*) [ -z "$oomf" ] && oomf=/sys/fs/cgroup${l#0::}/memory.events;; esac; done <"/proc/$rp/cgroup"
   # Builtins only, no $(...): a subshell is a fork while the runner starts.

@@ -214,3 +214,29 @@ func TestSpawnScriptChecksTheLearntInterpreterAgainstPATH(t *testing.T) {
 		t.Errorf("PATH gives %s/python3 now, not the lookup the learnt interpreter came through: the spawn still ran %s", bin, exe)
 	}
 }
+
+// A runner told no umask (one on another host) gives its cells the
+// login's, as the spawn found it before it set its own 077.
+func TestSpawnScriptGivesCellsTheLoginsUmask(t *testing.T) {
+	old := syscall.Umask(0o002)
+	defer syscall.Umask(old)
+	env := backends.NewLocal(t.TempDir())
+	res := runSpawn(t, env, spawnRun{id: "kumask"})
+	f := strings.Fields(res.Output)
+	if len(f) < 3 || f[0] != "KD:SPAWNED" {
+		t.Fatalf("spawn: rc %d output %q", res.ReturnCode, res.Output)
+	}
+	umask := ""
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		status, _ := os.ReadFile("/proc/" + f[1] + "/status")
+		for line := range strings.Lines(string(status)) {
+			if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+				umask = strings.TrimSpace(v)
+			}
+		}
+		if umask == "0002" {
+			return
+		}
+	}
+	t.Fatalf("the runner's umask is %q, want the login's 0002", umask)
+}

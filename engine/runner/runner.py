@@ -3014,8 +3014,15 @@ def main():
     signal.signal(signal.SIGQUIT, signal.SIG_DFL)
     # Cells make files as their user would; the runner's own have explicit
     # modes (and the spawn's umask 077 made its dirs).
-    umask = cfg.get("umask")
-    os.umask(umask if isinstance(umask, int) and not isinstance(umask, bool) and 0 <= umask <= 0o777 else 0o022)
+    # The engine's where it runs here (a client's comes with the first
+    # cell); on another host, the login's there, as the spawn found it.
+    umask, login = cfg.get("umask"), os.environ.pop("KERNELDECK_UMASK", "")
+    if not (isinstance(umask, int) and not isinstance(umask, bool) and 0 <= umask <= 0o777):
+        try:
+            umask = int(login, 8)
+        except ValueError:
+            umask = 0o022
+    os.umask(umask if 0 <= umask <= 0o777 else 0o022)
     # kerneldeck_tools (generated at spawn) reaches the host through this.
     runtime = type(sys)("kerneldeck_runtime")
     runtime.call = runner.rpc.call
