@@ -2,10 +2,14 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/engine"
 	"github.com/kerneldeck/kerneldeck/internal/enginetest"
 	"github.com/kerneldeck/kerneldeck/internal/sshdtest"
 )
@@ -102,4 +106,37 @@ func TestSSHInput(t *testing.T) {
 	srv := sshdtest.Start(t, sshdtest.Options{})
 	u := srv.User(t, "kdtest1", sshdtest.UserOptions{})
 	enginetest.Input(t, sshEnv(t, srv, u, nil))
+}
+
+// A kernel on an ssh host works where its login works: it writes its home,
+// /tmp and its cwd with the login's umask there (002 here, from its
+// ~/.bashrc), and reads a file made in /tmp after it started.
+func TestSSHKernelsWorkWhereTheirUserWorks(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Options{})
+	u := srv.User(t, "kdumask", sshdtest.UserOptions{})
+	rc := filepath.Join(u.Home, ".bashrc")
+	if err := os.WriteFile(rc, []byte("umask 002\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(rc) })
+	h := enginetest.New(t, sshEnv(t, srv, u, nil), nil)
+	h.Run("alice", "x = 1", 60*time.Second)
+	late := filepath.Join("/tmp", fmt.Sprintf("kd-late-ssh-%d", os.Getpid()))
+	if err := os.WriteFile(late, []byte("made after the kernel started"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(late)
+	mine := fmt.Sprintf("kd-work-ssh-%d", os.Getpid())
+	res := h.Run("alice", fmt.Sprintf(`import os
+for p in [os.path.expanduser("~/.%[1]s"), "/tmp/%[1]s", "%[1]s"]:
+    with open(p, "w") as f:
+        f.write("x")
+    print(oct(os.stat(p).st_mode & 0o777))
+    os.remove(p)
+print(open(%[2]q).read())
+`, mine, late), 60*time.Second)
+	if want := "0o664\n0o664\n0o664\nmade after the kernel started\n"; res.Status != engine.StatusSuccess || res.Stdout != want {
+		k, _ := h.Kernel("alice")
+		t.Errorf("confinement %s: the cell said %q %s, want %q", k.Confinement, res.Stdout, res.Traceback, want)
+	}
 }
