@@ -220,12 +220,9 @@ func openEngine(f *engineFlags, s *resolved) (eng *engine.Engine, cleanup func()
 		return fail(exitFail, fmt.Errorf("state dir: %w", err))
 	}
 	closers = append(closers, evlog.Close)
-	preload, err := eventlog.Recent(logDir, time.Now().Add(-cmp.Or(s.cfg.EventLogRetention, eventlog.DefaultRetention)), engine.DefaultHistory)
-	if err != nil {
-		return fail(exitFail, fmt.Errorf("state dir: %w", err))
-	}
+	since := time.Now().Add(-cmp.Or(s.cfg.EventLogRetention, eventlog.DefaultRetention))
 	eng, err = engine.New(engine.Config{
-		Preload:            preload,
+		Earlier:            func(n int) ([]engine.Event, error) { return eventlog.Recent(logDir, since, n) },
 		Backends:           envs,
 		MaxKernels:         s.cfg.MaxKernels,
 		MaxKernelsPerOwner: s.cfg.MaxKernelsPerOwner,

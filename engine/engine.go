@@ -120,10 +120,13 @@ type Config struct {
 	ApprovalTimeout time.Duration
 
 	// History is how many events the engine remembers for replay
-	// (SubscribeOptions.Since; default DefaultHistory); Preload fills that
-	// memory at start, e.g. from the event log of an earlier engine.
+	// (SubscribeOptions.Since; default DefaultHistory). Earlier, when set,
+	// gives up to n events said before this engine started (the event log
+	// of earlier engines), oldest first: it is asked once, by the first
+	// subscription that wants history, never at the start, so a one-shot's
+	// first result does not wait on the history it keeps.
 	History int
-	Preload []Event
+	Earlier func(n int) ([]Event, error)
 
 	// ParkDir, when set, is where evicted and reaped kernels park their
 	// state for their key's next call (0700; see parking.go). ParkMaxBytes
@@ -289,7 +292,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg:         cfg,
 		backends:    map[string]backends.Env{},
-		bus:         newBus(cmp.Or(cfg.History, DefaultHistory), cfg.Preload),
+		bus:         newBus(cmp.Or(cfg.History, DefaultHistory), cfg.Earlier, cfg.Now()),
 		cells:       newCellLog(),
 		kernels:     map[Key]*Kernel{},
 		byID:        map[string]*Kernel{},

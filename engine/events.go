@@ -151,16 +151,46 @@ type bus struct {
 	// each owner.
 	hist *history
 	seq  uint64 // of the last event published
+
+	// earlier gives the events said before started (Config.Earlier), read
+	// into hist once (earlierOnce), by the first subscription that wants
+	// history.
+	earlier     func(n int) ([]Event, error)
+	earlierOnce sync.Once
+	started     time.Time
 }
 
-func newBus(limit int, preload []Event) *bus {
-	b := &bus{subs: map[*Subscription]struct{}{}, hist: newHistory(limit)}
-	for _, ev := range preload {
-		b.seq++
-		ev.Seq = b.seq
-		b.remember(ev)
+func newBus(limit int, earlier func(n int) ([]Event, error), started time.Time) *bus {
+	return &bus{subs: map[*Subscription]struct{}{}, hist: newHistory(limit), earlier: earlier, started: started}
+}
+
+// loadEarlier puts the events said before this engine started ahead of
+// its own in hist (numbered 0: they were no event of this bus), once. It
+// reads outside the lock: publishing goes on meanwhile.
+func (b *bus) loadEarlier() {
+	if b.earlier == nil {
+		return
 	}
-	return b
+	b.earlierOnce.Do(func() {
+		b.mu.Lock()
+		limit := b.hist.limit
+		b.mu.Unlock()
+		evs, err := b.earlier(limit)
+		if err != nil {
+			evs = append(evs, Event{Type: EventNotice, Time: b.started, Detail: "the history of earlier engines could not all be read: " + err.Error()})
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		h := newHistory(limit)
+		for _, ev := range evs {
+			if ev.Time.Before(b.started) || ev.Type == EventNotice && ev.Time.Equal(b.started) {
+				ev.Seq, ev.History = 0, false
+				h.add(ev)
+			}
+		}
+		b.hist.each(h.add)
+		b.hist = h
+	})
 }
 
 func (b *bus) remember(ev Event) {
@@ -171,6 +201,9 @@ func (b *bus) remember(ev Event) {
 func (b *bus) subscribe(o SubscribeOptions) *Subscription {
 	ch := make(chan Event, max(1, o.Buffer))
 	s := &Subscription{C: ch, ch: ch, bus: b, output: o.Output}
+	if !o.Since.IsZero() {
+		b.loadEarlier()
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s.From = b.seq

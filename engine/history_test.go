@@ -3,6 +3,7 @@ package engine
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 func historyOf(h *history) []Event {
@@ -81,5 +82,42 @@ func TestHistoryInvariants(t *testing.T) {
 		if n != h.live {
 			t.Fatalf("round %d: owners index %d events, live %d", round, n, h.live)
 		}
+	}
+}
+
+// The events of earlier engines are read once, by the first subscription
+// that wants history, never at the start or for a cell: a one-shot's first
+// result once waited for the whole event log (28 ms a MB). They come
+// before this engine's own, which are not given twice.
+func TestEarlierEventsAreReadOnlyWhenAskedFor(t *testing.T) {
+	started := time.Now()
+	calls := 0
+	earlier := func(n int) ([]Event, error) {
+		calls++
+		return []Event{
+			{Type: EventSpawned, Time: started.Add(-time.Hour), Kernel: "before"},
+			// What the log holds of this engine's own, by the time it is read.
+			{Type: EventSpawned, Time: started.Add(time.Second), Kernel: "mine"},
+		}, nil
+	}
+	b := newBus(100, earlier, started)
+	b.publish(Event{Type: EventSpawned, Time: started.Add(time.Second), Kernel: "mine"})
+	b.subscribe(SubscribeOptions{}).Close()
+	if calls != 0 {
+		t.Fatalf("a subscription without history read the log %d times", calls)
+	}
+	for range 2 {
+		s := b.subscribe(SubscribeOptions{Since: started.Add(-2 * time.Hour)})
+		var got []string
+		for _, ev := range s.History {
+			got = append(got, ev.Kernel)
+		}
+		s.Close()
+		if len(got) != 2 || got[0] != "before" || got[1] != "mine" {
+			t.Fatalf("history %v, want the earlier engine's event, then this one's, once", got)
+		}
+	}
+	if calls != 1 {
+		t.Fatalf("the log was read %d times, want once", calls)
 	}
 }

@@ -409,6 +409,10 @@ func (r *Reader) Read(f Filter, fn func(engine.Event) error) error {
 		var from int64
 		if s.name == r.last {
 			from = r.offset
+		} else if !f.Since.IsZero() {
+			// The read starts near Since: what --since 10m reads no longer
+			// grows with the log.
+			from = seekSince(filepath.Join(r.dir, s.name), s.size, f.Since.Add(-sinceSlack))
 		}
 		n, err := r.readSegment(filepath.Join(r.dir, s.name), from, f, fn)
 		r.last, r.offset = s.name, n
@@ -417,6 +421,64 @@ func (r *Reader) Read(f Filter, fn func(engine.Event) error) error {
 		}
 	}
 	return nil
+}
+
+// sinceSlack is how far an event's time may run ahead of where it sits in
+// its segment (engines sharing a log append as they go, each event a
+// moment after its time): seeking by time starts this much early.
+const sinceSlack = 10 * time.Second
+
+// seekSince is the offset, in the segment at path of size bytes, of a
+// line start at or before the first event of time since on, found by
+// halving (its events are in time order, give or take sinceSlack); 0 when
+// it cannot tell.
+func seekSince(path string, size int64, since time.Time) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	// timeAt is the time of the first whole line at or after off, and
+	// where that line starts; ok false past the last one.
+	buf := make([]byte, 4096)
+	timeAt := func(off int64) (at time.Time, start int64, ok bool) {
+		n, _ := f.ReadAt(buf, off)
+		b := buf[:n]
+		if off > 0 {
+			i := bytes.IndexByte(b, '\n')
+			if i < 0 {
+				return time.Time{}, 0, false
+			}
+			b, off = b[i+1:], off+int64(i+1)
+		}
+		var head struct {
+			Time time.Time `json:"time"`
+		}
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line = b[:i]
+		}
+		if json.Unmarshal(line, &head) != nil || head.Time.IsZero() {
+			// A line longer than the buffer, or not an event: read from
+			// here rather than guess past it.
+			return time.Time{}, off, true
+		}
+		return head.Time, off, true
+	}
+	lo, hi := int64(0), size // the answer's line starts in [lo, hi]
+	for hi-lo > int64(len(buf)) {
+		mid := lo + (hi-lo)/2
+		at, start, ok := timeAt(mid)
+		switch {
+		case !ok || start >= hi:
+			hi = mid
+		case at.IsZero() || !at.Before(since):
+			hi = mid
+		default:
+			lo = start
+		}
+	}
+	return lo
 }
 
 // readSegment reads whole lines from offset from and returns where the
@@ -468,22 +530,96 @@ func (r *Reader) readSegment(path string, from int64, f Filter, fn func(engine.E
 	}
 }
 
-// Recent returns up to n events of the log from since on, the newest kept;
-// for an engine's Config.Preload.
+// Recent returns up to n events of the log from since on, the newest,
+// oldest first; for an engine's Config.Earlier. It reads the segments
+// from their ends back, so what it costs grows with n, not with the log.
 func Recent(dir string, since time.Time, n int) ([]engine.Event, error) {
-	var out []engine.Event
-	err := NewReader(dir).Read(Filter{Since: since}, func(ev engine.Event) error {
-		if ev.Type == engine.EventCellOutput || ev.Type == engine.EventMissed {
-			return nil
+	segs, err := segments(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
 		}
-		out = append(out, ev)
-		if len(out) > 2*n {
-			out = slices.Delete(out, 0, len(out)-n)
-		}
-		return nil
-	})
-	if len(out) > n {
-		out = out[len(out)-n:]
+		return nil, fmt.Errorf("read event log %s: %w", dir, err)
 	}
-	return out, err
+	var out []engine.Event // newest first
+	for i := len(segs) - 1; i >= 0 && len(out) < n; i-- {
+		if s := segs[i]; !since.IsZero() && s.day.Add(24*time.Hour).Before(since) {
+			break
+		}
+		done, err := backward(filepath.Join(dir, segs[i].name), func(line []byte) bool {
+			ev, err := ParseLine(line)
+			if err != nil || ev.Type == engine.EventCellOutput || ev.Type == engine.EventMissed {
+				return true
+			}
+			if !since.IsZero() && ev.Time.Before(since) {
+				return false
+			}
+			out = append(out, ev)
+			return len(out) < n
+		})
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			break
+		}
+	}
+	slices.Reverse(out)
+	return out, nil
+}
+
+// backward calls fn with each whole line of the file at path (its newline
+// included), the last first, reading blocks from its end, until fn says to
+// stop; it reports whether fn stopped it. A line not yet whole at the end
+// is left out, and one longer than MaxLineBytes skipped.
+func backward(path string, fn func(line []byte) bool) (stopped bool, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil // dropped meanwhile
+		}
+		return false, fmt.Errorf("read event log: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("read event log: %w", err)
+	}
+	const block = 64 << 10
+	var carry []byte // the end of a line that began in an earlier block
+	// dropping: the bytes after the block's last newline are no whole
+	// line to give (the file's unfinished end, or an over-long line).
+	dropping := true
+	for end := st.Size(); end > 0; {
+		start := max(0, end-block)
+		data := make([]byte, end-start, int(end-start)+len(carry))
+		if _, err := f.ReadAt(data, start); err != nil && !errors.Is(err, io.EOF) {
+			return false, fmt.Errorf("read event log %s: %w", path, err)
+		}
+		data = append(data, carry...)
+		if dropping {
+			j := bytes.LastIndexByte(data, '\n')
+			if j < 0 {
+				carry, end = nil, start
+				continue
+			}
+			data, dropping = data[:j+1], false
+		}
+		for len(data) > 0 {
+			i := bytes.LastIndexByte(data[:len(data)-1], '\n')
+			if i < 0 && start > 0 {
+				break // the line began in an earlier block
+			}
+			if line := data[i+1:]; len(line) <= MaxLineBytes+1 && !fn(line) {
+				return true, nil
+			}
+			data = data[:i+1]
+		}
+		carry = data
+		if len(carry) > MaxLineBytes+1 {
+			carry, dropping = nil, true
+		}
+		end = start
+	}
+	return false, nil
 }

@@ -383,3 +383,100 @@ func mustGlob(t *testing.T, pattern string) []string {
 	}
 	return m
 }
+
+// Recent reads from the end: across segments, with lines longer than its
+// blocks, an over-long line, bad lines and an unfinished last line, it
+// gives what reading the whole log forward gives, the newest n of it.
+func TestRecentReadsFromTheEnd(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "events")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)
+	n := 0
+	event := func(detail int) string {
+		n++
+		return fmt.Sprintf(`{"type":"spawned","time":%q,"kernel":"k%d","detail":%q}`, day.Add(time.Duration(n)*time.Second).Format(time.RFC3339Nano), n, strings.Repeat("d", detail))
+	}
+	for seg, sizes := range [][]int{{10, 50000, 20}, {70000, 5, 40000, 90000}, {1, 2, 3}} {
+		var lines []string
+		for _, size := range sizes {
+			lines = append(lines, event(size))
+		}
+		if seg == 1 {
+			lines = append(lines, "not json", strings.Repeat("x", eventlog.MaxLineBytes+100), event(7))
+		}
+		body := strings.Join(lines, "\n") + "\n"
+		if seg == 2 {
+			body += `{"type":"spawned","time":"2030-03-01T13:00:00Z","kernel":"unfinished"}` // whole JSON, but no newline yet
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("events-2030-03-01-%03d.jsonl", seg)), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, _ := readAll(t, dir, eventlog.Filter{})
+	var want []string
+	for _, ev := range all {
+		if len(ev.Detail) < 60000 { // the forward Reader skips lines over its 64 KiB buffer
+			want = append(want, ev.Kernel)
+		}
+	}
+	for _, k := range []int{1, 4, 6, 100} {
+		got, err := eventlog.Recent(dir, time.Time{}, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, ev := range got {
+			if len(ev.Detail) < 60000 {
+				ids = append(ids, ev.Kernel)
+			}
+		}
+		if len(got) != min(k, n) {
+			t.Errorf("Recent(%d) gave %d events, want %d", k, len(got), min(k, n))
+		}
+		if tail := want[max(0, len(want)-len(ids)):]; !slices.Equal(ids, tail) {
+			t.Errorf("Recent(%d) gave %v, want the newest of %v", k, ids, want)
+		}
+	}
+}
+
+// A read from a time on starts near it in each segment (halving by the
+// events' times) and gives exactly what reading it all and filtering gives,
+// events a few seconds out of order included.
+func TestSinceSeeksAndMissesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "events")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)
+	var b strings.Builder
+	for i := range 20000 {
+		at := start.Add(time.Duration(i) * 100 * time.Millisecond)
+		if i%97 == 0 {
+			at = at.Add(-3 * time.Second) // written a moment after its time, behind others
+		}
+		fmt.Fprintf(&b, `{"type":"spawned","time":%q,"kernel":"k%d","detail":%q}`+"\n", at.Format(time.RFC3339Nano), i, strings.Repeat("d", i%300))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "events-2030-03-01-000.jsonl"), []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	all, _ := readAll(t, dir, eventlog.Filter{})
+	for _, since := range []time.Duration{0, time.Second, 7 * time.Minute, 33*time.Minute + 333*time.Millisecond, 2000 * time.Second, time.Hour} {
+		f := eventlog.Filter{Since: start.Add(since)}
+		var want []string
+		for _, ev := range all {
+			if f.Match(ev) {
+				want = append(want, ev.Kernel)
+			}
+		}
+		got, _ := readAll(t, dir, f)
+		var ids []string
+		for _, ev := range got {
+			ids = append(ids, ev.Kernel)
+		}
+		if !slices.Equal(ids, want) {
+			t.Errorf("since +%v: %d events, want %d", since, len(ids), len(want))
+		}
+	}
+}
