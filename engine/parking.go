@@ -556,7 +556,12 @@ func (e *Engine) dropOwnParks() {
 	e.mu.Unlock()
 	owners[e.parkName] = true
 	n := 0
-	for _, h := range e.parks.list() {
+	// Only its own: what it filed (no need to read a dir of a thousand).
+	hs := e.parks.filedHere()
+	if len(owners) > 1 {
+		hs = e.parks.list() // and those of engines it took kernels over from
+	}
+	for _, h := range hs {
 		if h.Engine != "" && owners[h.Engine] && e.parks.drop(h.Key) {
 			n++
 		}

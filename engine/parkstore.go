@@ -73,10 +73,15 @@ type parkHeader struct {
 type parkStore struct {
 	dir string
 	key []byte
-	mu  sync.Mutex // one writer or pruner at a time; guards index
+	mu  sync.Mutex // one writer or pruner at a time; guards index, loaded and mine
 	// index holds the header of each parked state this store filed or
-	// found at open, by key.
-	index map[Key]parkHeader
+	// found, by key; loaded says the dir was read into it (at the first
+	// listing, not at open: a one-shot's first result must not wait for a
+	// thousand parked states).
+	index  map[Key]parkHeader
+	loaded bool
+	// mine are the keys this store filed.
+	mine map[Key]bool
 }
 
 // openParkStore opens (making it if need be) the park dir and its key,
@@ -97,12 +102,19 @@ func openParkStore(dir string) (*parkStore, error) {
 			os.Remove(p)
 		}
 	}
-	ps := &parkStore{dir: dir, key: key, index: map[Key]parkHeader{}}
-	all, _ := ps.scan()
-	for _, h := range all {
-		ps.index[h.Key] = h
+	return &parkStore{dir: dir, key: key, index: map[Key]parkHeader{}, mine: map[Key]bool{}}, nil
+}
+
+// loadLocked reads the dir's parked states into the index, once.
+func (s *parkStore) loadLocked() {
+	if s.loaded {
+		return
 	}
-	return ps, nil
+	all, _ := s.scan()
+	for _, h := range all {
+		s.index[h.Key] = h
+	}
+	s.loaded = true
 }
 
 // path is where key's parked state rests: one file per key, named by a
@@ -182,6 +194,7 @@ func (w *parkWriter) commit(h parkHeader) error {
 	}
 	h.MAC = ""
 	w.s.index[h.Key] = h
+	w.s.mine[h.Key] = true
 	return nil
 }
 
@@ -296,19 +309,35 @@ func (s *parkStore) drop(key Key) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.index, key)
+	delete(s.mine, key)
 	return os.Remove(s.path(key)) == nil
 }
 
 // list returns the headers of the parked states, oldest first, from
-// memory.
+// memory (read from the dir the first time).
 func (s *parkStore) list() []parkHeader {
 	s.mu.Lock()
+	s.loadLocked()
 	out := make([]parkHeader, 0, len(s.index))
 	for _, h := range s.index {
 		out = append(out, h)
 	}
 	s.mu.Unlock()
 	slices.SortFunc(out, func(a, b parkHeader) int { return a.Parked.Compare(b.Parked) })
+	return out
+}
+
+// filedHere returns the headers of the parked states this store filed
+// that are still there, without reading the dir.
+func (s *parkStore) filedHere() []parkHeader {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []parkHeader
+	for key := range s.mine {
+		if h, ok := s.index[key]; ok {
+			out = append(out, h)
+		}
+	}
 	return out
 }
 
@@ -378,6 +407,12 @@ func (s *parkStore) prune(now time.Time, retention time.Duration, total int64) [
 	for _, h := range all {
 		if !slices.ContainsFunc(out, func(p prunedPark) bool { return p.h.Key == h.Key }) {
 			s.index[h.Key] = h
+		}
+	}
+	s.loaded = true
+	for key := range s.mine {
+		if _, ok := s.index[key]; !ok {
+			delete(s.mine, key)
 		}
 	}
 	return out
