@@ -18,6 +18,10 @@ import (
 // where its runner did not say it (an older runner).
 const codeUnknown = "(sent by the engine before it stopped; its code is not known here)"
 
+// maxPendingCode bounds the code of a cell taken back running that its
+// runner tells (it says at most 64 KiB of it).
+const maxPendingCode = 64 << 10
+
 // runnerStatus is what a runner says of itself on its stream.
 type runnerStatus struct {
 	executionCount int
@@ -51,7 +55,8 @@ func (e *Engine) statusOf(ctx context.Context, k *Kernel) (runnerStatus, error) 
 		if f.Op == "pong" {
 			st := runnerStatus{executionCount: f.ExecutionCount, last: f.Last}
 			if len(f.Pending) > 0 {
-				st.pending, st.pendingCode = f.Pending[0], f.PendingCode
+				// The runner bounds the code; it is untrusted, so is bounded here too.
+				st.pending, st.pendingCode = f.Pending[0], truncate(f.PendingCode, maxPendingCode)
 			}
 			return st, nil
 		}
