@@ -44,14 +44,46 @@ func (f *freshProcess) cold(ctx context.Context) (time.Duration, tripCount, erro
 }
 
 // newFreshProcess readies a fresh-process subject: its state dir, and one
-// run to fill it, as the first run on a machine does.
-func newFreshProcess(ctx context.Context, t *tb, name, bin string, env []string, mcpMode bool) (*freshProcess, error) {
+// run to fill it, as the first run on a machine does; historyMB, when
+// positive, is an event log of that many MB written in it first (a month
+// of a busy host's history).
+func newFreshProcess(ctx context.Context, t *tb, name, bin string, env []string, mcpMode bool, historyMB int) (*freshProcess, error) {
 	f := &freshProcess{name: name, bin: bin, mcp: mcpMode, state: filepath.Join(t.TempDir(), "state")}
 	f.env = append(append([]string(nil), env...), "XDG_STATE_HOME="+filepath.Join(t.TempDir(), "xdg"))
+	if historyMB > 0 {
+		if err := writeHistory(filepath.Join(f.state, "events"), historyMB); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	if _, _, err := f.cold(ctx); err != nil {
 		return nil, fmt.Errorf("%s: the first run: %w", name, err)
 	}
 	return f, nil
+}
+
+// writeHistory writes mb MB of events into the event log dir, in segments
+// of 12 MB, as engines of the last hour would have.
+func writeHistory(dir string, mb int) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	os.Chmod(filepath.Dir(dir), 0o700)
+	now := time.Now().UTC()
+	n := 0
+	for seg := 0; n*300 < mb<<20; seg++ {
+		var b []byte
+		for len(b) < 12<<20 && n*300 < mb<<20 {
+			at := now.Add(-time.Hour + time.Duration(n)*time.Millisecond)
+			b = fmt.Appendf(b, `{"type":"cell_finished","time":%q,"kernel":"k%012d","owner":"o%d","detail":"cell c%08x: success in 1ms%0180d"}`+"\n",
+				at.Format(time.RFC3339Nano), n, n%50, n, 0)
+			n++
+		}
+		name := filepath.Join(dir, fmt.Sprintf("events-%s-%03d.jsonl", now.Format("2006-01-02"), seg))
+		if err := os.WriteFile(name, b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (f *freshProcess) headlessFirst(ctx context.Context) (time.Duration, error) {

@@ -183,12 +183,18 @@ func (e *setupEnv) setup(ctx context.Context, t *tb, cfg config, log io.Writer) 
 	e.bin = bin
 	benchPath := os.Environ()
 	withUserPath := append(os.Environ(), "PATH="+userPath)
+	historyMB := 190
+	if cfg.Quick {
+		historyMB = 8 // the same path, written in a moment
+	}
 	for _, f := range []struct {
-		name string
-		env  []string
-		mcp  bool
-	}{{"fresh.headless", benchPath, false}, {"fresh.headless.userpath", withUserPath, false}, {"fresh.mcp", benchPath, true}} {
-		s, err := newFreshProcess(ctx, t, f.name, bin, f.env, f.mcp)
+		name      string
+		env       []string
+		mcp       bool
+		historyMB int
+	}{{"fresh.headless", benchPath, false, 0}, {"fresh.headless.userpath", withUserPath, false, 0}, {"fresh.mcp", benchPath, true, 0},
+		{"fresh.headless.history", benchPath, false, historyMB}} {
+		s, err := newFreshProcess(ctx, t, f.name, bin, f.env, f.mcp, f.historyMB)
 		if err != nil {
 			return err
 		}
