@@ -192,9 +192,15 @@ func TestAnAgentRidesThroughAnEngineRestart(t *testing.T) {
 	a.send(map[string]any{"id": "1", "op": "execute", "owner": "agent", "code": "x = 1"})
 	a.answer("1")
 	a.send(map[string]any{"id": "2", "op": "execute", "owner": "agent", "code": "import time; time.sleep(3); x += 10; print('x is', x)"})
+	// Each listing is waited for: one still in flight when the engine is
+	// killed would be sent again too (under load it was, and the count of
+	// requests sent again below was 2).
+	lists := 0
 	waitUntil(t, "the cell to run", func() bool {
-		a.send(map[string]any{"id": "list", "op": "kernels"})
-		time.Sleep(100 * time.Millisecond)
+		lists++
+		id := fmt.Sprintf("list%d", lists)
+		a.send(map[string]any{"id": id, "op": "kernels"})
+		a.answer(id)
 		return runningKernels(a) == 1
 	})
 	se.cmd.Process.Kill()
