@@ -10,23 +10,19 @@ import (
 	"github.com/moby/moby/client"
 )
 
-// LoseCreateAnswers makes b's pod creates reach the API and their answers
-// be lost, as when the engine gives a create up the moment it was sent (it
-// closes): the pod is made, and the caller sees an error.
-func LoseCreateAnswers(b *PodSandbox) error {
-	b.cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return lostAnswers{rt, "/pods"}
-	}
-	core, params, err := coreClient(b.cfg)
-	if err != nil {
-		return err
-	}
-	b.core, b.params = core, params
-	return nil
+// LosingCreateAnswers is opts with which a k8s-image backend's pod
+// creates reach the API and their answers are lost, as when the engine
+// gives a create up the moment it was sent (it closes): the pod is made,
+// and the caller sees an error.
+func LosingCreateAnswers(opts Options) Options {
+	opts.k8sTransport = func(rt http.RoundTripper) http.RoundTripper { return lostAnswers{rt, "/pods"} }
+	return opts
 }
 
-// LoseContainerCreateAnswers is LoseCreateAnswers for b's containers, on
-// the Docker Engine at /var/run/docker.sock.
+// LoseContainerCreateAnswers makes b's container creates reach the Docker
+// Engine at /var/run/docker.sock and their answers be lost, as
+// LosingCreateAnswers does for pods (b starts nothing that uses its client
+// in the background, so it is swapped after the open).
 func LoseContainerCreateAnswers(b *ImageSandbox) error {
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer

@@ -198,15 +198,12 @@ func TestK8sImageCreateWithoutAnAnswerLeavesNoPod(t *testing.T) {
 	if err := c.Namespace(ctx, "kdlost"); err != nil {
 		t.Fatal(err)
 	}
-	env, err := backends.Open("k8s-image://"+image+"?namespace=kdlost&pull=Never", backends.Options{})
+	env, err := backends.Open("k8s-image://"+image+"?namespace=kdlost&pull=Never", backends.LosingCreateAnswers(backends.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := env.(*backends.PodSandbox)
 	t.Cleanup(func() { b.Close() })
-	if err := backends.LoseCreateAnswers(b); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := b.Provision(ctx, "spare-lost"); err == nil || !strings.Contains(err.Error(), "the answer was lost") {
 		t.Fatalf("Provision: %v, want the lost answer", err)
 	}

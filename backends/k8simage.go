@@ -182,6 +182,9 @@ func NewPodSandbox(uri string, opts Options) (*PodSandbox, error) {
 		return nil, fmt.Errorf("k8s-image %s: %w", uri, err)
 	}
 	b.namespace = cmp.Or(b.namespace, namespace, "default")
+	if opts.k8sTransport != nil {
+		b.cfg.WrapTransport = opts.k8sTransport
+	}
 	if b.core, b.params, err = coreClient(b.cfg); err != nil {
 		return nil, fmt.Errorf("k8s-image %s: %w", uri, err)
 	}

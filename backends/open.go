@@ -2,6 +2,7 @@ package backends
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 )
@@ -40,6 +41,10 @@ type Options struct {
 	// K8sTimeout bounds reaching the Kubernetes API and the checks made
 	// when a k8s backend is opened (default DefaultK8sTimeout).
 	K8sTimeout time.Duration
+
+	// k8sTransport wraps the Kubernetes API transport (tests lose answers
+	// with it; see export_test.go).
+	k8sTransport func(http.RoundTripper) http.RoundTripper
 }
 
 // Open builds the backend a URI names: "local", "ssh://[user@]host[:port]"
