@@ -47,7 +47,6 @@ func (e *Engine) takeSpare(k *Kernel) (*spare, bool) {
 	if _, own := backends.Find[backends.Provisioner](b); own && len(k.key.ToolList()) > 0 {
 		return nil, false // its stubs could not be put in again if they failed
 	}
-	e.python(b) // a spare of an interpreter python3 no longer resolves to is stale
 	e.mu.Lock()
 	stale := e.dropStaleSparesLocked()
 	var got *spare
@@ -160,12 +159,13 @@ func (e *Engine) refillSpares(env backends.Env) {
 	e.wg.Add(max(0, n))
 	e.mu.Unlock()
 	prov, own := backends.Find[backends.Provisioner](env)
-	if python := e.python(env); n > 0 && !own && (python == "" || herePython(env, e.wantPython(env)) != "") {
+	if n > 0 && !own {
 		// The first spares: the interpreter (the python3 on PATH, where no
 		// spawn has told which it runs) compiles the runner (the spawns
 		// wait for it), or they and the kernels of the first moments would
 		// run from source (about 4.7 MB more each, for their whole life).
-		e.compileRunner(env, python)
+		// Once per interpreter: a compile claimed already is left be.
+		e.compileRunner(env, e.python(env))
 	}
 	for _, id := range ids {
 		go func() {
