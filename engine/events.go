@@ -176,17 +176,17 @@ func (b *bus) loadEarlier() {
 		limit := b.hist.limit
 		b.mu.Unlock()
 		evs, err := b.earlier(limit)
-		if err != nil {
-			evs = append(evs, Event{Type: EventNotice, Time: b.started, Detail: "the history of earlier engines could not all be read: " + err.Error()})
-		}
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		h := newHistory(limit)
 		for _, ev := range evs {
-			if ev.Time.Before(b.started) || ev.Type == EventNotice && ev.Time.Equal(b.started) {
+			if ev.Time.Before(b.started) { // the log holds this engine's own by now too
 				ev.Seq, ev.History = 0, false
 				h.add(ev)
 			}
+		}
+		if err != nil {
+			h.add(Event{Type: EventNotice, Time: b.started, Detail: "the history of earlier engines could not all be read: " + err.Error()})
 		}
 		b.hist.each(h.add)
 		b.hist = h
