@@ -58,7 +58,7 @@ func (c *headlessCmd) bridge(std stdio) int {
 	r := &relay{prog: prog, std: std, where: conn.Where, events: c.events, dial: func(ctx context.Context) (*client.Conn, error) {
 		return client.Dial(ctx, c.connect, client.DialOptions{StateDir: stateDir, SSH: c.eng.ssh})
 	}}
-	r.place = clientPlace(c.connect, "")
+	r.place = placeFields(clientPlace(c.connect, ""))
 	return r.run(conn, sigs)
 }
 

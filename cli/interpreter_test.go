@@ -223,7 +223,7 @@ func TestTheRelaySaysWhereItsAgentWorks(t *testing.T) {
 
 func mustTrack(t *testing.T, line string, place engine.Place) []byte {
 	t.Helper()
-	out, p := track([]byte(line), place)
+	out, p := track([]byte(line), placeFields(place))
 	if p == nil {
 		t.Fatalf("%s was not tracked", line)
 	}

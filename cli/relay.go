@@ -42,8 +42,9 @@ type relay struct {
 	where  string
 	events bool
 	dial   func(ctx context.Context) (*client.Conn, error)
-	// place is where the agent works, for its executes that do not say.
-	place engine.Place
+	// place is where the agent works, as execute fields (placeFields), for
+	// its executes that do not say.
+	place []byte
 
 	wmu sync.Mutex // held while writing to the engine, so resent lines stay in order
 	mu  sync.Mutex // guards the fields below
@@ -60,12 +61,27 @@ type pendingRequest struct {
 	line []byte
 }
 
+// placeFields is place as the fields of an execute (wire.Execute's), each
+// followed by a comma: what track puts in an execute that says none.
+func placeFields(place engine.Place) []byte {
+	where, _ := json.Marshal(wire.Execute{Cwd: place.Dir, Python: place.Python, Umask: place.Umask})
+	var fields map[string]json.RawMessage
+	json.Unmarshal(where, &fields)
+	var out []byte
+	for _, k := range []string{"cwd", "python", "umask"} {
+		if v, ok := fields[k]; ok {
+			out = append(append(append(out, `"`+k+`":`...), v...), ',')
+		}
+	}
+	return out
+}
+
 // track reads a request line's id and op, and gives an execute without a
 // cell id one of its own, so that sending it again never runs it twice,
-// and one that does not say where its client works the relay's place
-// (zero: none). Lines without a string id are not tracked (the engine
-// answers them with an error, once).
-func track(line []byte, place engine.Place) ([]byte, *pendingRequest) {
+// and one that does not say where its client works the fields of the
+// relay's place (placeFields; none: nothing). Lines without a string id
+// are not tracked (the engine answers them with an error, once).
+func track(line, place []byte) ([]byte, *pendingRequest) {
 	var head struct {
 		ID     json.RawMessage `json:"id"`
 		Op     wire.Op         `json:"op"`
@@ -82,16 +98,8 @@ func track(line []byte, place engine.Place) ([]byte, *pendingRequest) {
 		if head.Cell == nil {
 			add = append(add, `"cell":"h`+engine.NewCellID()+`",`...)
 		}
-		if head.Cwd == nil && head.Python == nil && head.Umask == nil && !place.IsZero() {
-			where, _ := json.Marshal(wire.Execute{Cwd: place.Dir, Python: place.Python, Umask: place.Umask})
-			var fields map[string]json.RawMessage
-			json.Unmarshal(where, &fields)
-			for _, k := range []string{"cwd", "python", "umask"} {
-				if v, ok := fields[k]; ok {
-					add = append(add, `"`+k+`":`...)
-					add = append(append(add, v...), ',')
-				}
-			}
+		if head.Cwd == nil && head.Python == nil && head.Umask == nil {
+			add = append(add, place...)
 		}
 		if add != nil {
 			line = append(append([]byte{'{'}, add...), trimmed[1:]...)
