@@ -2382,12 +2382,17 @@ def settle_alone(temp):
             pass
 
 
+def is_umask(v):
+    """Whether v, from JSON, is a umask."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 0o777
+
+
 def enter_place(place):
     """Work where the kernel's client works: its dir and its umask. A dir
     the kernel's user cannot enter (another login's, or hidden) is said on
     the cell's stderr, and the kernel stays where it is."""
     umask = place.get("umask")
-    if isinstance(umask, int) and not isinstance(umask, bool) and 0 <= umask <= 0o777:
+    if is_umask(umask):
         os.umask(umask)
     path = place.get("dir")
     if isinstance(path, str) and path.startswith("/") and "\0" not in path:
@@ -3017,12 +3022,12 @@ def main():
     # The engine's where it runs here (a client's comes with the first
     # cell); on another host, the login's there, as the spawn found it.
     umask, login = cfg.get("umask"), os.environ.pop("KERNELDECK_UMASK", "")
-    if not (isinstance(umask, int) and not isinstance(umask, bool) and 0 <= umask <= 0o777):
+    if not is_umask(umask):
         try:
             umask = int(login, 8)
         except ValueError:
             umask = 0o022
-    os.umask(umask if 0 <= umask <= 0o777 else 0o022)
+    os.umask(umask if is_umask(umask) else 0o022)
     # kerneldeck_tools (generated at spawn) reaches the host through this.
     runtime = type(sys)("kerneldeck_runtime")
     runtime.call = runner.rpc.call
