@@ -89,6 +89,8 @@ type runnerFrame struct {
 	Skipped [][]string `json:"skipped"`
 	Failed  [][]string `json:"failed"`
 	Bytes   int64      `json:"bytes"`
+	// Incomplete: a whole park was refused, for what would not survive it.
+	Incomplete bool `json:"incomplete"`
 	// Nonce and MAC are the handshake (ops "hello", "auth_ok").
 	Nonce string `json:"nonce"`
 	MAC   string `json:"mac"`

@@ -138,6 +138,10 @@ type Config struct {
 	ParkTimeout    time.Duration
 	ParkRetention  time.Duration
 	ParkTotalBytes int64
+	// HibernateAfter is how long a kernel may sit idle before it is parked
+	// and its runner ended, to be restored by its key's next call (0:
+	// never; it needs ParkDir, and acts only below IdleExit).
+	HibernateAfter time.Duration
 
 	// KernelUIDs, on a root engine, is the range of OS user ids its
 	// owners' kernels run as on this machine, one uid per owner (see
@@ -180,8 +184,13 @@ type Engine struct {
 	max      int
 	perOwner int // max_kernels_per_owner, 0: none
 	idleExit time.Duration
-	closed   bool
-	overCap  bool // an evict_skipped_busy was reported for the current overflow
+	// hibernateAfter is Config.HibernateAfter as it is now (SetHibernateAfter);
+	// hibernated holds, by key, when each kernel this engine hibernated was
+	// last used, until idle_exit ends its session (hibernate.go).
+	hibernateAfter time.Duration
+	hibernated     map[Key]time.Time
+	closed         bool
+	overCap        bool // an evict_skipped_busy was reported for the current overflow
 	// roomFor are the new kernels that needed room, oldest first: an
 	// eviction says which it made room for, now or once busy kernels settle.
 	roomFor []*Kernel
@@ -285,6 +294,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MaxKernelsPerOwner < 0 {
 		return nil, fmt.Errorf("engine: max_kernels_per_owner must be >= 0 (0: no bound), got %d", cfg.MaxKernelsPerOwner)
 	}
+	if cfg.HibernateAfter < 0 {
+		return nil, fmt.Errorf("engine: hibernate_after must be >= 0 (0: never), got %v", cfg.HibernateAfter)
+	}
 	if cfg.MaxKernels < 1 || cfg.IdleExit < time.Second || cfg.CellTimeout <= 0 {
 		return nil, fmt.Errorf("engine: max_kernels must be >= 1, idle_exit >= 1s and cell_timeout > 0 (got %d, %v, %v)",
 			cfg.MaxKernels, cfg.IdleExit, cfg.CellTimeout)
@@ -316,7 +328,9 @@ func New(cfg Config) (*Engine, error) {
 		max:         cfg.MaxKernels,
 		perOwner:    cfg.MaxKernelsPerOwner,
 		idleExit:    cfg.IdleExit,
+		hibernated:  map[Key]time.Time{},
 	}
+	e.hibernateAfter = cfg.HibernateAfter
 	// A base that outlives the engine would keep spares starting and
 	// compiles running after Close; Close cancels it.
 	e.base, e.cancelBase = context.WithCancel(context.Background())
@@ -720,6 +734,7 @@ func (e *Engine) sweep() {
 			return
 		case <-t.C:
 			e.reapIdle()
+			e.endHibernated()
 			e.enforceCap("")
 			e.refreshSpares()
 			e.pruneParked(true)
@@ -794,25 +809,42 @@ func (e *Engine) noteLostLocked(key Key, note string) {
 	e.lost[key] = note
 }
 
-// reapIdle removes kernels idle longer than idle_exit, kills them, and
-// returns them.
+// reapIdle removes kernels idle longer than idle_exit, and hibernates those
+// idle longer than hibernate_after; it kills them (parked first, where they
+// can be) and returns them.
 func (e *Engine) reapIdle() []*Kernel {
 	e.mu.Lock()
 	now := e.cfg.Now()
-	if !e.idleSince.IsZero() && now.Sub(e.idleSince) <= e.idleExit {
+	first := e.idleExit
+	if e.hibernatingLocked() {
+		first = e.hibernateAfter
+	}
+	if !e.idleSince.IsZero() && now.Sub(e.idleSince) <= first {
 		e.mu.Unlock()
 		return nil // nothing can have been idle that long yet
 	}
 	var victims []*Kernel
 	oldest := now
 	for _, k := range e.kernels {
-		if k.state == phaseReady && !k.attachedLocked() && now.Sub(k.lastUsed) > e.idleExit {
-			idle := english.Duration(now.Sub(k.lastUsed))
-			e.removeLocked(k, "reaped after idle "+idle)
-			e.emit(kernelEvent(EventReapedIdle, k, fmt.Sprintf("idle %s > idle_exit %s", idle, english.Duration(e.idleExit))))
+		if k.state != phaseReady || k.attachedLocked() {
+			if k.lastUsed.Before(oldest) {
+				oldest = k.lastUsed
+			}
+			continue
+		}
+		idle := now.Sub(k.lastUsed)
+		switch {
+		case idle > e.idleExit:
+			e.removeLocked(k, "reaped after idle "+english.Duration(idle))
+			e.emit(kernelEvent(EventReapedIdle, k, fmt.Sprintf("idle %s > idle_exit %s", english.Duration(idle), english.Duration(e.idleExit))))
 			victims = append(victims, k)
-		} else if k.lastUsed.Before(oldest) {
-			oldest = k.lastUsed
+		default:
+			if idle > first && first < e.idleExit && k.awake == "" && e.unparkableLocked(k) == "" {
+				e.hibernateLocked(k, idle)
+			}
+			if k.lastUsed.Before(oldest) {
+				oldest = k.lastUsed
+			}
 		}
 	}
 	e.idleSince = oldest

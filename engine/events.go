@@ -66,6 +66,9 @@ const (
 	// EventParkDropped: a parked state was discarded (its retention, the
 	// total cap, or on request).
 	EventParkDropped EventType = "park_dropped"
+	// EventHibernated: an idle kernel is being parked and its runner ended
+	// after hibernate_after; its key's next call restores it.
+	EventHibernated EventType = "hibernated"
 )
 
 // EventTypes lists every event type the engine publishes, in the order
@@ -76,7 +79,7 @@ func EventTypes() []EventType {
 		EventReapedIdle, EventEvictedCap, EventEvictSkippedBusy, EventOwnerShutdown, EventRPCCall,
 		EventRPCRejected, EventFallbackPerCall, EventTransportError, EventReconnected, EventLimits,
 		EventAdopted, EventApprovalRequest, EventApprovalDecided, EventUnconfined, EventRunnerFlood, EventCellOutput,
-		EventNotice, EventMissed, EventParked, EventParkFailed, EventRestored, EventRestoreRefused, EventParkDropped}
+		EventNotice, EventMissed, EventParked, EventParkFailed, EventRestored, EventRestoreRefused, EventParkDropped, EventHibernated}
 }
 
 // Event is one lifecycle event. It never carries a token, key material or

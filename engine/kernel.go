@@ -52,7 +52,10 @@ type Kernel struct {
 	token      string
 	state      phase
 	goneReason string
-	holding    bool // a call owns the kernel (spawning or running a cell)
+	// awake says why the kernel did not hibernate ("": it may); its next
+	// call clears it (hibernate.go).
+	awake   string
+	holding bool // a call owns the kernel (spawning or running a cell)
 	// waiters are the calls queued behind the holder, first come first
 	// served; release hands the kernel to the head by closing its channel.
 	waiters      []chan struct{}
@@ -304,6 +307,7 @@ func (e *Engine) release(k *Kernel) {
 	k.runningCell = ""
 	if k.state != phaseGone {
 		k.lastUsed = e.cfg.Now()
+		k.awake = ""
 	}
 	if len(k.waiters) > 0 {
 		next := k.waiters[0]

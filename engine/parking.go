@@ -50,6 +50,11 @@ type ParkedKernel struct {
 	Names          []string   `json:"names"`
 	NotSaved       []NotSaved `json:"not_saved"`
 	ExecutionCount int        `json:"execution_count"`
+	// Hibernated: the kernel sat idle for hibernate_after and sleeps here
+	// until its next call, or until idle_exit after LastUsed ends its
+	// session (then it is listed as any reaped kernel's state).
+	Hibernated bool      `json:"hibernated,omitempty"`
+	LastUsed   time.Time `json:"last_used,omitzero"`
 }
 
 // Parked lists the parked states, oldest first; nil where parking is off.
@@ -58,9 +63,14 @@ func (e *Engine) Parked() []ParkedKernel {
 		return nil
 	}
 	all := e.parks.list()
+	e.mu.Lock()
+	now, idleExit := e.cfg.Now(), e.idleExit
+	e.mu.Unlock()
 	out := make([]ParkedKernel, 0, len(all))
 	for _, h := range all {
-		out = append(out, h.listing())
+		p := h.listing()
+		p.Hibernated = h.sleeping(now, idleExit)
+		out = append(out, p)
 	}
 	return out
 }
@@ -75,7 +85,7 @@ func (h parkHeader) listing() ParkedKernel {
 	}
 	return ParkedKernel{Owner: h.Key.Owner, Task: h.Key.Task, Backend: h.Key.Backend, Child: h.Key.Child,
 		Key: h.Key.String(), Kernel: h.Kernel, Parked: h.Parked, Reason: h.Reason, Bytes: h.Bytes,
-		Names: names, NotSaved: h.NotSaved, ExecutionCount: h.ExecutionCount}
+		Names: names, NotSaved: h.NotSaved, ExecutionCount: h.ExecutionCount, LastUsed: h.LastUsed}
 }
 
 // ErrNoParking: the engine keeps no parked states (no state dir).
@@ -216,7 +226,7 @@ var errEmptyNamespace = errors.New("its namespace is empty")
 // it; done closes once the outcome is known to the key's next call.
 func (e *Engine) parkThenKill(ctx context.Context, k *Kernel, done chan struct{}) (parkHeader, error) {
 	start := time.Now()
-	h, err := e.park(ctx, k)
+	h, err := e.park(ctx, k, parkAsk{})
 	e.mu.Lock()
 	if e.parking[k.key] == done {
 		delete(e.parking, k.key)
@@ -260,11 +270,20 @@ func notSavedSuffix(prefix string, ns []NotSaved) string {
 	return prefix + listSome(parts, 8)
 }
 
+// parkAsk says how a park is asked for; the zero value is an eviction's
+// or a reap's, whose reason the kernel's end gives.
+type parkAsk struct {
+	// hibernate: the kernel is parked to hibernate, for reason; the
+	// runner parks all of it, or nothing (errIncomplete).
+	hibernate bool
+	reason    string
+}
+
 // park asks k's runner for its namespace and files it.
-func (e *Engine) park(ctx context.Context, k *Kernel) (parkHeader, error) {
+func (e *Engine) park(ctx context.Context, k *Kernel, ask parkAsk) (parkHeader, error) {
 	e.mu.Lock()
 	env, dir, token, id, key, count := k.env, k.dir, k.token, k.id, k.key, k.execCount
-	reason := k.goneReasonSafe()
+	reason, used := cmp.Or(ask.reason, k.goneReasonSafe()), k.lastUsed
 	e.mu.Unlock()
 	d := backends.StreamsOf(env)
 	if d == nil {
@@ -283,8 +302,8 @@ func (e *Engine) park(ctx context.Context, k *Kernel) (parkHeader, error) {
 	defer conn.close()
 	deadline, _ := ctx.Deadline()
 	defer conn.begin(ctx, deadline)()
-	ask := "park-" + randomHex(8)
-	if err := conn.send(map[string]any{"op": "park", "id": ask, "max_bytes": e.cfg.ParkMaxBytes}); err != nil {
+	pid := "park-" + randomHex(8)
+	if err := conn.send(map[string]any{"op": "park", "id": pid, "max_bytes": e.cfg.ParkMaxBytes, "whole": ask.hibernate}); err != nil {
 		return parkHeader{}, fmt.Errorf("ask its runner: %w", err)
 	}
 	w, err := e.parks.create(e.cfg.ParkMaxBytes)
@@ -292,7 +311,7 @@ func (e *Engine) park(ctx context.Context, k *Kernel) (parkHeader, error) {
 		return parkHeader{}, err
 	}
 	for {
-		f, err := conn.next(ask)
+		f, err := conn.next(pid)
 		if timedOut(ctx, err) {
 			w.abort()
 			return parkHeader{}, fmt.Errorf("its runner took longer than the park timeout of %s", english.Duration(e.cfg.ParkTimeout))
@@ -316,6 +335,9 @@ func (e *Engine) park(ctx context.Context, k *Kernel) (parkHeader, error) {
 			}
 		case "error":
 			w.abort()
+			if f.Incomplete {
+				return parkHeader{}, fmt.Errorf("%w: %s", errIncomplete, termtext.Line(clip(f.Error, 300)))
+			}
 			if f.Bytes > 0 {
 				return parkHeader{}, fmt.Errorf("its namespace is over park_max_mb (%s)", english.Bytes(e.cfg.ParkMaxBytes))
 			}
@@ -334,7 +356,7 @@ func (e *Engine) park(ctx context.Context, k *Kernel) (parkHeader, error) {
 				w.abort()
 				return parkHeader{}, err
 			}
-			h.Engine = e.parkName
+			h.Engine, h.Hibernated, h.LastUsed = e.parkName, ask.hibernate, used
 			if err := w.commit(h); err != nil {
 				return parkHeader{}, err
 			}
@@ -437,6 +459,9 @@ func (e *Engine) restore(ctx context.Context, k *Kernel) restoreOutcome {
 	}
 	lost := append(append([]NotSaved(nil), h.NotSaved...), failed...)
 	restored := fmt.Sprintf("restored %s parked from kernel %s", english.Count(len(names), "name"), h.Kernel)
+	if h.Hibernated {
+		restored = fmt.Sprintf("woke from hibernation: restored %s of kernel %s", english.Count(len(names), "name"), h.Kernel)
+	}
 	notRestored := ""
 	if len(lost) > 0 {
 		parts := make([]string, len(lost))

@@ -62,7 +62,11 @@ type parkHeader struct {
 	NotSaved       []NotSaved  `json:"not_saved"`
 	ExecutionCount int         `json:"execution_count"`
 	Bytes          int64       `json:"bytes"`
-	MAC            string      `json:"mac,omitempty"`
+	// Hibernated: it was parked because it sat idle for hibernate_after,
+	// last used at LastUsed.
+	Hibernated bool      `json:"hibernated,omitempty"`
+	LastUsed   time.Time `json:"last_used"`
+	MAC        string    `json:"mac,omitempty"`
 	// Engine names the engine that parked it (its journal's name): its
 	// clean stop drops it, unless it keeps its kernels.
 	Engine string `json:"engine,omitempty"`

@@ -5,14 +5,18 @@ import "errors"
 // KernelState is what a kernel is doing, as listings show it.
 type KernelState string
 
-// The states of a kernel. StateDead is never in a listing of the engine: it
-// is for views that keep a kernel after it left the registry.
+// The states of a kernel. StateDead, StateParked and StateHibernated are
+// never in the engine's listing of kernels: they are for views that keep a
+// kernel after it left the registry, dead or with its state parked
+// (ParkedKernel; hibernated while idle_exit has not ended its session).
 const (
-	StateStarting KernelState = "starting"
-	StateIdle     KernelState = "idle"
-	StateRunning  KernelState = "running"
-	StateQueued   KernelState = "queued"
-	StateDead     KernelState = "dead"
+	StateStarting   KernelState = "starting"
+	StateIdle       KernelState = "idle"
+	StateRunning    KernelState = "running"
+	StateQueued     KernelState = "queued"
+	StateDead       KernelState = "dead"
+	StateParked     KernelState = "parked"
+	StateHibernated KernelState = "hibernated"
 )
 
 // Busy reports whether a kernel in state s has a cell attached (running or

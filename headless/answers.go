@@ -51,6 +51,12 @@ func (s *server) handle(ctx context.Context, r *request) {
 				return
 			}
 		}
+		if r.hibernateAfter != nil {
+			if err := s.eng.SetHibernateAfter(*r.hibernateAfter); err != nil {
+				s.w.writeError(&r.id, err.Error())
+				return
+			}
+		}
 		s.w.write(wire.OK{Head: wire.Head{ID: r.id, Op: wire.OpOK}})
 	case wire.OpInterrupt:
 		if s.ownsKernel(r, r.kernel, "interrupt") {
@@ -165,8 +171,10 @@ func (s *server) kernels(r *request) {
 	if parked == nil {
 		parked = []engine.ParkedKernel{}
 	}
-	line := wire.Kernels{Head: wire.Head{ID: r.id, Op: wire.OpKernels}, Cap: maxKernels, IdleExit: idleExit.Seconds(), Now: time.Now(),
-		Version: listingVersion(maxKernels, idleExit, spares, infos, parked), Spares: spares, Parked: parked}
+	hibernate := s.eng.HibernateAfter()
+	line := wire.Kernels{Head: wire.Head{ID: r.id, Op: wire.OpKernels}, Cap: maxKernels, IdleExit: idleExit.Seconds(),
+		HibernateAfter: hibernate.Seconds(), Now: time.Now(),
+		Version: listingVersion(maxKernels, idleExit, hibernate, spares, infos, parked), Spares: spares, Parked: parked}
 	if r.version != "" && r.version == line.Version {
 		line.Unchanged, line.Count, line.Kernels = true, len(infos), []wire.Kernel{}
 		s.w.write(line)
@@ -216,13 +224,14 @@ func (s *server) cells(r *request) {
 }
 
 // listingVersion hashes what a kernels listing says, but the idle times.
-func listingVersion(maxKernels int, idleExit time.Duration, spares int, infos []engine.KernelInfo, parked []engine.ParkedKernel) string {
+func listingVersion(maxKernels int, idleExit, hibernateAfter time.Duration, spares int, infos []engine.KernelInfo, parked []engine.ParkedKernel) string {
 	h := fnv.New64a()
 	var b []byte
 	field := func(s string) { b = append(append(b, s...), 0) }
 	num := func(n int64) { b = strconv.AppendInt(b, n, 10); b = append(b, 0) }
 	num(int64(maxKernels))
 	num(int64(idleExit))
+	num(int64(hibernateAfter))
 	num(int64(spares))
 	h.Write(b)
 	for _, k := range infos {
@@ -251,6 +260,9 @@ func listingVersion(maxKernels int, idleExit time.Duration, spares int, infos []
 		field(p.Key)
 		field(p.Kernel)
 		num(p.Parked.UnixNano())
+		if p.Hibernated {
+			field("h")
+		}
 		h.Write(b)
 	}
 	return strconv.FormatUint(h.Sum64(), 36)

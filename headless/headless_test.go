@@ -311,6 +311,21 @@ func TestTimeoutIsSecondsAndDefaultsToCellTimeout(t *testing.T) {
 	}
 }
 
+// hibernate_after is a limit like the others: set live (0: never) and
+// listed.
+func TestHibernateAfterIsALimit(t *testing.T) {
+	eng := newEngine(t, engine.Config{ParkDir: filepath.Join(t.TempDir(), "parked"), HibernateAfter: time.Minute})
+	h := start(t, eng, Options{})
+	for _, secs := range []float64{120, 0} {
+		if ok := h.call(line{"id": "l", "op": "limits", "hibernate_after": secs}); ok["op"] != "ok" {
+			t.Fatalf("limits hibernate_after %v: %v", secs, ok)
+		}
+		if l := h.call(line{"id": "k", "op": "kernels"}); l["hibernate_after"] != secs {
+			t.Errorf("after hibernate_after %v the listing says %v", secs, l["hibernate_after"])
+		}
+	}
+}
+
 func TestKernelsListing(t *testing.T) {
 	eng := newEngine(t, engine.Config{MaxKernels: 3, IdleExit: 90 * time.Second})
 	h := start(t, eng, Options{})
@@ -323,8 +338,8 @@ func TestKernelsListing(t *testing.T) {
 	a := h.call(execReq("a", "pass", "owner", "alice", "task", "t1", "tools", []string{"b_tool", "a_tool", "a_tool"}))
 	b := h.call(execReq("b", "pass", "owner", "bob", "child", "c1"))
 	l := h.call(line{"id": "k1", "op": "kernels"})
-	wantKeys(t, "kernels response", l, "id", "op", "count", "cap", "idle_exit", "kernels", "now", "version", "spares", "parked")
-	if l["op"] != "kernels" || l["count"] != 2.0 || l["cap"] != 3.0 || l["idle_exit"] != 90.0 || l["spares"] != 0.0 {
+	wantKeys(t, "kernels response", l, "id", "op", "count", "cap", "idle_exit", "hibernate_after", "kernels", "now", "version", "spares", "parked")
+	if l["op"] != "kernels" || l["count"] != 2.0 || l["cap"] != 3.0 || l["idle_exit"] != 90.0 || l["spares"] != 0.0 || l["hibernate_after"] != 0.0 {
 		t.Errorf("kernels header: %v", l)
 	}
 	ks, _ := l["kernels"].([]any)
@@ -454,6 +469,8 @@ func TestBadRequestsKeepServing(t *testing.T) {
 		{`{"id":"e20","op":"limits","max_kernels":2.5}`, "e20", []string{`whole number`}},
 		{`{"id":"e21","op":"limits","max_kernels":"3"}`, "e21", []string{`"max_kernels" must be a number, got string`}},
 		{`{"id":"e22","op":"limits","idle_exit":0.5}`, "e22", []string{`"idle_exit": 0.5 (seconds) is invalid: it must be a duration of at least 1s`}},
+		{`{"id":"e22h","op":"limits","hibernate_after":0.5}`, "e22h", []string{`"hibernate_after": 0.5 (seconds) is invalid: it must be a duration of at least 1s (0: never)`}},
+		{`{"id":"e22p","op":"limits","hibernate_after":60}`, "e22p", []string{`hibernate_after needs parking`}},
 		{`{"id":"e23","op":"interrupt"}`, "e23", []string{`interrupt needs "kernel"`}},
 		{`{"id":"e24","op":"kill","kernel":5}`, "e24", []string{`"kernel" must be a string`}},
 		{`{"id":"e25","op":"kill","kernel":"knope"}`, "e25", []string{`no kernel with id "knope"`}},

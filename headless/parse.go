@@ -31,16 +31,18 @@ type request struct {
 	maxKernels *int
 	idleExit   *time.Duration
 	perOwner   *int // limits: max_kernels_per_owner
-	kernel     string
-	code       string // complete: the code, and the cursor in it
-	cursor     int
-	owner      string
-	approval   string // the approval request id (approve)
-	decision   engine.Decision
-	since      time.Duration // subscribe: replay this far back
-	output     bool          // subscribe: cell output too
-	version    string        // kernels: "unchanged" if the listing is still this
-	batch      time.Duration // subscribe: how long events may wait to go out together
+	// hibernateAfter is limits' hibernate_after.
+	hibernateAfter *time.Duration
+	kernel         string
+	code           string // complete: the code, and the cursor in it
+	cursor         int
+	owner          string
+	approval       string // the approval request id (approve)
+	decision       engine.Decision
+	since          time.Duration // subscribe: replay this far back
+	output         bool          // subscribe: cell output too
+	version        string        // kernels: "unchanged" if the listing is still this
+	batch          time.Duration // subscribe: how long events may wait to go out together
 }
 
 // opList names the ops for an error that says which there are.
@@ -216,16 +218,24 @@ func parseLimits(msg *wire.Limits, r *request) error {
 		}
 		r.maxKernels = &v
 	}
-	if secs := msg.IdleExit; secs != nil {
-		given := strconv.FormatFloat(*secs, 'g', -1, 64)
-		if *secs > maxSeconds || *secs < 0 {
-			return fmt.Errorf(`"idle_exit": %s is invalid: it is in seconds, below %d years`, given, maxYears)
+	seconds := func(key string, secs float64) (*time.Duration, error) {
+		given := strconv.FormatFloat(secs, 'g', -1, 64)
+		if secs > maxSeconds || secs < 0 {
+			return nil, fmt.Errorf(`"%s": %s is invalid: it is in seconds, below %d years`, key, given, maxYears)
 		}
-		d, err := live("idle_exit").CheckDuration(`"idle_exit":`, time.Duration(*secs*float64(time.Second)), given+" (seconds)")
-		if err != nil {
+		d, err := live(key).CheckDuration(`"`+key+`":`, time.Duration(secs*float64(time.Second)), given+" (seconds)")
+		return &d, err
+	}
+	var err error
+	if secs := msg.IdleExit; secs != nil {
+		if r.idleExit, err = seconds("idle_exit", *secs); err != nil {
 			return err
 		}
-		r.idleExit = &d
+	}
+	if secs := msg.HibernateAfter; secs != nil {
+		if r.hibernateAfter, err = seconds("hibernate_after", *secs); err != nil {
+			return err
+		}
 	}
 	if n := msg.MaxKernelsPerOwner; n != nil {
 		v, err := live("max_kernels_per_owner").CheckCount(`"max_kernels_per_owner":`, int64(*n))
@@ -234,8 +244,8 @@ func parseLimits(msg *wire.Limits, r *request) error {
 		}
 		r.perOwner = &v
 	}
-	if r.maxKernels == nil && r.idleExit == nil && r.perOwner == nil {
-		return errors.New(`limits needs "max_kernels" (whole number >= 1), "idle_exit" (seconds >= 1) and/or "max_kernels_per_owner" (whole number >= 0)`)
+	if r.maxKernels == nil && r.idleExit == nil && r.perOwner == nil && r.hibernateAfter == nil {
+		return errors.New(`limits needs "max_kernels" (whole number >= 1), "idle_exit" (seconds >= 1), "hibernate_after" (seconds >= 1, 0: never) and/or "max_kernels_per_owner" (whole number >= 0)`)
 	}
 	return nil
 }

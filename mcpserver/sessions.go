@@ -46,14 +46,16 @@ type SessionInfo struct {
 
 // ParkedSession is one of the caller's sessions whose kernel is parked.
 type ParkedSession struct {
-	Session  string            `json:"session"`
-	Kernel   string            `json:"kernel" jsonschema:"the kernel that was parked"`
-	Backend  string            `json:"backend"`
-	Reason   string            `json:"reason" jsonschema:"why it was parked: evicted by the cap, reaped after idle, or on request"`
-	AgoS     float64           `json:"ago_s" jsonschema:"seconds since it was parked"`
-	Bytes    int64             `json:"bytes"`
-	Names    []string          `json:"names" jsonschema:"the names the next python_exec restores"`
-	NotSaved map[string]string `json:"not_saved,omitempty" jsonschema:"names that were not saved (open files, threads, what does not pickle), with why"`
+	Session string `json:"session"`
+	Kernel  string `json:"kernel" jsonschema:"the kernel that was parked"`
+	Backend string `json:"backend"`
+	Reason  string `json:"reason" jsonschema:"why it was parked: evicted by the cap, reaped after idle, hibernated after idle, or on request"`
+	// Hibernated: it sat idle for hibernate_after; its session has not ended.
+	Hibernated bool              `json:"hibernated,omitempty" jsonschema:"it was idle, so its process was ended to free memory; the next python_exec wakes it"`
+	AgoS       float64           `json:"ago_s" jsonschema:"seconds since it was parked"`
+	Bytes      int64             `json:"bytes"`
+	Names      []string          `json:"names" jsonschema:"the names the next python_exec restores"`
+	NotSaved   map[string]string `json:"not_saved,omitempty" jsonschema:"names that were not saved (open files, threads, what does not pickle), with why"`
 }
 
 // ActionOutput is the result of python_interrupt, python_reset and
@@ -91,7 +93,7 @@ func (s *Server) pythonSessions(ctx context.Context, req *mcp.CallToolRequest, _
 		if p.Owner != owner || p.Child != "" || (s.opts.Backend != "" && p.Backend != s.opts.Backend) {
 			continue
 		}
-		ps := ParkedSession{Session: p.Task, Kernel: p.Kernel, Backend: p.Backend, Reason: p.Reason,
+		ps := ParkedSession{Session: p.Task, Kernel: p.Kernel, Backend: p.Backend, Reason: p.Reason, Hibernated: p.Hibernated,
 			AgoS: max0(time.Since(p.Parked).Seconds()), Bytes: p.Bytes, Names: p.Names}
 		for _, n := range p.NotSaved {
 			if ps.NotSaved == nil {
@@ -116,8 +118,13 @@ func (s *Server) pythonSessions(ctx context.Context, req *mcp.CallToolRequest, _
 		b.WriteByte('\n')
 	}
 	for _, ps := range out.Parked {
-		fmt.Fprintf(&b, "%s: parked (%s %.0fs ago), %s saved; the next python_exec restores it", ps.Session, ps.Reason, ps.AgoS,
-			english.Count(len(ps.Names), "name"))
+		if ps.Hibernated {
+			fmt.Fprintf(&b, "%s: hibernated (%s, %.0fs ago), %s saved; the next python_exec wakes it", ps.Session, ps.Reason, ps.AgoS,
+				english.Count(len(ps.Names), "name"))
+		} else {
+			fmt.Fprintf(&b, "%s: parked (%s %.0fs ago), %s saved; the next python_exec restores it", ps.Session, ps.Reason, ps.AgoS,
+				english.Count(len(ps.Names), "name"))
+		}
 		if len(ps.NotSaved) > 0 {
 			b.WriteString("; not saved: " + strings.Join(slices.Sorted(maps.Keys(ps.NotSaved)), ", "))
 		}

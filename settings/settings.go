@@ -24,7 +24,10 @@ type Values struct {
 	// member's owner then gets a quarter of MaxKernels).
 	MaxKernelsPerOwner int
 	IdleExit           time.Duration
-	CellTimeout        time.Duration
+	// HibernateAfter is how long a kernel sits idle before it hibernates
+	// (0: never).
+	HibernateAfter time.Duration
+	CellTimeout    time.Duration
 	// MaxToolCalls is how many host tool calls one cell may make; 0 allows
 	// none (see ToolCallLimit).
 	MaxToolCalls    int
@@ -138,6 +141,12 @@ var table = []Setting{
 	{Key: "idle_exit", Flag: "idle-exit", Kind: Duration, Min: int64(engine.MinIdleExit), Example: "30m", Live: true,
 		Help:  "kill kernels idle for longer than this `DURATION`",
 		field: func(v *Values) any { return &v.IdleExit }},
+	{Key: "hibernate_after", Flag: "hibernate-after", Kind: Duration, Min: int64(engine.MinHibernateAfter), Zero: "0: never",
+		Example: "10m", Live: true,
+		Help: "park a kernel idle for this `DURATION` and end its runner, to free its memory; its next call restores it " +
+			"(what pickles comes back: a kernel with a thread of its own or a name that does not pickle stays awake). " +
+			"Below --idle-exit only, and only with a state dir to park in",
+		field: func(v *Values) any { return &v.HibernateAfter }},
 	{Key: "cell_timeout", Flag: "cell-timeout", Kind: Duration, Example: "10m",
 		Help: "timeout of a cell whose request gives none, a `DURATION`; the cell is interrupted, and its kernel killed " +
 			"if it does not stop",
@@ -230,6 +239,7 @@ func Defaults() Values {
 	return Values{
 		MaxKernels:      engine.DefaultMaxKernels,
 		IdleExit:        engine.DefaultIdleExit,
+		HibernateAfter:  engine.DefaultHibernateAfter,
 		CellTimeout:     engine.DefaultCellTimeout,
 		MaxToolCalls:    engine.DefaultMaxToolCalls,
 		ApprovalTimeout: engine.DefaultApprovalTimeout,
@@ -255,10 +265,14 @@ func (s Setting) Rule() string {
 		}
 		return r
 	case Duration:
-		if s.Min == 0 {
-			return "a duration greater than zero"
+		r := "a duration greater than zero"
+		if s.Min > 0 {
+			r = "a duration of at least " + FormatDuration(time.Duration(s.Min))
 		}
-		return "a duration of at least " + FormatDuration(time.Duration(s.Min))
+		if s.Zero != "" {
+			r += " (" + s.Zero + ")"
+		}
+		return r
 	case Size:
 		return "a size of at least " + formatSize(s.Min)
 	case Program:
@@ -429,6 +443,9 @@ func (s Setting) check(v any, bad func(why string) error) (any, error) {
 		}
 		return v, nil
 	case time.Duration:
+		if v == 0 && s.Zero != "" {
+			return v, nil
+		}
 		if v <= 0 || v < time.Duration(s.Min) {
 			return nil, bad("")
 		}

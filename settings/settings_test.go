@@ -3,6 +3,7 @@ package settings_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -84,12 +85,22 @@ func TestABadValueIsSaidOneWay(t *testing.T) {
 	if _, err := idle.CheckDuration(`"idle_exit":`, time.Second, "1"); err != nil {
 		t.Errorf("idle_exit 1s: %v", err)
 	}
+	// hibernate_after takes 0 for never, and nothing else below its least.
+	hib, _ := settings.Lookup("hibernate_after")
+	if v, err := hib.ParseText("0"); err != nil || v != time.Duration(0) {
+		t.Errorf("--hibernate-after 0: %v %v", v, err)
+	}
+	for _, bad := range []string{"500ms", "-1m"} {
+		if _, err := hib.ParseText(bad); err == nil || !strings.Contains(err.Error(), "at least 1s (0: never), e.g. --hibernate-after 10m") {
+			t.Errorf("--hibernate-after %s: %v", bad, err)
+		}
+	}
 }
 
 // --help says each default as it would be written.
 func TestDefaultsAreWrittenAsGiven(t *testing.T) {
 	for key, want := range map[string]string{"max_kernels": "4", "idle_exit": "30m", "cell_timeout": "5m",
-		"approval_timeout": "1m", "max_tool_calls": "50", "max_kernels_per_owner": "0"} {
+		"approval_timeout": "1m", "max_tool_calls": "50", "max_kernels_per_owner": "0", "hibernate_after": "10m"} {
 		s, _ := settings.Lookup(key)
 		if got := s.Default(); got != want {
 			t.Errorf("%s: default written %q, want %q", key, got, want)
@@ -100,7 +111,9 @@ func TestDefaultsAreWrittenAsGiven(t *testing.T) {
 // The settings the limits op changes live are bounded where the engine is:
 // its least accepted value is the table's Min, and one step below is refused.
 func TestLiveBoundsAreTheEngines(t *testing.T) {
-	eng, err := engine.New(engine.Config{Backends: []backends.Env{backends.NewLocal(t.TempDir())}, StateDir: t.TempDir()})
+	state := t.TempDir()
+	eng, err := engine.New(engine.Config{Backends: []backends.Env{backends.NewLocal(t.TempDir())}, StateDir: state,
+		ParkDir: filepath.Join(state, "parked")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +122,7 @@ func TestLiveBoundsAreTheEngines(t *testing.T) {
 		"max_kernels":           func(v int64) error { n := int(v); return eng.SetLimits(&n, nil) },
 		"idle_exit":             func(v int64) error { d := time.Duration(v); return eng.SetLimits(nil, &d) },
 		"max_kernels_per_owner": func(v int64) error { return eng.SetOwnerQuota(int(v)) },
+		"hibernate_after":       func(v int64) error { return eng.SetHibernateAfter(time.Duration(v)) },
 	}
 	for _, s := range settings.All() {
 		if !s.Live {

@@ -448,6 +448,7 @@ func build(name string, p palette, b builder) *Theme {
 		engine.EventRestored:         t.OK,
 		engine.EventRestoreRefused:   t.Error,
 		engine.EventParkDropped:      t.Warn,
+		engine.EventHibernated:       info,
 	}
 
 	t.Prompt = b.borderFg(s().Border(p.promptBorder).Padding(0, 1), p.accent3)

@@ -173,8 +173,13 @@ func (m *Model) parkedLines(pk *engine.ParkedKernel, add func(label, value strin
 	k := parkedInfo(pk)
 	add("kernel", plain(k.ID))
 	add("key", kernelName(k))
-	add("state", fmt.Sprintf("parked %s ago (%s); its key's next cell restores it (enter writes one, D drops it)",
-		short(m.ctx.Now().Sub(pk.Parked)), plain(pk.Reason)))
+	if pk.Hibernated {
+		add("state", fmt.Sprintf("hibernated %s ago (%s); its key's next cell wakes it (enter writes one, D drops it)",
+			short(m.ctx.Now().Sub(pk.Parked)), plain(pk.Reason)))
+	} else {
+		add("state", fmt.Sprintf("parked %s ago (%s); its key's next cell restores it (enter writes one, D drops it)",
+			short(m.ctx.Now().Sub(pk.Parked)), plain(pk.Reason)))
+	}
 	add("size", english.Bytes(pk.Bytes))
 	add("cells run", fmt.Sprint(pk.ExecutionCount))
 	add("saved", cmp.Or(plain(strings.Join(pk.Names, ", ")), "nothing"))

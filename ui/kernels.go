@@ -486,7 +486,7 @@ func (p *KernelsPane) setSnapshot(ks []engine.KernelInfo, idleExit time.Duration
 func (p *KernelsPane) setParked(ps []engine.ParkedKernel) {
 	var b strings.Builder
 	for _, pk := range ps {
-		fmt.Fprintf(&b, "%s\x00%s\x00%d\x00", pk.Key, pk.Kernel, pk.Parked.UnixNano())
+		fmt.Fprintf(&b, "%s\x00%s\x00%d\x00%t\x00", pk.Key, pk.Kernel, pk.Parked.UnixNano(), pk.Hibernated)
 	}
 	if sig := b.String(); sig != p.parkedSig {
 		p.parked, p.parkedSig = ps, sig
@@ -711,7 +711,11 @@ func (p *KernelsPane) SelectedParked() (engine.ParkedKernel, bool) {
 
 // parkedInfo is a parked state as the filter and the names read it.
 func parkedInfo(pk *engine.ParkedKernel) engine.KernelInfo {
-	return engine.KernelInfo{ID: pk.Kernel, Owner: pk.Owner, Task: pk.Task, Backend: pk.Backend, Child: pk.Child, State: "parked"}
+	state := engine.StateParked
+	if pk.Hibernated {
+		state = engine.StateHibernated
+	}
+	return engine.KernelInfo{ID: pk.Kernel, Owner: pk.Owner, Task: pk.Task, Backend: pk.Backend, Child: pk.Child, State: state}
 }
 
 // SelectedOwner returns the owner of the row under the cursor.
@@ -887,8 +891,12 @@ func (p *KernelsPane) renderRow(r *kernelRow, now time.Time) string {
 		if n := len(pk.NotSaved); n > 0 {
 			what += fmt.Sprintf(" (%d not saved)", n)
 		}
-		return t.Muted.Render("  " + fit(taskLabel(&info), task-1) + " " + fit(idText, id-1) + " " + fit("parked", state-1) + " " +
-			fit(short(now.Sub(pk.Parked))+" ago", timer+reap-1) + " " + what)
+		when := short(now.Sub(pk.Parked)) + " ago"
+		if pk.Hibernated {
+			when = "idle " + short(now.Sub(pk.LastUsed))
+		}
+		return t.Muted.Render("  " + fit(taskLabel(&info), task-1) + " " + fit(idText, id-1) + " " + fit(string(info.State), state-1) + " " +
+			fit(when, timer+reap-1) + " " + what)
 	default:
 		mark := "▾"
 		if r.folded {

@@ -605,7 +605,7 @@ func (m *Model) onEvents(evs []engine.Event) tea.Cmd {
 				m.reasons[ev.Kernel] = reasonOf(ev)
 			}
 		case engine.EventEvictedCap, engine.EventReapedIdle, engine.EventStateLost,
-			engine.EventOwnerShutdown, engine.EventSpawnFailed, engine.EventReset:
+			engine.EventOwnerShutdown, engine.EventSpawnFailed, engine.EventReset, engine.EventHibernated:
 			if ev.Kernel != "" {
 				m.reasons[ev.Kernel] = reasonOf(ev)
 			}

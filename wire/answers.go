@@ -128,10 +128,12 @@ type DisplayOutput struct {
 // Kernels answers kernels: the engine's kernels and limits.
 type Kernels struct {
 	Head
-	Count    int      `json:"count"`
-	Cap      int      `json:"cap"`
-	IdleExit float64  `json:"idle_exit"`
-	Kernels  []Kernel `json:"kernels"`
+	Count    int     `json:"count"`
+	Cap      int     `json:"cap"`
+	IdleExit float64 `json:"idle_exit"`
+	// HibernateAfter is hibernate_after in seconds (0: never).
+	HibernateAfter float64  `json:"hibernate_after"`
+	Kernels        []Kernel `json:"kernels"`
 	// Now is the engine's clock when it listed them, so a client on another
 	// host can place the times on its own clock.
 	Now time.Time `json:"now"`

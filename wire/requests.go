@@ -44,13 +44,14 @@ type KernelsQuery struct {
 	UnlessVersion string `json:"unless_version,omitempty"`
 }
 
-// Limits changes the cap, idle_exit (seconds) and the per-owner bound;
-// absent ones stay.
+// Limits changes the cap, idle_exit and hibernate_after (seconds; 0
+// hibernates never) and the per-owner bound; absent ones stay.
 type Limits struct {
 	Head
 	MaxKernels         *int     `json:"max_kernels,omitempty"`
 	IdleExit           *float64 `json:"idle_exit,omitempty"`
 	MaxKernelsPerOwner *int     `json:"max_kernels_per_owner,omitempty"`
+	HibernateAfter     *float64 `json:"hibernate_after,omitempty"`
 }
 
 // KernelOp names a kernel: interrupt, kill and cells.

@@ -1567,7 +1567,7 @@ class Runner:
             if not valid_name(msg.get("id"), ID_CHARS, 64) or not isinstance(max_bytes, int) or max_bytes <= 0:
                 conn.send({"op": "error", "id": msg.get("id"), "error": "park needs an id and max_bytes"})
                 return
-            self.park(msg["id"], max_bytes, conn)
+            self.park(msg["id"], max_bytes, conn, msg.get("whole") is True)
         elif op == "restore_data":
             # The parked state follows this line as n raw bytes.
             n = msg.get("n")
@@ -1583,14 +1583,28 @@ class Runner:
 
     # ---- parking ---------------------------------------------------------
 
-    def park(self, pid, max_bytes, conn):
+    def park(self, pid, max_bytes, conn, whole=False):
         """Sends the engine the namespace, name by name, as park_data frames
         then one parked frame that says what was saved and what was not.
         Each name is pickled alone: one that fails is named with its reason
-        and the rest are saved (names that shared an object each get a copy)."""
+        and the rest are saved (names that shared an object each get a copy).
+        A whole park (to hibernate) sends nothing unless all of the kernel
+        comes through: no name fails and no thread of its own runs."""
         if self.running is not None or self.work:
             conn.send({"op": "error", "id": pid, "error": "a cell is running or queued"})
             return
+        if whole:
+            # Threads a cell started come through threading (the runner's
+            # own use _thread); unimported, there are none.
+            th = sys.modules.get("threading")
+            threads = [t.name for t in th.enumerate()
+                       if t is not th.main_thread() and not isinstance(t, th._DummyThread) and t.is_alive()] if th else []
+            if threads:
+                conn.send({"op": "error", "id": pid, "incomplete": True,
+                           "error": "threads of its own run (%s)" % ", ".join(threads[:4])[:PARK_REASON_MAX]})
+                return
+            held = []
+            conn = HeldFrames(conn, held)
         kind, pickler = park_pickler()
         saved, skipped, modules = [], [], []
         total = 0
@@ -1623,6 +1637,15 @@ class Runner:
             if not conn.send_raw({"op": "park_data", "id": pid, "n": len(entry) + len(data)}, (entry, data)):
                 return
             del data
+        if whole:
+            conn = conn.conn
+            if skipped:
+                conn.send({"op": "error", "id": pid, "incomplete": True, "error": "; ".join(
+                    "%s (%s)" % (name, why) for name, _, why in skipped[:4])[:PARK_REASON_MAX]})
+                return
+            for frame, parts in held:
+                if not conn.send_raw(frame, parts):
+                    return
         conn.send({"op": "parked", "id": pid, "pickler": kind, "names": saved, "skipped": skipped,
                    "modules": modules, "execution_count": self.execution_count, "bytes": total})
 
@@ -2302,6 +2325,21 @@ class Runner:
 
 PARK_REASON_MAX = 200  # characters of an exception kept as the reason a name was not saved
 PARK_PICKLERS = ("cloudpickle", "dill")  # by value: lambdas, and classes and functions of cells
+
+
+class HeldFrames:
+    """A connection's stand-in that keeps the raw frames sent to it, for a
+    whole park to send only once all of the namespace pickled."""
+
+    def __init__(self, conn, held):
+        self.conn, self.held = conn, held
+
+    def send_raw(self, frame, parts):
+        self.held.append((frame, parts))
+        return True
+
+    def send(self, frame):
+        return self.conn.send(frame)
 
 
 def park_pickler(want=None):

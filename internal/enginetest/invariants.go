@@ -169,7 +169,10 @@ func (v *Invariants) Observe(ev engine.Event) {
 		v.unregister(k, "lost")
 	case engine.EventSpawnFailed:
 		v.unregister(v.kernel(ev), "spawn failed")
-	case engine.EventEvictedCap, engine.EventReapedIdle:
+	case engine.EventEvictedCap, engine.EventReapedIdle, engine.EventHibernated:
+		if ev.Kernel == "" {
+			return // a hibernated session's end: no kernel left the registry
+		}
 		k := v.kernel(ev)
 		switch {
 		case k.running:

@@ -1,0 +1,110 @@
+package enginetest
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kerneldeck/kerneldeck/backends"
+	"github.com/kerneldeck/kerneldeck/engine"
+)
+
+// Hibernation is the suite for hibernate_after on env's kernels: an idle
+// kernel is parked and its runner ended, listed as hibernated, and its
+// next call wakes it with its state; a busy kernel, or one with what would
+// not survive, stays awake; idle_exit still ends the session.
+func Hibernation(t *testing.T, env backends.Env, python string) {
+	hibernating := func(idleExit time.Duration) func(*engine.Config) {
+		return func(c *engine.Config) {
+			c.ParkDir = filepath.Join(c.StateDir, "parked")
+			c.Python = python
+			c.HibernateAfter, c.IdleExit = time.Second, idleExit
+			c.SweepEvery = 100 * time.Millisecond
+		}
+	}
+	t.Run("an idle kernel hibernates and its next call wakes it", func(t *testing.T) {
+		h := New(t, env, hibernating(time.Hour))
+		first := h.Run("alice", "x = 41\ndef f(v):\n    return v + x", 0)
+		h.WaitFor("alice's kernel to hibernate", 20*time.Second, func() bool { return len(h.EventsOf(engine.EventHibernated)) > 0 || strings.Contains(h.EventText(), "not hibernated") })
+		if len(h.EventsOf(engine.EventHibernated)) == 0 {
+			t.Fatalf("not hibernated:\n%s", h.EventText())
+		}
+		h.WaitFor("its runner to end", 20*time.Second, func() bool { return !h.Alive(first.Kernel.PID) })
+		if _, ok := h.Kernel("alice"); ok {
+			t.Fatalf("a hibernated kernel is still listed as a kernel: %+v", h.Eng.Kernels())
+		}
+		ev := h.EventsOf(engine.EventHibernated)[0]
+		if ev.Kernel != first.Kernel.ID || !strings.Contains(ev.Detail, "> hibernate_after 1.00s") {
+			t.Errorf("hibernated event: %+v", ev)
+		}
+		parked := h.Eng.Parked()
+		if len(parked) != 1 || !parked[0].Hibernated || !strings.HasPrefix(parked[0].Reason, "hibernated after idle") ||
+			parked[0].LastUsed.IsZero() || parked[0].Kernel != first.Kernel.ID {
+			t.Fatalf("the listing of a hibernated kernel: %+v", parked)
+		}
+		res := h.Run("alice", "print(f(1))", 0)
+		if res.Stdout != "42\n" || !res.Kernel.StateRestored || !strings.HasPrefix(res.Kernel.Note, "woke from hibernation: restored 2 names") {
+			t.Fatalf("after waking: %q %q %+v", res.Stdout, res.Traceback, res.Kernel)
+		}
+		if res.Kernel.ExecutionCount != first.Kernel.ExecutionCount+1 {
+			t.Errorf("execution count %d after %d: it must go on", res.Kernel.ExecutionCount, first.Kernel.ExecutionCount)
+		}
+		if p := h.Eng.Parked(); len(p) != 0 {
+			t.Errorf("a woken kernel is still parked: %+v", p)
+		}
+	})
+
+	t.Run("what would not survive keeps a kernel awake", func(t *testing.T) {
+		h := New(t, env, hibernating(time.Hour))
+		threaded := h.Run("alice", "import threading, time\nt = threading.Thread(target=time.sleep, args=(3600,), daemon=True, name='poller')\nt.start()\nx = 1", 0)
+		filed := h.Run("bob", "f = open('/dev/null')\ny = 2", 0)
+		h.WaitFor("both to be found unfit", 20*time.Second, func() bool {
+			return strings.Count(h.EventText(), "not hibernated") >= 2
+		})
+		time.Sleep(500 * time.Millisecond) // five more sweeps: no second try while unused
+		text := h.EventText()
+		if strings.Count(text, "not hibernated") != 2 || !strings.Contains(text, "threads of its own run (poller)") ||
+			!strings.Contains(text, "f (open file)") || len(h.EventsOf(engine.EventHibernated)) != 0 {
+			t.Fatalf("events:\n%s", text)
+		}
+		if !h.Alive(threaded.Kernel.PID) || !h.Alive(filed.Kernel.PID) || len(h.Eng.Parked()) != 0 {
+			t.Fatalf("a kernel that stays awake was ended or parked: %+v", h.Eng.Parked())
+		}
+		if res := h.Run("alice", "print(t.is_alive(), x)", 0); res.Stdout != "True 1\n" || res.Kernel.PID != threaded.Kernel.PID {
+			t.Fatalf("alice's kernel after it stayed awake: %q %q", res.Stdout, res.Traceback)
+		}
+		// Once the thread is gone and the kernel idle again, it hibernates.
+		h.Run("bob", "f.close()\ndel f", 0)
+		h.WaitFor("bob's kernel to hibernate", 20*time.Second, func() bool { return len(h.EventsOf(engine.EventHibernated)) > 0 })
+		if ev := h.EventsOf(engine.EventHibernated); ev[0].Owner != "bob" {
+			t.Fatalf("hibernated: %+v", ev)
+		}
+	})
+
+	t.Run("a running cell keeps its kernel awake", func(t *testing.T) {
+		h := New(t, env, hibernating(time.Hour))
+		res := h.Run("alice", "import time\ntime.sleep(2.5)\nz = 3", 0)
+		if res.Status != engine.StatusSuccess || len(h.EventsOf(engine.EventHibernated)) != 0 {
+			t.Fatalf("a kernel hibernated mid-cell: %s %+v", res.Status, h.EventsOf(engine.EventHibernated))
+		}
+	})
+
+	t.Run("idle_exit ends a hibernated session and keeps its state", func(t *testing.T) {
+		h := New(t, env, hibernating(3*time.Second))
+		h.Run("alice", "w = 'kept'", 0)
+		h.WaitFor("the hibernated session to end", 30*time.Second, func() bool {
+			return strings.Contains(h.EventText(), "hibernated session ended")
+		})
+		reaped := h.EventsOf(engine.EventReapedIdle)
+		if len(reaped) != 1 || reaped[0].Owner != "alice" || !strings.Contains(reaped[0].Detail, "> idle_exit 3.00s") {
+			t.Fatalf("reaped events: %+v", reaped)
+		}
+		if p := h.Eng.Parked(); len(p) != 1 || p[0].Hibernated {
+			t.Fatalf("after idle_exit the state is a reaped kernel's, not a hibernated one: %+v", p)
+		}
+		if res := h.Run("alice", "print(w)", 0); res.Stdout != "kept\n" || !res.Kernel.StateRestored {
+			t.Fatalf("after the session ended: %q %+v", res.Stdout, res.Kernel)
+		}
+	})
+}
