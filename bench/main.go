@@ -46,8 +46,11 @@ type config struct {
 	HostKernels, Storm int
 	// RestartKernels are the kernels a killed serve leaves to the next.
 	RestartKernels int
-	ScaleCells     int // warm cell pairs (with and without the kernels) per round
-	Views          int // dashboard View() calls per round
+	// Sessions are the sessions held hibernated on one host, WakeCalls the
+	// calls to random ones per round (the hibernate phase).
+	Sessions, WakeCalls, WakeRate int
+	ScaleCells                    int // warm cell pairs (with and without the kernels) per round
+	Views                         int // dashboard View() calls per round
 	// CPUSettle is the wait before a CPU window, for one-off work (the
 	// replayed history, the first frames) to pass; CPUWindow, its length.
 	CPUSettle, CPUWindow time.Duration
@@ -63,16 +66,16 @@ type config struct {
 }
 
 // phaseNames are the phases, in run order.
-var phaseNames = []string{"latency", "tools", "displays", "rss", "owners", "host", "scale", "serve", "restart", "dashboard"}
+var phaseNames = []string{"latency", "tools", "displays", "rss", "owners", "host", "hibernate", "scale", "serve", "restart", "dashboard"}
 
 func fullConfig() config {
 	return config{Rounds: 7, Warmup: 20, Warm: 200, Blocks: 8, Cold: 3, HeavyFloor: 16, ToolCells: 3, Owners: 50, OwnerCells: 10,
-		Kernels: 10_000, HostKernels: 1_000, Storm: 200, RestartKernels: 100, ScaleCells: 200, Views: 20, CPUSettle: 2 * time.Second, CPUWindow: 10 * time.Second, Python: "/usr/bin/python3"}
+		Kernels: 10_000, HostKernels: 1_000, Storm: 200, RestartKernels: 100, Sessions: 10_000, WakeCalls: 1_500, WakeRate: wakeRate, ScaleCells: 200, Views: 20, CPUSettle: 2 * time.Second, CPUWindow: 10 * time.Second, Python: "/usr/bin/python3"}
 }
 
 func quickConfig() config {
 	return config{Quick: true, Rounds: 2, Warmup: 5, Warm: 20, Blocks: 2, Cold: 1, HeavyFloor: 2, ToolCells: 1, Owners: 50, OwnerCells: 2,
-		Kernels: 1_000, HostKernels: 40, Storm: 20, RestartKernels: 20, ScaleCells: 20, Views: 3, CPUSettle: time.Second, CPUWindow: time.Second, Python: "/usr/bin/python3"}
+		Kernels: 1_000, HostKernels: 40, Storm: 20, RestartKernels: 20, Sessions: 100, WakeCalls: 100, WakeRate: wakeRate, ScaleCells: 20, Views: 3, CPUSettle: time.Second, CPUWindow: time.Second, Python: "/usr/bin/python3"}
 }
 
 func main() {
@@ -89,6 +92,9 @@ func main() {
 	fs.IntVar(&over.Kernels, "kernels", 0, "registered kernels for the engine overhead figures (default 10000, quick 1000)")
 	fs.IntVar(&over.HostKernels, "host-kernels", 0, "real local kernels held idle in the host phase (default 1000, quick 40)")
 	fs.IntVar(&over.Storm, "storm", 0, "new owners at once in the host phase (default 200, quick 20)")
+	fs.IntVar(&over.Sessions, "sessions", 0, "sessions held hibernated in the hibernate phase (default 10000, quick 100)")
+	fs.IntVar(&over.WakeCalls, "wake-calls", 0, "calls to random hibernated sessions per round (default 1500, quick 100)")
+	fs.IntVar(&over.WakeRate, "wake-rate", 0, "calls a second to random hibernated sessions (default 50; the targets are for 50)")
 	fs.BoolVar(&over.SkipSSH, "skip-ssh", false, "leave out the ssh rows (they need root and /usr/sbin/sshd)")
 	fs.BoolVar(&over.SkipDocker, "skip-docker", false, "leave out the container rows (they need a Docker Engine)")
 	fs.BoolVar(&over.SkipK8s, "skip-k8s", false, "leave out the Kubernetes pod rows (they start a single-node cluster: root, the Docker Engine, Debian's etcd-server, containerd, runc and containernetworking-plugins, and go run ./internal/k8stest/k8sbuild)")
@@ -138,6 +144,9 @@ func merge(base, over config) config {
 	base.Kernels = pick(base.Kernels, over.Kernels)
 	base.HostKernels = pick(base.HostKernels, over.HostKernels)
 	base.Storm = pick(base.Storm, over.Storm)
+	base.Sessions = pick(base.Sessions, over.Sessions)
+	base.WakeCalls = pick(base.WakeCalls, over.WakeCalls)
+	base.WakeRate = pick(base.WakeRate, over.WakeRate)
 	base.SkipSSH = base.SkipSSH || over.SkipSSH
 	base.SkipDocker = base.SkipDocker || over.SkipDocker
 	base.SkipK8s = base.SkipK8s || over.SkipK8s
@@ -199,6 +208,7 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		{"rss", rssPhase},
 		{"owners", ownersPhase},
 		{"host", hostPhase},
+		{"hibernate", hibernatePhase},
 		{"scale", scalePhase},
 		{"serve", servePhase},
 		{"restart", restartPhase},

@@ -232,6 +232,27 @@ func report(w io.Writer, cfg config, m machine, env *setupEnv, res *results) {
 	p("| processes of the kernels left after Close | %s |", fig(res, "host.left"))
 	p("")
 
+	p("#### %s hibernated sessions on one host", thousands(cfg.Sessions))
+	p("")
+	p("Each session ran one cell that left 50 names of 2 KB (100 KB) and hibernated after 1 s idle; the stream")
+	p("calls random sessions at %d a second (each call wakes its session, restores it and runs a cell that reads two names).", cfg.WakeRate)
+	p("")
+	p("| figure | value |")
+	p("| --- | --- |")
+	p("| sessions made, a second (4 at a time, each spawning its kernel) | %s |", fig(res, "hibernate.make.per_s"))
+	p("| sessions then hibernated | %s |", fig(res, "hibernate.sessions"))
+	p("| resident memory of all of it: the engine (the bench's process) + its spare runners (MB) | %s + %s = %s |",
+		fig(res, "hibernate.rss.engine_mb"), fig(res, "hibernate.rss.runners_mb"), fig(res, "hibernate.rss.total_mb"))
+	p("| their parked states on disk (MB) | %s |", fig(res, "hibernate.park_mb"))
+	p("| the engine's CPU while they sleep (%% of a core) | %s |", fig(res, "hibernate.idle_cpu_pct"))
+	p("| a call to a random session, from when it was due (p50 / p99, ms) | %s / %s |", fig(res, "hibernate.wake.p50"), fig(res, "hibernate.wake.p99"))
+	p("| failed calls per round of %d | %s |", cfg.WakeCalls, fig(res, "hibernate.wake.fail"))
+	p("| one session's wake and cell, nothing else going on: a namespace of 1 MB / 200 MB (ms) | %s / %s |",
+		fig(res, "hibernate.wake_1mb"), fig(res, "hibernate.wake_200mb"))
+	p("| the same per GB of namespace (from the 200 MB one; E2B publishes about 1 s to resume a sandbox) | %s |", fig(res, "hibernate.wake_per_gb"))
+	p("| processes of the kernels left after Close | %s |", fig(res, "hibernate.left"))
+	p("")
+
 	p("#### Engine overhead with %s registered kernels (idle, on a fake host: no processes)", thousands(cfg.Kernels))
 	p("")
 	p("| figure | ms |")
@@ -417,6 +438,26 @@ func targets(cfg config, env *setupEnv, res *results) []target {
 			v = "**missed**"
 		}
 		out = append(out, target{"on one host: no failed cell, no runner left after Close",
+			fmt.Sprintf("%s failed or left", num(bad)), v})
+	}
+	if _, ok := res.get("hibernate.sessions"); ok {
+		n := thousands(cfg.Sessions)
+		out = append(out,
+			target{n + " hibernated sessions hold at most 2 GB of RAM in all", fig(res, "hibernate.rss.total_mb") + " MB",
+				verdict(res, "hibernate.rss.total_mb", 2048)},
+			target{fmt.Sprintf("a call to a random one of %s hibernated sessions, %d calls a second: p50 ≤ 30 ms", n, cfg.WakeRate),
+				fig(res, "hibernate.wake.p50"), verdict(res, "hibernate.wake.p50", 30)},
+			target{"the same, p99 ≤ 100 ms", fig(res, "hibernate.wake.p99"), verdict(res, "hibernate.wake.p99", 100)},
+			target{"a hibernated session with 1 MB of namespace wakes at a spare's pace: its call ≤ 15 ms", fig(res, "hibernate.wake_1mb"),
+				verdict(res, "hibernate.wake_1mb", 15)},
+			target{"the engine idles at ≤ 1% of a core with " + n + " hibernated sessions",
+				fig(res, "hibernate.idle_cpu_pct"), verdict(res, "hibernate.idle_cpu_pct", 1)})
+		bad := sum(res, "hibernate.wake.fail") + sum(res, "hibernate.left")
+		v := "met"
+		if bad > 0 || res.failedPrefix("hibernate") {
+			v = "**missed**"
+		}
+		out = append(out, target{n + " hibernated sessions: no failed call, no runner left after Close",
 			fmt.Sprintf("%s failed or left", num(bad)), v})
 	}
 	if _, ok := res.get("owners.cold.fail"); ok {

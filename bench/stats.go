@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -113,6 +114,19 @@ func (r *results) fail(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
+
+// failedPrefix tells whether a failure of the phase named prefix was
+// recorded.
+func (r *results) failedPrefix(prefix string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.errors {
+		if strings.HasPrefix(e, prefix+":") {
+			return true
+		}
+	}
+	return false
 }
 
 // writeJSON writes every figure's per-round values to path.

@@ -379,7 +379,11 @@ func (e *Engine) spawn(ctx context.Context, k *Kernel) (err error) {
 		e.mu.Unlock()
 	} else {
 		e.firstSpawnBegun(k.backendEnv().URI())
-		r, err = e.startRunner(ctx, k.env, id, k.key.ToolList(), k.transient, k.place.Python)
+		role := roleKernel
+		if k.transient {
+			role = roleTransient
+		}
+		r, err = e.startRunner(ctx, k.env, id, k.key.ToolList(), role, k.place.Python)
 		e.firstSpawnEnded(k.backendEnv().URI())
 		if err != nil {
 			e.abandonSpawn(k.env, k.key, id, err)
@@ -455,19 +459,29 @@ func (e *Engine) installStubs(ctx context.Context, env backends.Env, dir string,
 // startRunner starts a runner on env as kernel id, with tool stubs for
 // tools, on the interpreter python ("": env's, Engine.python), and returns
 // it once it answered READY.
-func (e *Engine) startRunner(ctx context.Context, env backends.Env, id string, tools []string, transient bool, python string) (spawnedRunner, error) {
-	r, err := e.startRunnerShipping(ctx, env, id, tools, transient, python, true)
+func (e *Engine) startRunner(ctx context.Context, env backends.Env, id string, tools []string, role runnerRole, python string) (spawnedRunner, error) {
+	r, err := e.startRunnerShipping(ctx, env, id, tools, role, python, true)
 	if errors.Is(err, errNoCode) {
 		// The interpreter at that path changed since it compiled the
 		// runner: start from source (it compiles again for the next spawns).
-		return e.startRunnerShipping(ctx, env, id, tools, transient, python, false)
+		return e.startRunnerShipping(ctx, env, id, tools, role, python, false)
 	}
 	return r, err
 }
 
+// runnerRole is what a runner is started as.
+type runnerRole int
+
+const (
+	roleKernel    runnerRole = iota // a key's kernel
+	roleTransient                   // a per-call kernel, gone with its call
+	roleSpare                       // a spare, keyed to no one yet
+)
+
 // startRunnerShipping is startRunner, shipping the compiled runner when
 // useCode is set and the engine has it for the host's interpreter.
-func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id string, tools []string, transient bool, chosen string, useCode bool) (spawnedRunner, error) {
+func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id string, tools []string, role runnerRole, chosen string, useCode bool) (spawnedRunner, error) {
+	transient := role == roleTransient
 	token := kernelauth.NewSecret()
 	e.mu.Lock()
 	idle := e.idleExit
@@ -483,7 +497,10 @@ func (e *Engine) startRunnerShipping(ctx context.Context, env backends.Env, id s
 	_, alone := backends.Find[backends.Disposer](env)
 	config, _ := json.Marshal(runnerConfig{Alone: alone, Secret: token, IdleExit: idle.Seconds(), Clip: e.cfg.ClipChars,
 		SpillMax: e.cfg.SpillMax, Confine: !e.cfg.NoConfine, Deny: e.hiddenPaths(env), NoHide: e.cfg.LandlockOnly, Umask: e.umaskFor(env),
-		MemoryLimit: lim.Memory, CPULimit: int64(lim.CPUTime.Seconds()), ProcsLimit: lim.MaxProcs})
+		MemoryLimit: lim.Memory, CPULimit: int64(lim.CPUTime.Seconds()), ProcsLimit: lim.MaxProcs,
+		// A spare has time to get the unpickler ready (5 to 30 ms here,
+		// 1 MB) before a hibernated kernel's wake needs it.
+		ParkReady: role == roleSpare && e.parks != nil})
 	config = append(config, '\n')
 	python := cmp.Or(chosen, e.python(env))
 	script, code := runner.Source, []byte(nil)
@@ -584,9 +601,11 @@ func controlSockets(getenv func(string) string) []string {
 type runnerConfig struct {
 	Secret   string  `json:"secret"`
 	IdleExit float64 `json:"idle_exit"`
-	Clip     int     `json:"clip"`
-	SpillMax int     `json:"spill_max"`
-	Confine  bool    `json:"confine"`
+	// ParkReady: once ready, import what a restore needs.
+	ParkReady bool `json:"park_ready,omitempty"`
+	Clip      int  `json:"clip"`
+	SpillMax  int  `json:"spill_max"`
+	Confine   bool `json:"confine"`
 	// Deny lists the paths of the runner's host it must not see, besides
 	// other kernels' dirs (hiddenPaths).
 	Deny []string `json:"deny,omitempty"`

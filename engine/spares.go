@@ -180,7 +180,7 @@ func (e *Engine) refillSpares(env backends.Env) {
 			var r spawnedRunner
 			var dialed net.Conn
 			if err == nil {
-				r, err = e.startRunner(ctx, host, id, nil, false, "")
+				r, err = e.startRunner(ctx, host, id, nil, roleSpare, "")
 				if err != nil && own {
 					disposeHost(context.WithoutCancel(ctx), host)
 				}

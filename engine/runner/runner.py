@@ -1182,6 +1182,7 @@ class Runner:
         self.confinement = "none:not-tried"
         self.unmapped_uid = -1  # the overflow uid, once in a user namespace of our own
         self.landlock_alone = None  # (deny, kernel dir) where Landlock alone hides (guard_note)
+        self.park_ready = False  # import the unpickler once ready (a spare of an engine that parks)
         self.cell_deadline = 0.0
         self.rpc = RPC(self)
         self.rpc_dir = os.path.join(kdir, "rpc")
@@ -1240,6 +1241,10 @@ class Runner:
         self.watch(self.wake_fd, "wake")
         _thread.start_new_thread(self.io_loop, ())
         self.signal_ready()
+        if self.park_ready:
+            # A spare, once ready: a hibernated kernel's wake should not wait
+            # for the unpickler's imports (functools, collections: 5 ms cold).
+            import _pickle  # noqa: F401
         main = self.pollers[TURN_MAIN]
         while True:
             try:
@@ -1605,7 +1610,12 @@ class Runner:
                 return
             held = []
             conn = HeldFrames(conn, held)
-        kind, pickler = park_pickler()
+        # Most values pickle as they are (the C pickler, 0.6 ms to import);
+        # cloudpickle or dill (24 ms to import here) only for those that
+        # do not: lambdas, and the classes and functions cells define. Any
+        # pickle loads what either wrote (restore).
+        import _pickle  # not at the start: most kernels never park
+        kind, by_value = "pickle", None
         saved, skipped, modules = [], [], []
         total = 0
         module_type = type(sys)
@@ -1622,9 +1632,14 @@ class Runner:
                 why = "open file"
             else:
                 try:
-                    data = pickler.dumps(value, protocol=4)
-                except Exception as e:  # the user's objects can raise anything
-                    why = unsaved_kind(value) or ("%s: %s" % (type(e).__name__, e))[:PARK_REASON_MAX]
+                    data = _pickle.dumps(value, protocol=4)
+                except Exception:  # the user's objects can raise anything
+                    if by_value is None:
+                        kind, by_value = park_pickler()
+                    try:
+                        data = by_value.dumps(value, protocol=4)
+                    except Exception as e:
+                        why = unsaved_kind(value) or ("%s: %s" % (type(e).__name__, e))[:PARK_REASON_MAX]
             if why is not None:
                 skipped.append([name, type(value).__name__, why])
                 continue
@@ -1658,7 +1673,14 @@ class Runner:
         if self.execution_count or self.running is not None or blob is None or conn.raw_left:
             conn.send({"op": "error", "id": rid, "error": "a parked state is restored only into a new kernel"})
             return
-        kind, pickler = park_pickler(msg.get("pickler") if msg.get("pickler") in PARK_PICKLERS + ("pickle",) else "pickle")
+        # What cloudpickle or plain pickle wrote, the C unpickler loads (it
+        # imports cloudpickle itself where a name needs it); dill's own
+        # unpickler reads what dill wrote.
+        import _pickle
+        loads = _pickle.loads
+        if msg.get("pickler") == "dill":
+            _, dill = park_pickler("dill")
+            loads = dill.loads if dill is not None else None
         names, failed = [], []
         try:
             entries = list(park_entries(blob))
@@ -1666,11 +1688,11 @@ class Runner:
             conn.send({"op": "error", "id": rid, "error": str(e)})
             return
         for name, data in entries:
-            if pickler is None:
-                failed.append([name, "%s is not installed in this kernel's interpreter" % msg.get("pickler")])
+            if loads is None:
+                failed.append([name, "dill is not installed in this kernel's interpreter"])
                 continue
             try:
-                self.ns[name] = pickler.loads(data)
+                self.ns[name] = loads(data)
                 names.append(name)
             except Exception as e:
                 failed.append([name, ("%s: %s" % (type(e).__name__, e))[:PARK_REASON_MAX]])
@@ -2988,6 +3010,7 @@ def main():
         _num(cfg, "spill_max", 5 << 20, int),
     )
     runner.display_max = _num(cfg, "display_max", 5 << 20, int)
+    runner.park_ready = cfg.get("park_ready") is True
     secret = cfg.get("secret")
     try:
         key = bytes.fromhex(secret) if isinstance(secret, str) else b""
