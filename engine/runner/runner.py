@@ -1259,6 +1259,15 @@ class Runner:
                 cell = self.work.popleft()
                 if cell is None:
                     continue  # a new idle timer (configure)
+                if isinstance(cell, Job):
+                    # Pickling runs the user's code, for as long as it
+                    # takes: the io thread reads the doors meanwhile.
+                    self.hand_over()
+                    try:
+                        cell.run()
+                    finally:
+                        self.take_back()
+                    continue
                 self.hand_over()
                 try:
                     self.run_cell(cell)
@@ -1572,7 +1581,10 @@ class Runner:
             if not valid_name(msg.get("id"), ID_CHARS, 64) or not isinstance(max_bytes, int) or max_bytes <= 0:
                 conn.send({"op": "error", "id": msg.get("id"), "error": "park needs an id and max_bytes"})
                 return
-            self.park(msg["id"], max_bytes, conn, msg.get("whole") is True)
+            if self.running is not None or self.work:
+                conn.send({"op": "error", "id": msg["id"], "error": "a cell is running or queued"})
+                return
+            self.work.append(Job(msg["id"], conn, self.park, msg["id"], max_bytes, conn, msg.get("whole") is True))
         elif op == "restore_data":
             # The parked state follows this line as n raw bytes.
             n = msg.get("n")
@@ -1582,7 +1594,7 @@ class Runner:
             conn.restoring = bytearray(n)
             conn.raw_view, conn.raw_at, conn.raw_left = memoryview(conn.restoring), 0, n
         elif op == "restore":
-            self.restore(msg, conn)
+            self.work.append(Job(msg.get("id"), conn, self.restore, msg, conn))
         else:
             conn.send({"op": "error", "error": "unknown op %r" % (op,)})
 
@@ -2347,6 +2359,21 @@ class Runner:
 
 PARK_REASON_MAX = 200  # characters of an exception kept as the reason a name was not saved
 PARK_PICKLERS = ("cloudpickle", "dill")  # by value: lambdas, and classes and functions of cells
+
+
+class Job:
+    """A park or a restore, queued for the main thread as a cell is (it runs
+    the user's pickling code); what it raises, an interrupt included, is
+    its answer to conn."""
+
+    def __init__(self, jid, conn, fn, *args):
+        self.jid, self.conn, self.fn, self.args = jid, conn, fn, args
+
+    def run(self):
+        try:
+            self.fn(*self.args)
+        except BaseException as e:
+            self.conn.send({"op": "error", "id": self.jid, "error": ("%s: %s" % (type(e).__name__, e))[:PARK_REASON_MAX]})
 
 
 class HeldFrames:
