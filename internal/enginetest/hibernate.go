@@ -26,7 +26,9 @@ func Hibernation(t *testing.T, env backends.Env, python string) {
 	t.Run("an idle kernel hibernates and its next call wakes it", func(t *testing.T) {
 		h := New(t, env, hibernating(time.Hour))
 		first := h.Run("alice", "x = 41\ndef f(v):\n    return v + x", 0)
-		h.WaitFor("alice's kernel to hibernate", 20*time.Second, func() bool { return len(h.EventsOf(engine.EventHibernated)) > 0 || strings.Contains(h.EventText(), "not hibernated") })
+		h.WaitFor("alice's kernel to hibernate", 20*time.Second, func() bool {
+			return len(h.EventsOf(engine.EventHibernated)) > 0 || strings.Contains(h.EventText(), "not hibernated")
+		})
 		if len(h.EventsOf(engine.EventHibernated)) == 0 {
 			t.Fatalf("not hibernated:\n%s", h.EventText())
 		}
