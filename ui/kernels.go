@@ -64,7 +64,7 @@ var kernelColumns = []kernelColumn{
 		}
 		return id, nil
 	}},
-	{"STATE", 10, func(p *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
+	{"STATE", 11, func(p *KernelsPane, k *engine.KernelInfo, _ time.Time) (string, *lipgloss.Style) {
 		t := p.ctx.Theme
 		switch k.State {
 		case engine.StateRunning:

@@ -1744,6 +1744,34 @@ func TestPodKernels(t *testing.T) {
 	mustContain(t, f.m.View(), "pod agents/kd-carol-default-5bc92f on node node-7")
 }
 
+// A hibernated kernel is a greyed row of its own kind: "hibernated", how
+// long it has been idle, and its detail says its next cell wakes it.
+func TestHibernatedKernels(t *testing.T) {
+	f := sized(t, fixtureOpts{kernels: twoOwnerKernels()})
+	asleep := parkedStates()
+	asleep[1].Hibernated, asleep[1].LastUsed, asleep[1].Reason = true, t0.Add(-12*time.Minute), "hibernated after idle 10m02s"
+	f.eng.SetParked(asleep)
+	f.m.refresh()
+	v := f.m.View()
+	if row := linesWith(v, "k-c0"); len(row) != 1 || !strings.Contains(row[0], "hibernated idle 12m00s") {
+		t.Fatalf("carol's hibernated row: %q", row)
+	}
+	if row := linesWith(v, "k-a0"); len(row) != 1 || !strings.Contains(row[0], "parked     3m00s ago") {
+		t.Fatalf("alice's parked row beside it: %q", row)
+	}
+	f.keys(runes("G"))
+	for range 12 {
+		f.keys(runes("j"))
+	}
+	if pk, ok := f.m.kernels.SelectedParked(); !ok || pk.Kernel != "k-c0" {
+		t.Fatalf("the cursor is not on carol's hibernated row: %+v", pk)
+	}
+	if cmd := f.update(runes("d")); cmd != nil {
+		f.run(t, cmd)
+	}
+	mustContain(t, f.m.View(), "hibernated 1h00m ago (hibernated after idle 10m02s); its key's next cell wakes it")
+}
+
 // TestParkedKernels: parked states are greyed rows under their owner (one
 // with no kernel too), with their size, age and what was not saved; d
 // shows what was parked; P parks the selected kernel, D drops a parked
@@ -1756,7 +1784,7 @@ func TestParkedKernels(t *testing.T) {
 	v := f.m.View()
 	mustContain(t, v, "alice  2 kernels, 1 parked", "carol  0 kernels, 1 parked")
 	row := linesWith(v, "k-a0")
-	if len(row) != 1 || !strings.Contains(row[0], "parked    3m00s ago") || !strings.Contains(row[0], "12.0 MB, 3 names (2 not saved)") {
+	if len(row) != 1 || !strings.Contains(row[0], "parked     3m00s ago") || !strings.Contains(row[0], "12.0 MB, 3 names (2 not saved)") {
 		t.Fatalf("alice's parked row: %q", row)
 	}
 	for range 3 {
