@@ -556,7 +556,7 @@ func (e *Engine) pruneParked(sweep bool) {
 	}
 	e.parkPruned = now
 	e.mu.Unlock()
-	for _, p := range e.parks.prune(now, e.cfg.ParkRetention, e.cfg.ParkTotalBytes) {
+	for _, p := range e.parks.prune(now, e.cfg.ParkRetention, e.cfg.ParkTotalBytes, sweep) {
 		e.emit(Event{Type: EventParkDropped, Owner: p.h.Key.Owner, Key: p.h.Key.String(), Kernel: p.h.Kernel,
 			Detail: fmt.Sprintf("parked state of %s (%s) dropped: %s", p.h.Kernel, english.Bytes(p.h.Bytes), p.why)})
 	}

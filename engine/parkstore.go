@@ -84,6 +84,8 @@ type parkStore struct {
 	// thousand parked states).
 	index  map[Key]parkHeader
 	loaded bool
+	// scanned is when the dir was last read into the index (prune).
+	scanned time.Time
 	// mine are the keys this store filed.
 	mine map[Key]bool
 }
@@ -118,7 +120,7 @@ func (s *parkStore) loadLocked() {
 	for _, h := range all {
 		s.index[h.Key] = h
 	}
-	s.loaded = true
+	s.loaded, s.scanned = true, time.Now()
 }
 
 // path is where key's parked state rests: one file per key, named by a
@@ -374,49 +376,71 @@ func (s *parkStore) scan() ([]parkHeader, []string) {
 	return out, bad
 }
 
-// prune drops parked states older than retention, then the oldest while
-// they hold more than total bytes, and files that are no parked state;
-// it returns what it dropped and why.
-func (s *parkStore) prune(now time.Time, retention time.Duration, total int64) []prunedPark {
+// parkRescanEvery is how often a sweep's prune reads the park dir again
+// (another engine on the dir may have filed or dropped states meanwhile):
+// reading ten thousand trailers costs a fraction of a second.
+const parkRescanEvery = 10 * time.Minute
+
+// prune drops parked states over the total cap, the oldest first, and,
+// in a sweep, those older than retention too, and files that are no
+// parked state; it returns what it dropped and why. It works on the
+// headers in memory: a sweep reads the dir again once a parkRescanEvery,
+// a park (sweep unset) never, so that filing one of ten thousand states
+// costs no scan of the others.
+func (s *parkStore) prune(now time.Time, retention time.Duration, total int64, sweep bool) []prunedPark {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	all, bad := s.scan()
-	var out []prunedPark
-	for _, name := range bad {
-		os.Remove(filepath.Join(s.dir, name))
+	if !s.loaded || (sweep && now.Sub(s.scanned) >= parkRescanEvery) {
+		all, bad := s.scan()
+		for _, name := range bad {
+			os.Remove(filepath.Join(s.dir, name))
+		}
+		clear(s.index)
+		for _, h := range all {
+			s.index[h.Key] = h
+		}
+		for key := range s.mine {
+			if _, ok := s.index[key]; !ok {
+				delete(s.mine, key)
+			}
+		}
+		s.loaded, s.scanned = true, now
 	}
 	var sum int64
-	for _, h := range all {
+	oldest := now
+	for _, h := range s.index {
 		sum += h.Bytes
+		if h.Parked.Before(oldest) {
+			oldest = h.Parked
+		}
 	}
+	if sum <= total && (!sweep || now.Sub(oldest) <= retention) {
+		return nil // nothing to drop: no sort of them all
+	}
+	all := make([]parkHeader, 0, len(s.index))
+	for _, h := range s.index {
+		all = append(all, h)
+	}
+	slices.SortFunc(all, func(a, b parkHeader) int { return a.Parked.Compare(b.Parked) })
+	var out []prunedPark
 	for _, h := range all {
 		why := ""
 		switch {
-		case now.Sub(h.Parked) > retention:
+		case sweep && now.Sub(h.Parked) > retention:
 			why = fmt.Sprintf("kept longer than park_retention %s", retention)
 		case sum > total:
 			why = fmt.Sprintf("parked states held %s, over park_total_mb (%s); the oldest goes first", english.Bytes(sum), english.Bytes(total))
+		default:
+			return out // the rest are younger and within the cap
 		}
-		if why == "" {
-			continue
-		}
-		if os.Remove(s.path(h.Key)) == nil {
+		err := os.Remove(s.path(h.Key))
+		if err == nil || errors.Is(err, os.ErrNotExist) {
 			sum -= h.Bytes
+			delete(s.index, h.Key)
+			delete(s.mine, h.Key)
+		}
+		if err == nil {
 			out = append(out, prunedPark{h, why})
-		}
-	}
-	// What is on disk is what there is (another engine on the dir may
-	// have filed or dropped some).
-	clear(s.index)
-	for _, h := range all {
-		if !slices.ContainsFunc(out, func(p prunedPark) bool { return p.h.Key == h.Key }) {
-			s.index[h.Key] = h
-		}
-	}
-	s.loaded = true
-	for key := range s.mine {
-		if _, ok := s.index[key]; !ok {
-			delete(s.mine, key)
 		}
 	}
 	return out

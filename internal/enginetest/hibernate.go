@@ -84,6 +84,30 @@ func Hibernation(t *testing.T, env backends.Env, python string) {
 		}
 	})
 
+	t.Run("a call that comes while its kernel hibernates gets it as it was", func(t *testing.T) {
+		h := New(t, env, hibernating(time.Hour))
+		// Its park takes 3 s (from 1 s after the cell, the sweep's next
+		// tick at most 0.1 s later): a call 2 s after the cell comes in
+		// the middle of it.
+		first := h.Run("alice", "import time\nclass Slow:\n    def __reduce__(self):\n        time.sleep(3)\n        return (int, (7,))\nslow = Slow()\nx = 41", 0)
+		time.Sleep(2 * time.Second)
+		res := h.Run("alice", "print(x + 1)", 0)
+		if res.Stdout != "42\n" || res.Kernel.PID != first.Kernel.PID || res.Kernel.StateRestored || res.Kernel.StateLost {
+			t.Fatalf("the call during the park: %q %q %+v", res.Stdout, res.Traceback, res.Kernel)
+		}
+		h.WaitFor("the park under way to end", 10*time.Second, func() bool { return strings.Contains(h.EventText(), "cell_finished") })
+		time.Sleep(2 * time.Second)
+		if ev := h.EventsOf(engine.EventHibernated); len(ev) != 0 {
+			t.Errorf("hibernated though a call came: %+v", ev)
+		}
+		if p := h.Eng.Parked(); len(p) != 0 {
+			t.Errorf("the park a call overtook is still listed: %+v", p)
+		}
+		if !h.Alive(first.Kernel.PID) {
+			t.Errorf("the kernel the call used was ended:\n%s", h.EventText())
+		}
+	})
+
 	t.Run("a running cell keeps its kernel awake", func(t *testing.T) {
 		h := New(t, env, hibernating(time.Hour))
 		res := h.Run("alice", "import time\ntime.sleep(2.5)\nz = 3", 0)
