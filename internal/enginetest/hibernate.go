@@ -1,6 +1,8 @@
 package enginetest
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -86,25 +88,30 @@ func Hibernation(t *testing.T, env backends.Env, python string) {
 
 	t.Run("a call that comes while its kernel hibernates gets it as it was", func(t *testing.T) {
 		h := New(t, env, hibernating(time.Hour))
-		// Its park takes 3 s (from 1 s after the cell, the sweep's next
-		// tick at most 0.1 s later): a call 2 s after the cell comes in
-		// the middle of it.
-		first := h.Run("alice", "import time\nclass Slow:\n    def __reduce__(self):\n        time.sleep(3)\n        return (int, (7,))\nslow = Slow()\nx = 41", 0)
-		time.Sleep(2 * time.Second)
+		// Its park says when it starts (a file), then takes 2 s: the call
+		// comes in the middle of it.
+		marks := ShortTempDir(t)
+		first := h.Run("alice", fmt.Sprintf(`import time
+class Slow:
+    def __reduce__(self):
+        open(%q, "w").close()
+        time.sleep(2)
+        return (int, (7,))
+slow = Slow()
+x = 41`, filepath.Join(marks, "parking")), 0)
+		h.WaitFor("the park to start", 20*time.Second, func() bool {
+			_, err := os.Stat(filepath.Join(marks, "parking"))
+			return err == nil
+		})
 		res := h.Run("alice", "print(x + 1)", 0)
 		if res.Stdout != "42\n" || res.Kernel.PID != first.Kernel.PID || res.Kernel.StateRestored || res.Kernel.StateLost {
 			t.Fatalf("the call during the park: %q %q %+v", res.Stdout, res.Traceback, res.Kernel)
 		}
-		h.WaitFor("the park under way to end", 10*time.Second, func() bool { return strings.Contains(h.EventText(), "cell_finished") })
-		time.Sleep(2 * time.Second)
-		if ev := h.EventsOf(engine.EventHibernated); len(ev) != 0 {
-			t.Errorf("hibernated though a call came: %+v", ev)
+		if _, listed := h.Kernel("alice"); !listed || !h.Alive(first.Kernel.PID) || len(h.EventsOf(engine.EventHibernated)) != 0 {
+			t.Fatalf("the kernel a call overtook its hibernation with was ended or not listed:\n%s", h.EventText())
 		}
 		if p := h.Eng.Parked(); len(p) != 0 {
 			t.Errorf("the park a call overtook is still listed: %+v", p)
-		}
-		if !h.Alive(first.Kernel.PID) {
-			t.Errorf("the kernel the call used was ended:\n%s", h.EventText())
 		}
 	})
 
