@@ -839,7 +839,7 @@ func (e *Engine) reapIdle() []*Kernel {
 			e.emit(kernelEvent(EventReapedIdle, k, fmt.Sprintf("idle %s > idle_exit %s", english.Duration(idle), english.Duration(e.idleExit))))
 			victims = append(victims, k)
 		default:
-			if idle > first && first < e.idleExit && k.awake == "" && e.unparkableLocked(k) == "" {
+			if idle > first && first < e.idleExit && k.awake == "" && !e.closed && e.unparkableLocked(k) == "" {
 				e.hibernateLocked(k, idle)
 			}
 			if k.lastUsed.Before(oldest) {
