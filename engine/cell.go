@@ -263,7 +263,17 @@ func (e *Engine) executeAcquired(ctx context.Context, req Request, k *Kernel, cr
 		}
 		if req.Reset {
 			e.dropForReset(k)
-		} else if r := e.restore(ctx, k); r.note != "" {
+		} else if r := e.restore(ctx, k); r.later != nil {
+			// Its state is still parked: this kernel, fresh, must not stand
+			// for it. The call fails; the next one restores (release, in
+			// Execute, passes the turn on to any waiter, which starts over).
+			e.mu.Lock()
+			e.removeLocked(k, "its parked state could not be restored in time")
+			delete(e.lost, k.key)
+			e.mu.Unlock()
+			e.killAsync([]*Kernel{k})
+			return nil, r.later
+		} else if r.note != "" {
 			kr.StateRestored, kr.StateLost, kr.Note = r.restored, !r.restored, r.note
 		}
 	case req.Reset && !e.knowsCell(ctx, k, req.Cell):

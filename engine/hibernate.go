@@ -37,7 +37,7 @@ var errIncomplete = errors.New("not all of it would survive")
 // parks all of its namespace, then ends it, or, where something would not
 // survive or a call came meanwhile, gives it back as it was.
 func (e *Engine) hibernateLocked(k *Kernel, idle time.Duration) {
-	k.holding = true
+	k.holding, k.hibernating = true, true
 	reason := "hibernated after idle " + english.Duration(idle)
 	detail := fmt.Sprintf("idle %s > hibernate_after %s; its next call restores it", english.Duration(idle), english.Duration(e.hibernateAfter))
 	e.wg.Add(1)
@@ -52,6 +52,7 @@ func (e *Engine) hibernate(ctx context.Context, k *Kernel, reason, detail string
 	start := time.Now()
 	h, err := e.park(ctx, k, parkAsk{hibernate: true, reason: reason})
 	e.mu.Lock()
+	k.hibernating = false
 	switch {
 	case errors.Is(err, errEmptyNamespace):
 		err = errors.New("its namespace is empty") // nothing to keep: a call for it starts as fresh

@@ -54,8 +54,10 @@ type Kernel struct {
 	goneReason string
 	// awake says why the kernel did not hibernate ("": it may); its next
 	// call clears it (hibernate.go).
-	awake   string
-	holding bool // a call owns the kernel (spawning or running a cell)
+	awake string
+	// hibernating: the engine holds it while its park to hibernate runs.
+	hibernating bool
+	holding     bool // a call owns the kernel (spawning or running a cell)
 	// waiters are the calls queued behind the holder, first come first
 	// served; release hands the kernel to the head by closing its channel.
 	waiters      []chan struct{}
@@ -162,6 +164,8 @@ func (k *Kernel) fillInfoLocked(info *KernelInfo, now time.Time, next bool) {
 		state = StateStarting
 	case k.runningCell != "":
 		state = StateRunning
+	case k.hibernating:
+		state = StateHibernating
 	case len(k.waiters) > 0:
 		state = StateQueued
 	}

@@ -425,7 +425,19 @@ func (e *Engine) waitParked(ctx context.Context, key Key) {
 type restoreOutcome struct {
 	restored bool
 	note     string
+	// later: the restore did not get through in time (an overloaded
+	// host); the parked state is kept for the key's next call, and this
+	// one fails with it.
+	later error
 }
+
+// ErrRestoreLater: a parked state could not be brought back within
+// park_timeout; it is kept, and the call that needed it failed.
+var ErrRestoreLater = errors.New("the kernel's parked state could not be restored in time")
+
+// errRestoreTransient marks a restore that failed on the way (a timeout, a
+// broken stream), not on what the state holds.
+var errRestoreTransient = errors.New("on the way")
 
 // restore loads key's parked state, if any, into k (just spawned, no cell
 // run yet); the parked state is dropped either way, so a state that fails
@@ -438,7 +450,12 @@ func (e *Engine) restore(ctx context.Context, k *Kernel) restoreOutcome {
 	if errors.Is(err, errNoParked) {
 		return restoreOutcome{}
 	}
-	defer e.parks.drop(k.key)
+	keep := false
+	defer func() {
+		if !keep {
+			e.parks.drop(k.key)
+		}
+	}()
 	refused := func(err error) restoreOutcome {
 		e.emit(kernelEvent(EventRestoreRefused, k, err.Error()))
 		return restoreOutcome{note: fmt.Sprintf("the parked state of %s was refused (%v); state from earlier calls was lost", k.key, err)}
@@ -452,6 +469,11 @@ func (e *Engine) restore(ctx context.Context, k *Kernel) restoreOutcome {
 	names, failed, err := e.sendParked(ctx, k, pr)
 	if errors.Is(err, ErrParkRefused) {
 		return refused(err)
+	}
+	if errors.Is(err, errRestoreTransient) {
+		keep = true
+		e.emit(kernelEvent(EventRestoreRefused, k, "could not restore it yet: "+err.Error()+"; it is kept for the next call"))
+		return restoreOutcome{later: fmt.Errorf("%w (%v): it is kept; call again, or drop it (drop_parked, the dashboard's D) to start afresh", ErrRestoreLater, err)}
 	}
 	if err != nil {
 		e.emit(kernelEvent(EventRestoreRefused, k, "could not restore: "+err.Error()))
@@ -496,11 +518,11 @@ func (e *Engine) sendParked(ctx context.Context, k *Kernel, pr *parkedReader) ([
 	defer cancel()
 	nc, err := d.DialUnix(ctx, dir+"/sock")
 	if err != nil {
-		return nil, nil, fmt.Errorf("reach the new runner: %w", err)
+		return nil, nil, fmt.Errorf("%w: reach the new runner: %w", errRestoreTransient, err)
 	}
 	conn, err := dialRunner(ctx, nc, token, nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reach the new runner: %w", err)
+		return nil, nil, fmt.Errorf("%w: reach the new runner: %w", errRestoreTransient, err)
 	}
 	defer conn.close()
 	deadline, _ := ctx.Deadline()
@@ -508,24 +530,24 @@ func (e *Engine) sendParked(ctx context.Context, k *Kernel, pr *parkedReader) ([
 	ask := "restore-" + randomHex(8)
 	if err := conn.sendRaw(map[string]any{"op": "restore_data", "id": ask, "n": h.Bytes}, pr, h.Bytes, deadline); err != nil {
 		if timedOut(ctx, err) {
-			return nil, nil, fmt.Errorf("the new runner took longer than the park timeout of %s", english.Duration(e.cfg.ParkTimeout))
+			return nil, nil, fmt.Errorf("%w: the new runner took longer than the park timeout of %s", errRestoreTransient, english.Duration(e.cfg.ParkTimeout))
 		}
-		return nil, nil, fmt.Errorf("send to the new runner: %w", err)
+		return nil, nil, fmt.Errorf("%w: send to the new runner: %w", errRestoreTransient, err)
 	}
 	if err := pr.verify(); err != nil {
 		return nil, nil, err
 	}
 	if err := conn.send(map[string]any{"op": "restore", "id": ask, "pickler": h.Pickler, "modules": h.Modules,
 		"execution_count": h.ExecutionCount}); err != nil {
-		return nil, nil, fmt.Errorf("send to the new runner: %w", err)
+		return nil, nil, fmt.Errorf("%w: send to the new runner: %w", errRestoreTransient, err)
 	}
 	for {
 		fr, err := conn.next(ask)
 		if timedOut(ctx, err) {
-			return nil, nil, fmt.Errorf("the new runner took longer than the park timeout of %s", english.Duration(e.cfg.ParkTimeout))
+			return nil, nil, fmt.Errorf("%w: the new runner took longer than the park timeout of %s", errRestoreTransient, english.Duration(e.cfg.ParkTimeout))
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("read the new runner: %w", err)
+			return nil, nil, fmt.Errorf("%w: read the new runner: %w", errRestoreTransient, err)
 		}
 		switch fr.Op {
 		case "error":

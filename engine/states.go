@@ -10,13 +10,16 @@ type KernelState string
 // kernel after it left the registry, dead or with its state parked
 // (ParkedKernel; hibernated while idle_exit has not ended its session).
 const (
-	StateStarting   KernelState = "starting"
-	StateIdle       KernelState = "idle"
-	StateRunning    KernelState = "running"
-	StateQueued     KernelState = "queued"
-	StateDead       KernelState = "dead"
-	StateParked     KernelState = "parked"
-	StateHibernated KernelState = "hibernated"
+	StateStarting KernelState = "starting"
+	StateIdle     KernelState = "idle"
+	StateRunning  KernelState = "running"
+	StateQueued   KernelState = "queued"
+	// StateHibernating: the engine is parking the kernel to hibernate it;
+	// a call that comes meanwhile waits (Queued), then gets it as it was.
+	StateHibernating KernelState = "hibernating"
+	StateDead        KernelState = "dead"
+	StateParked      KernelState = "parked"
+	StateHibernated  KernelState = "hibernated"
 )
 
 // Busy reports whether a kernel in state s has a cell attached (running or

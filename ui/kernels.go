@@ -76,6 +76,8 @@ var kernelColumns = []kernelColumn{
 			return fmt.Sprintf("queued %d", k.Queued), &t.StateQueued
 		case engine.StateStarting:
 			return string(engine.StateStarting), &t.StateStarting
+		case engine.StateHibernating:
+			return "parking", &t.StateStarting // to hibernate
 		}
 		return string(engine.StateIdle), &t.StateIdle
 	}},
@@ -86,7 +88,7 @@ var kernelColumns = []kernelColumn{
 		case engine.StateQueued, engine.StateStarting:
 			return "", nil
 		}
-		return short(now.Sub(k.LastUsed)), nil
+		return short(now.Sub(k.LastUsed)), nil // hibernating: how long it has been idle
 	}},
 	{"REAP IN", 10, func(p *KernelsPane, k *engine.KernelInfo, now time.Time) (string, *lipgloss.Style) {
 		if k.State != engine.StateIdle && k.State != "" {

@@ -1,6 +1,8 @@
 package enginetest
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -103,6 +105,9 @@ x = 41`, filepath.Join(marks, "parking")), 0)
 			_, err := os.Stat(filepath.Join(marks, "parking"))
 			return err == nil
 		})
+		if k, ok := h.Kernel("alice"); !ok || k.State != engine.StateHibernating || !k.Attached {
+			t.Fatalf("a kernel being hibernated is listed as %+v", k)
+		}
 		res := h.Run("alice", "print(x + 1)", 0)
 		if res.Stdout != "42\n" || res.Kernel.PID != first.Kernel.PID || res.Kernel.StateRestored || res.Kernel.StateLost {
 			t.Fatalf("the call during the park: %q %q %+v", res.Stdout, res.Traceback, res.Kernel)
@@ -112,6 +117,34 @@ x = 41`, filepath.Join(marks, "parking")), 0)
 		}
 		if p := h.Eng.Parked(); len(p) != 0 {
 			t.Errorf("the park a call overtook is still listed: %+v", p)
+		}
+	})
+
+	t.Run("a restore that does not get through in time fails its call and keeps the state", func(t *testing.T) {
+		h := New(t, env, func(c *engine.Config) {
+			hibernating(time.Hour)(c)
+			c.ParkTimeout = time.Second
+		})
+		// Loading nap sleeps 3 s: longer than the park timeout.
+		first := h.Run("alice", "import time\nclass Nap:\n    def __reduce__(self):\n        return (time.sleep, (3,))\nnap = Nap()\nx = 1", 0)
+		if _, err := h.Eng.Park(context.Background(), first.Kernel.ID); err != nil {
+			t.Fatal(err)
+		}
+		_, err := h.Eng.Execute(context.Background(), engine.Request{Owner: "alice", Code: "print(x)"})
+		if !errors.Is(err, engine.ErrRestoreLater) || !strings.Contains(err.Error(), "call again, or drop it") {
+			t.Fatalf("a call whose restore timed out: %v", err)
+		}
+		if p := h.Eng.Parked(); len(p) != 1 || p[0].Owner != "alice" {
+			t.Fatalf("the state a slow restore could not bring back was not kept: %+v", p)
+		}
+		if _, listed := h.Kernel("alice"); listed {
+			t.Fatalf("the fresh kernel of a failed restore stands for the key: %+v", h.Eng.Kernels())
+		}
+		if ok, err := h.Eng.DropParked("alice", "", "", "", nil); !ok || err != nil {
+			t.Fatalf("drop: %v %v", ok, err)
+		}
+		if res := h.Run("alice", "print('x' in globals())", 0); res.Stdout != "False\n" {
+			t.Fatalf("after the drop: %q %+v", res.Stdout, res.Kernel)
 		}
 	})
 
