@@ -53,9 +53,11 @@ func (e *Engine) hibernate(ctx context.Context, k *Kernel, reason, detail string
 	h, err := e.park(ctx, k, parkAsk{hibernate: true, reason: reason})
 	e.mu.Lock()
 	k.hibernating = false
+	empty := errors.Is(err, errEmptyNamespace) // nothing to keep: its runner just ends
+	if empty {
+		err = nil
+	}
 	switch {
-	case errors.Is(err, errEmptyNamespace):
-		err = errors.New("its namespace is empty") // nothing to keep: a call for it starts as fresh
 	case err == nil && (k.state == phaseGone || len(k.waiters) > 0 || e.kernels[k.key] != k):
 		// Killed, or called, meanwhile: the call gets this kernel as it is.
 		e.parks.drop(k.key)
@@ -73,10 +75,14 @@ func (e *Engine) hibernate(ctx context.Context, k *Kernel, reason, detail string
 	k.holding = false
 	e.removeLocked(k, reason)
 	delete(e.lost, k.key) // its state is parked
-	e.hibernated[k.key] = k.lastUsed
-	e.emit(kernelEvent(EventHibernated, k, detail))
-	e.emit(kernelEvent(EventParked, k, fmt.Sprintf("parked %s (%s) in %s%s",
-		english.Count(len(h.Names)+len(h.Modules), "name"), english.Bytes(h.Bytes), english.Duration(time.Since(start)), notSavedSuffix("; not saved: ", h.NotSaved))))
+	if empty {
+		e.emit(kernelEvent(EventHibernated, k, detail+"; its namespace was empty, so nothing was parked"))
+	} else {
+		e.hibernated[k.key] = k.lastUsed
+		e.emit(kernelEvent(EventHibernated, k, detail))
+		e.emit(kernelEvent(EventParked, k, fmt.Sprintf("parked %s (%s) in %s%s",
+			english.Count(len(h.Names)+len(h.Modules), "name"), english.Bytes(h.Bytes), english.Duration(time.Since(start)), notSavedSuffix("; not saved: ", h.NotSaved))))
+	}
 	// The journal keeps it until it is killed (see Engine.retiring).
 	e.retiring[k.id] = k
 	e.mu.Unlock()

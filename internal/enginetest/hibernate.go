@@ -148,6 +148,21 @@ x = 41`, filepath.Join(marks, "parking")), 0)
 		}
 	})
 
+	t.Run("a kernel with nothing in its namespace just ends", func(t *testing.T) {
+		h := New(t, env, hibernating(time.Hour))
+		first := h.Run("alice", "print(1)", 0)
+		h.WaitFor("its runner to end", 20*time.Second, func() bool { return !h.Alive(first.Kernel.PID) })
+		if ev := h.EventsOf(engine.EventHibernated); len(ev) != 1 || !strings.Contains(ev[0].Detail, "nothing was parked") {
+			t.Fatalf("hibernated events: %+v\n%s", ev, h.EventText())
+		}
+		if p := h.Eng.Parked(); len(p) != 0 {
+			t.Fatalf("an empty namespace was parked: %+v", p)
+		}
+		if res := h.Run("alice", "print(2)", 0); res.Stdout != "2\n" || res.Kernel.StateLost {
+			t.Fatalf("the next call after nothing was kept: %q %+v", res.Stdout, res.Kernel)
+		}
+	})
+
 	t.Run("a running cell keeps its kernel awake", func(t *testing.T) {
 		h := New(t, env, hibernating(time.Hour))
 		res := h.Run("alice", "import time\ntime.sleep(2.5)\nz = 3", 0)
