@@ -137,6 +137,11 @@ func hibernatePhase(ctx context.Context, cfg config, env *setupEnv, res *results
 		names int
 		each  int
 	}{{"1mb", 50, 20 << 10}, {"200mb", 200, 1 << 20}} {
+		if cfg.Quick && size.name == "200mb" {
+			res.note("hibernate.wake_200mb", "quick run: not made")
+			res.note("hibernate.wake_per_gb", "quick run: not made")
+			continue
+		}
 		owner := "size-" + size.name
 		code := fmt.Sprintf("import os\nglobals().update({'v%%d' %% i: os.urandom(%d) for i in range(%d)})", size.each, size.names)
 		check := fmt.Sprintf("print(len(v0) + len(v%d))", size.names-1)
