@@ -67,7 +67,7 @@ func TestQuickBench(t *testing.T) {
 			cfg.SkipDocker = true
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var out, log bytes.Buffer
 	start := time.Now()

@@ -75,7 +75,7 @@ func fullConfig() config {
 
 func quickConfig() config {
 	return config{Quick: true, Rounds: 2, Warmup: 5, Warm: 20, Blocks: 2, Cold: 1, HeavyFloor: 2, ToolCells: 1, Owners: 50, OwnerCells: 2,
-		Kernels: 1_000, HostKernels: 40, Storm: 20, RestartKernels: 20, Sessions: 100, WakeCalls: 100, WakeRate: 10, ScaleCells: 20, Views: 3, CPUSettle: time.Second, CPUWindow: time.Second, Python: "/usr/bin/python3"}
+		Kernels: 1_000, HostKernels: 40, Storm: 20, RestartKernels: 20, Sessions: 40, WakeCalls: 50, WakeRate: 10, ScaleCells: 20, Views: 3, CPUSettle: time.Second, CPUWindow: time.Second, Python: "/usr/bin/python3"}
 }
 
 func main() {
@@ -92,8 +92,8 @@ func main() {
 	fs.IntVar(&over.Kernels, "kernels", 0, "registered kernels for the engine overhead figures (default 10000, quick 1000)")
 	fs.IntVar(&over.HostKernels, "host-kernels", 0, "real local kernels held idle in the host phase (default 1000, quick 40)")
 	fs.IntVar(&over.Storm, "storm", 0, "new owners at once in the host phase (default 200, quick 20)")
-	fs.IntVar(&over.Sessions, "sessions", 0, "sessions held hibernated in the hibernate phase (default 10000, quick 100)")
-	fs.IntVar(&over.WakeCalls, "wake-calls", 0, "calls to random hibernated sessions per round (default 1500, quick 100)")
+	fs.IntVar(&over.Sessions, "sessions", 0, "sessions held hibernated in the hibernate phase (default 10000, quick 40)")
+	fs.IntVar(&over.WakeCalls, "wake-calls", 0, "calls to random hibernated sessions per round (default 1500, quick 50)")
 	fs.IntVar(&over.WakeRate, "wake-rate", 0, "calls a second to random hibernated sessions (default 50, the targets' rate; quick 10, within this 2-core host's pace)")
 	fs.BoolVar(&over.SkipSSH, "skip-ssh", false, "leave out the ssh rows (they need root and /usr/sbin/sshd)")
 	fs.BoolVar(&over.SkipDocker, "skip-docker", false, "leave out the container rows (they need a Docker Engine)")
