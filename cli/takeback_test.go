@@ -1,12 +1,12 @@
 package cli
 
 import (
-	"regexp"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
