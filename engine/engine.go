@@ -196,13 +196,16 @@ type Engine struct {
 	roomFor []*Kernel
 	// idleSince is at or before the lastUsed of every kernel that may go
 	// idle, so reapIdle need not scan the registry before idleSince +
-	// idle_exit: a release only moves lastUsed later. Zero forces a scan.
-	idleSince time.Time
-	uids      *kernelUIDs           // the owners' uids (Config.KernelUIDs), or nil
-	pythons   map[string]hostPython // backend URI -> the interpreter its runners reported
-	umask     int                   // what cells create files with: this process's
-	cwd       string                // where local kernels start: this process's, unless a request says (Place)
-	roots     map[string]string     // backend URI -> the kernel root its runners were spawned in
+	// hibernate_after (or idle_exit): a release only moves lastUsed later.
+	// Zero forces a scan. awakeSince is the same for the kernels that
+	// cannot hibernate (they stay awake), due at idle_exit only: one of
+	// them must not make every call scan the registry.
+	idleSince, awakeSince time.Time
+	uids                  *kernelUIDs           // the owners' uids (Config.KernelUIDs), or nil
+	pythons               map[string]hostPython // backend URI -> the interpreter its runners reported
+	umask                 int                   // what cells create files with: this process's
+	cwd                   string                // where local kernels start: this process's, unless a request says (Place)
+	roots                 map[string]string     // backend URI -> the kernel root its runners were spawned in
 	// unconfined holds, per backend URI, why its runners are not confined
 	// ("" once one was), so the event is said once per host.
 	unconfined map[string]string
@@ -815,39 +818,40 @@ func (e *Engine) noteLostLocked(key Key, note string) {
 func (e *Engine) reapIdle() []*Kernel {
 	e.mu.Lock()
 	now := e.cfg.Now()
+	hibernating := e.hibernatingLocked()
 	first := e.idleExit
-	if e.hibernatingLocked() {
+	if hibernating {
 		first = e.hibernateAfter
 	}
-	if !e.idleSince.IsZero() && now.Sub(e.idleSince) <= first {
+	if !e.idleSince.IsZero() && now.Sub(e.idleSince) <= first && now.Sub(e.awakeSince) <= e.idleExit {
 		e.mu.Unlock()
 		return nil // nothing can have been idle that long yet
 	}
 	var victims []*Kernel
-	oldest := now
+	oldest, oldestAwake := now, now
 	for _, k := range e.kernels {
-		if k.state != phaseReady || k.attachedLocked() {
-			if k.lastUsed.Before(oldest) {
-				oldest = k.lastUsed
-			}
-			continue
-		}
 		idle := now.Sub(k.lastUsed)
-		switch {
-		case idle > e.idleExit:
+		ready := k.state == phaseReady && !k.attachedLocked()
+		if ready && idle > e.idleExit {
 			e.removeLocked(k, "reaped after idle "+english.Duration(idle))
 			e.emit(kernelEvent(EventReapedIdle, k, fmt.Sprintf("idle %s > idle_exit %s", english.Duration(idle), english.Duration(e.idleExit))))
 			victims = append(victims, k)
-		default:
-			if idle > first && first < e.idleExit && k.awake == "" && !e.closed && e.unparkableLocked(k) == "" {
-				e.hibernateLocked(k, idle)
+			continue
+		}
+		if ready && hibernating && (k.awake != "" || e.closed || e.unparkableLocked(k) != "") {
+			if k.lastUsed.Before(oldestAwake) {
+				oldestAwake = k.lastUsed
 			}
-			if k.lastUsed.Before(oldest) {
-				oldest = k.lastUsed
-			}
+			continue
+		}
+		if ready && idle > first && hibernating {
+			e.hibernateLocked(k, idle)
+		}
+		if k.lastUsed.Before(oldest) {
+			oldest = k.lastUsed
 		}
 	}
-	e.idleSince = oldest
+	e.idleSince, e.awakeSince = oldest, oldestAwake
 	e.retireLocked(victims)
 	e.mu.Unlock()
 	return victims

@@ -54,21 +54,17 @@ func (e *Engine) hibernate(ctx context.Context, k *Kernel, reason, detail string
 	e.mu.Lock()
 	k.hibernating = false
 	empty := errors.Is(err, errEmptyNamespace) // nothing to keep: its runner just ends
-	if empty {
-		err = nil
-	}
 	switch {
-	case err == nil && (k.state == phaseGone || len(k.waiters) > 0 || e.kernels[k.key] != k):
-		// Killed, or called, meanwhile: the call gets this kernel as it is.
-		e.parks.drop(k.key)
-		e.giveBackLocked(k)
+	case err != nil && !empty:
+		k.awake = err.Error()
+		e.emit(kernelEvent(EventNotice, k, fmt.Sprintf("not hibernated: %v; it stays awake until its next call", err)))
+		e.passTurnLocked(k) // not used: it stays idle for as long as it was
 		e.mu.Unlock()
 		return
-	}
-	if err != nil {
-		k.awake = err.Error()
-		e.giveBackLocked(k)
-		e.emit(kernelEvent(EventNotice, k, fmt.Sprintf("not hibernated: %v; it stays awake until its next call", err)))
+	case k.state == phaseGone || len(k.waiters) > 0 || e.kernels[k.key] != k:
+		// Killed, or called, meanwhile: the call gets this kernel as it is.
+		e.parks.drop(k.key)
+		e.passTurnLocked(k)
 		e.mu.Unlock()
 		return
 	}
@@ -80,32 +76,12 @@ func (e *Engine) hibernate(ctx context.Context, k *Kernel, reason, detail string
 	} else {
 		e.hibernated[k.key] = k.lastUsed
 		e.emit(kernelEvent(EventHibernated, k, detail))
-		e.emit(kernelEvent(EventParked, k, fmt.Sprintf("parked %s (%s) in %s%s",
-			english.Count(len(h.Names)+len(h.Modules), "name"), english.Bytes(h.Bytes), english.Duration(time.Since(start)), notSavedSuffix("; not saved: ", h.NotSaved))))
+		e.emit(kernelEvent(EventParked, k, h.parkedDetail(time.Since(start))))
 	}
-	// The journal keeps it until it is killed (see Engine.retiring).
 	e.retiring[k.id] = k
 	e.mu.Unlock()
 	e.pruneParked(false)
-	kctx, cancel := context.WithTimeout(context.Background(), killTimeout)
-	defer cancel()
-	e.killOnHost(kctx, k)
-	e.mu.Lock()
-	delete(e.retiring, k.id)
-	e.journalTouch()
-	e.mu.Unlock()
-}
-
-// giveBackLocked ends the engine's hold on k without making it used: the
-// next call in line gets it, or it is idle again, for as long as it was.
-func (e *Engine) giveBackLocked(k *Kernel) {
-	if len(k.waiters) > 0 {
-		next := k.waiters[0]
-		k.waiters = k.waiters[1:]
-		close(next)
-		return
-	}
-	k.holding = false
+	e.killRetired(k)
 }
 
 // endHibernated ends the sessions of the kernels this engine hibernated

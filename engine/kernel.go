@@ -313,6 +313,12 @@ func (e *Engine) release(k *Kernel) {
 		k.lastUsed = e.cfg.Now()
 		k.awake = ""
 	}
+	e.passTurnLocked(k)
+}
+
+// passTurnLocked hands the holder's turn to the next call in line, or
+// leaves k idle when nobody waits.
+func (e *Engine) passTurnLocked(k *Kernel) {
 	if len(k.waiters) > 0 {
 		next := k.waiters[0]
 		k.waiters = k.waiters[1:]

@@ -243,10 +243,23 @@ func (e *Engine) parkThenKill(ctx context.Context, k *Kernel, done chan struct{}
 	case err != nil:
 		e.emit(kernelEvent(EventParkFailed, k, fmt.Sprintf("not parked: %v; its state was lost", err)))
 	default:
-		e.emit(kernelEvent(EventParked, k, fmt.Sprintf("parked %s (%s) in %s%s",
-			english.Count(len(h.Names)+len(h.Modules), "name"), english.Bytes(h.Bytes), english.Duration(time.Since(start)), notSavedSuffix("; not saved: ", h.NotSaved))))
+		e.emit(kernelEvent(EventParked, k, h.parkedDetail(time.Since(start))))
 		e.pruneParked(false)
 	}
+	e.killRetired(k)
+	return h, err
+}
+
+// parkedDetail is what the parked event says of h, filed in took.
+func (h parkHeader) parkedDetail(took time.Duration) string {
+	return fmt.Sprintf("parked %s (%s) in %s%s", english.Count(len(h.Names)+len(h.Modules), "name"), english.Bytes(h.Bytes),
+		english.Duration(took), notSavedSuffix("; not saved: ", h.NotSaved))
+}
+
+// killRetired kills k, out of the registry and in e.retiring, on its host;
+// the journal keeps it until then, so that an engine that dies meanwhile
+// leaves it to the next one.
+func (e *Engine) killRetired(k *Kernel) {
 	kctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 	defer cancel()
 	e.killOnHost(kctx, k)
@@ -254,7 +267,6 @@ func (e *Engine) parkThenKill(ctx context.Context, k *Kernel, done chan struct{}
 	delete(e.retiring, k.id)
 	e.journalTouch()
 	e.mu.Unlock()
-	return h, err
 }
 
 // notSavedSuffix lists names that did not come through, after prefix; ""
