@@ -447,13 +447,17 @@ type restoreOutcome struct {
 // park_timeout; it is kept, and the call that needed it failed.
 var ErrRestoreLater = errors.New("the kernel's parked state could not be restored in time")
 
-// errRestoreTransient marks a restore that failed on the way (a timeout, a
-// broken stream), not on what the state holds.
-var errRestoreTransient = errors.New("on the way")
+// restoreFailure is a restore that failed on what the state holds, or
+// where it was to go, not on the way there (a timeout, a broken stream):
+// it would fail again.
+type restoreFailure string
+
+func (f restoreFailure) Error() string { return string(f) }
 
 // restore loads key's parked state, if any, into k (just spawned, no cell
-// run yet); the parked state is dropped either way, so a state that fails
-// is not tried again.
+// run yet). The parked state is dropped once used, or once it failed for
+// good (refused, or the runner could not load it), so that it is not tried
+// again; one that did not get through in time is kept (restoreOutcome.later).
 func (e *Engine) restore(ctx context.Context, k *Kernel) restoreOutcome {
 	if e.parks == nil || !e.parks.has(k.key) {
 		return restoreOutcome{}
@@ -482,14 +486,14 @@ func (e *Engine) restore(ctx context.Context, k *Kernel) restoreOutcome {
 	if errors.Is(err, ErrParkRefused) {
 		return refused(err)
 	}
-	if errors.Is(err, errRestoreTransient) {
+	if failure := restoreFailure(""); errors.As(err, &failure) {
+		e.emit(kernelEvent(EventRestoreRefused, k, "could not restore: "+err.Error()))
+		return restoreOutcome{note: fmt.Sprintf("the parked state of kernel %s could not be restored (%v); state from earlier calls was lost", h.Kernel, err)}
+	}
+	if err != nil {
 		keep = true
 		e.emit(kernelEvent(EventRestoreRefused, k, "could not restore it yet: "+err.Error()+"; it is kept for the next call"))
 		return restoreOutcome{later: fmt.Errorf("%w (%v): it is kept; call again, or drop it (drop_parked, the dashboard's D) to start afresh", ErrRestoreLater, err)}
-	}
-	if err != nil {
-		e.emit(kernelEvent(EventRestoreRefused, k, "could not restore: "+err.Error()))
-		return restoreOutcome{note: fmt.Sprintf("the parked state of kernel %s could not be restored (%v); state from earlier calls was lost", h.Kernel, err)}
 	}
 	lost := append(append([]NotSaved(nil), h.NotSaved...), failed...)
 	restored := fmt.Sprintf("restored %s parked from kernel %s", english.Count(len(names), "name"), h.Kernel)
@@ -524,46 +528,47 @@ func (e *Engine) sendParked(ctx context.Context, k *Kernel, pr *parkedReader) ([
 	e.mu.Unlock()
 	d := backends.StreamsOf(env)
 	if d == nil || len(dir+"/sock") >= sockPathMax {
-		return nil, nil, errors.New("its backend gives no stream to its runner")
+		return nil, nil, restoreFailure("its backend gives no stream to its runner")
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.ParkTimeout)
 	defer cancel()
+	// What fails on the way may get through on the next call.
+	onTheWay := func(what string, err error) error {
+		if timedOut(ctx, err) {
+			return fmt.Errorf("the new runner took longer than the park timeout of %s", english.Duration(e.cfg.ParkTimeout))
+		}
+		return fmt.Errorf("%s the new runner: %w", what, err)
+	}
 	nc, err := d.DialUnix(ctx, dir+"/sock")
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: reach the new runner: %w", errRestoreTransient, err)
+		return nil, nil, onTheWay("reach", err)
 	}
 	conn, err := dialRunner(ctx, nc, token, nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: reach the new runner: %w", errRestoreTransient, err)
+		return nil, nil, onTheWay("reach", err)
 	}
 	defer conn.close()
 	deadline, _ := ctx.Deadline()
 	defer conn.begin(ctx, deadline)()
 	ask := "restore-" + randomHex(8)
 	if err := conn.sendRaw(map[string]any{"op": "restore_data", "id": ask, "n": h.Bytes}, pr, h.Bytes, deadline); err != nil {
-		if timedOut(ctx, err) {
-			return nil, nil, fmt.Errorf("%w: the new runner took longer than the park timeout of %s", errRestoreTransient, english.Duration(e.cfg.ParkTimeout))
-		}
-		return nil, nil, fmt.Errorf("%w: send to the new runner: %w", errRestoreTransient, err)
+		return nil, nil, onTheWay("send to", err)
 	}
 	if err := pr.verify(); err != nil {
 		return nil, nil, err
 	}
 	if err := conn.send(map[string]any{"op": "restore", "id": ask, "pickler": h.Pickler, "modules": h.Modules,
 		"execution_count": h.ExecutionCount}); err != nil {
-		return nil, nil, fmt.Errorf("%w: send to the new runner: %w", errRestoreTransient, err)
+		return nil, nil, onTheWay("send to", err)
 	}
 	for {
 		fr, err := conn.next(ask)
-		if timedOut(ctx, err) {
-			return nil, nil, fmt.Errorf("%w: the new runner took longer than the park timeout of %s", errRestoreTransient, english.Duration(e.cfg.ParkTimeout))
-		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: read the new runner: %w", errRestoreTransient, err)
+			return nil, nil, onTheWay("read", err)
 		}
 		switch fr.Op {
 		case "error":
-			return nil, nil, fmt.Errorf("the new runner: %s", termtext.Line(clip(fr.Error, 300)))
+			return nil, nil, restoreFailure("the new runner: " + termtext.Line(clip(fr.Error, 300)))
 		case "restored":
 			var failed []NotSaved
 			for _, s := range fr.Failed {

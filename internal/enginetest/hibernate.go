@@ -148,6 +148,23 @@ x = 41`, filepath.Join(marks, "parking")), 0)
 		}
 	})
 
+	t.Run("a restore that fails for good says the state was lost and drops it", func(t *testing.T) {
+		h := New(t, env, hibernating(time.Hour))
+		// Loading boom raises SystemExit, which the runner's restore
+		// answers as an error: no next call would load it either.
+		first := h.Run("alice", "import sys\nclass Boom:\n    def __reduce__(self):\n        return (sys.exit, (3,))\nboom = Boom()\nx = 1", 0)
+		if _, err := h.Eng.Park(context.Background(), first.Kernel.ID); err != nil {
+			t.Fatal(err)
+		}
+		res := h.Run("alice", "print('x' in globals())", 0)
+		if res.Stdout != "False\n" || !res.Kernel.StateLost || !strings.Contains(res.Kernel.Note, "could not be restored") {
+			t.Fatalf("a call whose restore failed for good: %q %+v", res.Stdout, res.Kernel)
+		}
+		if p := h.Eng.Parked(); len(p) != 0 {
+			t.Fatalf("a state that cannot be loaded is kept to fail again: %+v", p)
+		}
+	})
+
 	t.Run("a kernel with nothing in its namespace just ends", func(t *testing.T) {
 		h := New(t, env, hibernating(time.Hour))
 		first := h.Run("alice", "print(1)", 0)
