@@ -1607,9 +1607,6 @@ class Runner:
         and the rest are saved (names that shared an object each get a copy).
         A whole park (to hibernate) sends nothing unless all of the kernel
         comes through: no name fails and no thread of its own runs."""
-        if self.running is not None or self.work:
-            conn.send({"op": "error", "id": pid, "error": "a cell is running or queued"})
-            return
         if whole:
             # Threads a cell started come through threading (the runner's
             # own use _thread); unimported, there are none.
@@ -1620,8 +1617,7 @@ class Runner:
                 conn.send({"op": "error", "id": pid, "incomplete": True,
                            "error": "threads of its own run (%s)" % ", ".join(threads[:4])[:PARK_REASON_MAX]})
                 return
-            held = []
-            conn = HeldFrames(conn, held)
+        held = [] if whole else None  # a whole park's frames, sent once all pickled
         # Most values pickle as they are (the C pickler, 0.6 ms to import);
         # cloudpickle or dill (24 ms to import here) only for those that
         # do not: lambdas, and the classes and functions cells define. Any
@@ -1661,11 +1657,13 @@ class Runner:
                 conn.send({"op": "error", "id": pid, "error": "the namespace is over %d bytes" % max_bytes, "bytes": total})
                 return
             saved.append(name)
-            if not conn.send_raw({"op": "park_data", "id": pid, "n": len(entry) + len(data)}, (entry, data)):
+            frame = ({"op": "park_data", "id": pid, "n": len(entry) + len(data)}, (entry, data))
+            if held is not None:
+                held.append(frame)
+            elif not conn.send_raw(*frame):
                 return
-            del data
+            del data, frame
         if whole:
-            conn = conn.conn
             if skipped:
                 conn.send({"op": "error", "id": pid, "incomplete": True, "error": "; ".join(
                     "%s (%s)" % (name, why) for name, _, why in skipped[:4])[:PARK_REASON_MAX]})
@@ -2374,21 +2372,6 @@ class Job:
             self.fn(*self.args)
         except BaseException as e:
             self.conn.send({"op": "error", "id": self.jid, "error": ("%s: %s" % (type(e).__name__, e))[:PARK_REASON_MAX]})
-
-
-class HeldFrames:
-    """A connection's stand-in that keeps the raw frames sent to it, for a
-    whole park to send only once all of the namespace pickled."""
-
-    def __init__(self, conn, held):
-        self.conn, self.held = conn, held
-
-    def send_raw(self, frame, parts):
-        self.held.append((frame, parts))
-        return True
-
-    def send(self, frame):
-        return self.conn.send(frame)
 
 
 def park_pickler(want=None):
