@@ -57,35 +57,23 @@ func hibernatePhase(ctx context.Context, cfg config, env *setupEnv, res *results
 
 	// Make them, a few at a time.
 	start := time.Now()
-	var next, made atomic.Int64
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= cfg.Sessions || ctx.Err() != nil {
-					return
-				}
-				out, err := eng.Execute(ctx, engine.Request{Owner: session(i), Code: sessionSetup, Timeout: time.Minute})
-				if err == nil && out.Status != engine.StatusSuccess {
-					err = fmt.Errorf("%s", describe(out))
-				}
-				if err != nil {
-					firstErr.CompareAndSwap(nil, fmt.Sprintf("session %d: %v", i, err))
-					continue
-				}
-				if n := made.Add(1); n%1000 == 0 {
-					fmt.Fprintf(log, "bench: hibernate: %d sessions made in %v\n", n, time.Since(start).Round(time.Second))
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if e := firstErr.Load(); e != nil {
-		res.fail("hibernate: make: %s", e)
+	var made atomic.Int64
+	err = eachAtOnce(ctx, cfg.Sessions, 4, func(i int) error {
+		out, err := eng.Execute(ctx, engine.Request{Owner: session(i), Code: sessionSetup, Timeout: time.Minute})
+		if err == nil && out.Status != engine.StatusSuccess {
+			err = fmt.Errorf("%s", describe(out))
+		}
+		if err != nil {
+			return fmt.Errorf("session %d: %w", i, err)
+		}
+		if n := made.Add(1); n%1000 == 0 {
+			fmt.Fprintf(log, "bench: hibernate: %d sessions made in %v\n", n, time.Since(start).Round(time.Second))
+		}
+		return nil
+	})
+	if err != nil {
+		res.fail("hibernate: make: %v", err)
+		return
 	}
 	res.add("hibernate.make.per_s", float64(made.Load())/time.Since(start).Seconds())
 	asleep := func() int {

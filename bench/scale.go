@@ -34,36 +34,44 @@ func scaleEngine(ctx context.Context, t *tb, n int) (*engine.Engine, error) {
 
 // register adds n idle kernels on the fake host, from a few goroutines.
 func register(ctx context.Context, eng *engine.Engine, n int) error {
+	return eachAtOnce(ctx, n, 4, func(i int) error {
+		res, err := eng.Execute(ctx, engine.Request{Owner: fmt.Sprintf("k%05d", i), Backend: "fake", Code: "1", Timeout: time.Minute})
+		if err == nil && (res.Status != "success" || res.Fallback != "") {
+			err = fmt.Errorf("status %q fallback %q", res.Status, res.Fallback)
+		}
+		if err != nil {
+			return fmt.Errorf("register kernel %d on the fake host: %w", i, err)
+		}
+		return nil
+	})
+}
+
+// eachAtOnce runs f(0) … f(n-1) on workers goroutines, each taking the
+// next index, until all ran, ctx ended or one failed; it returns the first
+// failure.
+func eachAtOnce(ctx context.Context, n, workers int, f func(i int) error) error {
 	var next atomic.Int64
-	var firstErr error
-	var mu sync.Mutex
+	var first error
+	var once sync.Once
+	var failed atomic.Bool
 	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range workers {
+		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= n || ctx.Err() != nil {
+				if i >= n || ctx.Err() != nil || failed.Load() {
 					return
 				}
-				res, err := eng.Execute(ctx, engine.Request{Owner: fmt.Sprintf("k%05d", i), Backend: "fake", Code: "1", Timeout: time.Minute})
-				if err == nil && (res.Status != "success" || res.Fallback != "") {
-					err = fmt.Errorf("status %q fallback %q", res.Status, res.Fallback)
-				}
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("register kernel %d on the fake host: %w", i, err)
-					}
-					mu.Unlock()
+				if err := f(i); err != nil {
+					once.Do(func() { first = err })
+					failed.Store(true)
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	return firstErr
+	return first
 }
 
 // scalePhase measures what cfg.Kernels registered (idle) kernels cost: the
