@@ -250,7 +250,7 @@ func openEngine(f *engineFlags, s *resolved) (eng *engine.Engine, cleanup func()
 		ParkTimeout:     s.cfg.ParkTimeout,
 		ParkRetention:   s.cfg.ParkRetention,
 		ParkTotalBytes:  s.cfg.ParkTotalBytes,
-		HibernateAfter:  hibernateAfter(s.cfg),
+		HibernateAfter:  s.cfg.HibernateAfter, // the engine hibernates only where it parks
 	})
 	if err != nil {
 		return fail(exitFail, err)
@@ -352,14 +352,6 @@ func spareKernels(cfg config.Config, envs []backends.Env) map[string]int {
 
 // parkDir is where the engine parks kernels' state: in the state dir,
 // unless parking is off.
-// hibernateAfter is hibernate_after where kernels park (--no-park: never).
-func hibernateAfter(cfg config.Config) time.Duration {
-	if cfg.NoPark {
-		return 0
-	}
-	return cfg.HibernateAfter
-}
-
 func parkDir(cfg config.Config, stateDir string) string {
 	if cfg.NoPark {
 		return ""

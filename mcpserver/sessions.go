@@ -118,13 +118,12 @@ func (s *Server) pythonSessions(ctx context.Context, req *mcp.CallToolRequest, _
 		b.WriteByte('\n')
 	}
 	for _, ps := range out.Parked {
+		state, back := "parked", "restores"
 		if ps.Hibernated {
-			fmt.Fprintf(&b, "%s: hibernated (%s, %.0fs ago), %s saved; the next python_exec wakes it", ps.Session, ps.Reason, ps.AgoS,
-				english.Count(len(ps.Names), "name"))
-		} else {
-			fmt.Fprintf(&b, "%s: parked (%s %.0fs ago), %s saved; the next python_exec restores it", ps.Session, ps.Reason, ps.AgoS,
-				english.Count(len(ps.Names), "name"))
+			state, back = "hibernated", "wakes"
 		}
+		fmt.Fprintf(&b, "%s: %s (%s %.0fs ago), %s saved; the next python_exec %s it", ps.Session, state, ps.Reason, ps.AgoS,
+			english.Count(len(ps.Names), "name"), back)
 		if len(ps.NotSaved) > 0 {
 			b.WriteString("; not saved: " + strings.Join(slices.Sorted(maps.Keys(ps.NotSaved)), ", "))
 		}
