@@ -173,13 +173,12 @@ func (m *Model) parkedLines(pk *engine.ParkedKernel, add func(label, value strin
 	k := parkedInfo(pk)
 	add("kernel", plain(k.ID))
 	add("key", kernelName(k))
+	back := "restores"
 	if pk.Hibernated {
-		add("state", fmt.Sprintf("hibernated %s ago (%s); its key's next cell wakes it (enter writes one, D drops it)",
-			short(m.ctx.Now().Sub(pk.Parked)), plain(pk.Reason)))
-	} else {
-		add("state", fmt.Sprintf("parked %s ago (%s); its key's next cell restores it (enter writes one, D drops it)",
-			short(m.ctx.Now().Sub(pk.Parked)), plain(pk.Reason)))
+		back = "wakes"
 	}
+	add("state", fmt.Sprintf("%s %s ago (%s); its key's next cell %s it (enter writes one, D drops it)",
+		k.State, short(m.ctx.Now().Sub(pk.Parked)), plain(pk.Reason), back))
 	add("size", english.Bytes(pk.Bytes))
 	add("cells run", fmt.Sprint(pk.ExecutionCount))
 	add("saved", cmp.Or(plain(strings.Join(pk.Names, ", ")), "nothing"))
